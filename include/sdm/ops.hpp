@@ -1,0 +1,71 @@
+// sdm/ops.hpp - the SDM op: argument bundles and the public entry points.
+//
+// The chunked op (SPEC A.2, B, Z.2) over P streams sharing one bank:
+//   memory  [S, hd]     bf16 or f32, contiguous; stream p owns rows [p*sps, (p+1)*sps)
+//   k_idx   [P, T, W]   int32 / int64, absolute rows, distinct within a token
+//   k_val   [P, T, W]   f32 / bf16 / f16 (rounded to the bank dtype on entry)
+//   v       [P, T, hd]  float (rounded to the bank dtype)
+//   beta    [P, T] or [P, T, 1]   float (used in f32)
+//   g       [P, T, 1] or [P, T, W] float (used in f32), log-decay per token or per write
+//   q_idx   [P, T, R]   int32 / int64
+//   q_val   [P, T, R]   float (rounded to the bank dtype)
+//   readings [P, T, hd] bank dtype (output)
+// All tensors are contiguous and on the bank's device. Entry points dispatch on the
+// device of the bank. Every entry point validates its arguments before any work; on error
+// it throws sdm::Error and nothing has been written.
+#pragma once
+
+#include <cstddef>
+
+#include "sdm/options.hpp"
+#include "sdm/types.hpp"
+
+namespace sdm {
+
+// Inputs of the chunked op and of the decode step. `memory` is the bank.
+struct WriteReadArgs {
+  TensorRef memory;
+  TensorRef k_idx, k_val, v, beta, g, q_idx, q_val;
+};
+
+// Gradient outputs of the backward, each shaped like its input. `memory` is the gradient
+// of the initial bank: bank dtype, or f32 (always allowed). The others take the dtype of
+// their input or f32.
+struct WriteReadGrads {
+  TensorRef memory, k_val, v, beta, g, q_val;
+};
+
+// ---- The production engines (CPU now; CUDA later) ------------------------------------
+
+// No-grad forward: runs the recurrence, writes `readings`, leaves `memory` at the final
+// state. Saves nothing.
+void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
+                        const WriteReadOptions& options);
+
+// Bytes of the saved-state buffer the saving forward fills (a function of shapes, dtypes
+// and options only).
+std::size_t write_read_saved_bytes(const WriteReadArgs& args, const WriteReadOptions& options);
+
+// Saving forward: as write_read_forward (readings bitwise equal) and also fills `saved`
+// (u8, write_read_saved_bytes(args, options) bytes, on the bank's device) with what the
+// backward needs (snapshot of pre-write rows in options.snapshot_quant, delta, residual,
+// solve, records).
+void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings,
+                               const TensorRef& saved, const WriteReadOptions& options);
+
+// Backward of a saving forward with the same args and options. On entry `args.memory`
+// holds the final bank (as the forward left it); it is used as the working bank and is
+// restored in place, chunk by chunk, to the initial bank (exactly for snapshot "none",
+// approximately for quantised snapshots). `grad_readings` [P, T, hd] (any float dtype);
+// `grad_final_bank` [S, hd] optional (absent = zero). Writes every defined tensor of
+// `grads`; absent ones are skipped. `saved` and the other inputs are not modified.
+void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
+                         const TensorRef& grad_readings, const TensorRef& grad_final_bank,
+                         const WriteReadGrads& grads, const WriteReadOptions& options);
+
+// One token per stream, in place (SPEC E.1, Z.10). Leading dims of k_idx are the streams:
+// k_idx, k_val [..., W]; v [..., hd]; beta [..., 1]; g [..., 1 or W]; q_idx, q_val [..., R];
+// readings shaped like v, bank dtype. A written row is rounded to the bank dtype once.
+void decode_step(const WriteReadArgs& args, const TensorRef& readings, const DecodeOptions& options);
+
+}  // namespace sdm

@@ -1,0 +1,32 @@
+// sdm/options.hpp - options of the chunked op and of the decode step.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace sdm {
+
+// How the saving forward stores the pre-write rows that the backward restores (SPEC D, Z.7).
+enum class SnapshotQuant : std::uint8_t { none, bf16, fp8, int4 };
+
+const char* snapshot_quant_name(SnapshotQuant mode);
+// Parses "none" / "bf16" / "fp8" / "int4"; throws sdm::ValueError naming `snapshot_quant`.
+SnapshotQuant parse_snapshot_quant(std::string_view name);
+
+struct WriteReadOptions {
+  std::int64_t slots_per_stream = 0;  // rows owned by one stream (required, >= 1)
+  std::int64_t chunk_size = 64;       // C in 1..256; clamped to T
+  SnapshotQuant snapshot_quant = SnapshotQuant::none;
+  bool grad_bank_fp32 = false;        // bf16 bank: keep bank-gradient rows in f32 (SPEC Z.6)
+  bool validate = true;               // check index ranges and distinct write slots (SPEC Z.3)
+  int num_threads = 0;                // CPU threads; 0 = $SDM_NUM_THREADS, else the hardware's
+};
+
+struct DecodeOptions {
+  // Rows owned by one stream. 0: indices are only checked against the bank's rows;
+  // >= 1: stream p's indices must lie in [p * slots_per_stream, (p + 1) * slots_per_stream).
+  std::int64_t slots_per_stream = 0;
+  bool validate = true;
+};
+
+}  // namespace sdm

@@ -1,0 +1,63 @@
+// validate.hpp - the one validation module of the op (SPEC G.1, G.2, Z.2, Z.3, Z.11).
+//
+// Every entry point calls these before any work. Shape / dtype / device / limit errors throw
+// sdm::TypeError (dtypes) or sdm::ValueError (everything else); the message names the
+// argument, what was expected and what was given. Index checks (validate=True) name the
+// tensor, stream, token and lane of the first violation in (stream, token, lane) order.
+#pragma once
+
+#include <cstdint>
+
+#include "sdm/ops.hpp"
+
+namespace sdm::core {
+
+// Which bank dtypes an entry point accepts: the engines take bf16 / f32; the float64
+// reference also takes f64 (an exact oracle for finite differences and golden vectors).
+enum class BankDTypes { engine, reference };
+
+inline constexpr std::int64_t kMaxWidth = 256;      // W, R limit
+inline constexpr std::int64_t kMaxChunk = 256;      // C limit
+inline constexpr std::int64_t kMaxBankRows = (std::int64_t{1} << 31) - 1;
+
+// The validated geometry of one chunked call.
+struct WriteReadShape {
+  std::int64_t P = 0, T = 0, W = 0, R = 0, G = 1, hd = 0;
+  std::int64_t S = 0;                 // bank rows
+  std::int64_t slots_per_stream = 0;
+  std::int64_t C = 0;                 // chunk size, clamped to T
+  DType bank = DType::f32;
+  std::int64_t num_time_chunks() const { return (T + C - 1) / C; }  // Nt
+};
+
+// The validated geometry of one decode step.
+struct DecodeShape {
+  std::int64_t streams = 0, W = 0, R = 0, G = 1, hd = 0, S = 0;
+  DType bank = DType::f32;
+};
+
+// Checks every argument of the chunked op except index values; `readings` [P, T, hd]
+// (dtype: the bank's for the engines, any float dtype for the reference).
+WriteReadShape validate_write_read(const WriteReadArgs& args, const TensorRef& readings,
+                                   const WriteReadOptions& options, BankDTypes banks);
+
+// Index preconditions of SPEC Z.3 on host-visible indices: each k_idx / q_idx of stream p in
+// [p*sps, (p+1)*sps), the W write slots of a token distinct. Throws sdm::ValueError.
+void check_write_read_indices(const WriteReadArgs& args, const WriteReadShape& shape);
+
+// Extra checks of the backward: grad_readings [P, T, hd] float; grad_final_bank absent or
+// [S, hd] float; each defined gradient shaped like its input (float dtype); `saved` (engine
+// backward only; absent for the reference) u8 of `saved_bytes` bytes.
+void validate_write_read_backward(const WriteReadArgs& args, const WriteReadShape& shape,
+                                  const TensorRef& grad_readings, const TensorRef& grad_final_bank,
+                                  const WriteReadGrads& grads);
+
+DecodeShape validate_decode(const WriteReadArgs& args, const TensorRef& readings,
+                            const DecodeOptions& options, BankDTypes banks);
+
+// Decode index preconditions: indices in the bank (and in stream p's rows when
+// options.slots_per_stream >= 1), write slots of a stream distinct.
+void check_decode_indices(const WriteReadArgs& args, const DecodeShape& shape,
+                          const DecodeOptions& options);
+
+}  // namespace sdm::core
