@@ -1,0 +1,30 @@
+// engine.hpp - the CUDA engine's entry points (built with SDM_ENABLE_CUDA), called by src/ops/dispatch.cpp after
+// host validation (shapes, dtypes, devices); index values are checked on the device (SPEC Z.3).
+// Contracts are those of the public functions of the same names in include/sdm/ops.hpp.
+#pragma once
+
+#include <cstddef>
+
+#include "core/validate.hpp"
+#include "sdm/ops.hpp"
+
+namespace sdm::cuda {
+
+void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
+                        const core::WriteReadShape& shape, const WriteReadOptions& options);
+
+std::size_t write_read_saved_bytes(const core::WriteReadShape& shape, const WriteReadOptions& options);
+
+void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings,
+                               const TensorRef& saved, const core::WriteReadShape& shape,
+                               const WriteReadOptions& options);
+
+void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
+                         const TensorRef& grad_readings, const TensorRef& grad_final_bank,
+                         const WriteReadGrads& grads, const core::WriteReadShape& shape,
+                         const WriteReadOptions& options);
+
+void decode_step(const WriteReadArgs& args, const TensorRef& readings,
+                 const core::DecodeShape& shape, const DecodeOptions& options);
+
+}  // namespace sdm::cuda

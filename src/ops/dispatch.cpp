@@ -1,0 +1,117 @@
+// dispatch.cpp - the public entry points of include/sdm/ops.hpp: validate every argument
+// before any work, then route to the engine of the bank's device.
+//
+// CPU banks: shapes, dtypes and devices are checked here, index values too when
+// options.validate is set, then the CPU engine runs. CUDA banks: the same host checks, then
+// the CUDA engine, which checks index values on the device (SPEC Z.3).
+#include <string>
+
+#include "core/validate.hpp"
+#include "cpu/engine/engine.hpp"
+#include "sdm/error.hpp"
+#include "sdm/ops.hpp"
+#if defined(SDM_WITH_CUDA)
+#include "cuda/engine.hpp"
+#endif
+
+namespace sdm {
+namespace {
+
+bool on_cpu(const TensorRef& memory) { return memory.device.type == DeviceType::cpu; }
+
+[[noreturn]] void no_cuda(const TensorRef& memory) {
+  throw ValueError("memory", "memory is on " + device_name(memory.device) +
+                                 " but this build of sdm has no CUDA support (SDM_ENABLE_CUDA=OFF)");
+}
+
+void check_saved(const TensorRef& saved, std::size_t expected, const TensorRef& memory) {
+  if (saved.dtype != DType::u8) {
+    throw TypeError("saved", std::string("saved must be uint8, got ") + dtype_name(saved.dtype));
+  }
+  if (saved.ndim != 1 || !saved.is_contiguous() || saved.numel() != static_cast<std::int64_t>(expected)) {
+    throw ValueError("saved", "saved must be a contiguous 1-D uint8 buffer of " + std::to_string(expected) +
+                                  " bytes (write_read_saved_bytes), got shape " + saved.shape_string());
+  }
+  if (!(saved.device == memory.device)) {
+    throw ValueError("saved", "saved must be on " + device_name(memory.device) + ", got " +
+                                  device_name(saved.device));
+  }
+}
+
+std::size_t saved_bytes_for(const core::WriteReadShape& shape, const WriteReadOptions& options,
+                            const TensorRef& memory) {
+  if (on_cpu(memory)) return cpu::write_read_saved_bytes(shape, options);
+#if defined(SDM_WITH_CUDA)
+  return cuda::write_read_saved_bytes(shape, options);
+#else
+  no_cuda(memory);
+#endif
+}
+
+}  // namespace
+
+void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
+                        const WriteReadOptions& options) {
+  const auto shape = core::validate_write_read(args, readings, options, core::BankDTypes::engine);
+  if (on_cpu(args.memory)) {
+    if (options.validate) core::check_write_read_indices(args, shape);
+    return cpu::write_read_forward(args, readings, shape, options);
+  }
+#if defined(SDM_WITH_CUDA)
+  return cuda::write_read_forward(args, readings, shape, options);
+#else
+  no_cuda(args.memory);
+#endif
+}
+
+std::size_t write_read_saved_bytes(const WriteReadArgs& args, const WriteReadOptions& options) {
+  const auto shape = core::validate_write_read(args, TensorRef{}, options, core::BankDTypes::engine);
+  return saved_bytes_for(shape, options, args.memory);
+}
+
+void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings,
+                               const TensorRef& saved, const WriteReadOptions& options) {
+  const auto shape = core::validate_write_read(args, readings, options, core::BankDTypes::engine);
+  check_saved(saved, saved_bytes_for(shape, options, args.memory), args.memory);
+  if (on_cpu(args.memory)) {
+    if (options.validate) core::check_write_read_indices(args, shape);
+    return cpu::write_read_forward_saving(args, readings, saved, shape, options);
+  }
+#if defined(SDM_WITH_CUDA)
+  return cuda::write_read_forward_saving(args, readings, saved, shape, options);
+#else
+  no_cuda(args.memory);
+#endif
+}
+
+void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
+                         const TensorRef& grad_readings, const TensorRef& grad_final_bank,
+                         const WriteReadGrads& grads, const WriteReadOptions& options) {
+  const auto shape = core::validate_write_read(args, TensorRef{}, options, core::BankDTypes::engine);
+  core::validate_write_read_backward(args, shape, grad_readings, grad_final_bank, grads);
+  check_saved(saved, saved_bytes_for(shape, options, args.memory), args.memory);
+  if (on_cpu(args.memory)) {
+    if (options.validate) core::check_write_read_indices(args, shape);
+    return cpu::write_read_backward(args, saved, grad_readings, grad_final_bank, grads, shape, options);
+  }
+#if defined(SDM_WITH_CUDA)
+  return cuda::write_read_backward(args, saved, grad_readings, grad_final_bank, grads, shape, options);
+#else
+  no_cuda(args.memory);
+#endif
+}
+
+void decode_step(const WriteReadArgs& args, const TensorRef& readings, const DecodeOptions& options) {
+  const auto shape = core::validate_decode(args, readings, options, core::BankDTypes::engine);
+  if (on_cpu(args.memory)) {
+    if (options.validate) core::check_decode_indices(args, shape, options);
+    return cpu::decode_step(args, readings, shape, options);
+  }
+#if defined(SDM_WITH_CUDA)
+  return cuda::decode_step(args, readings, shape, options);
+#else
+  no_cuda(args.memory);
+#endif
+}
+
+}  // namespace sdm
