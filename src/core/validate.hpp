@@ -37,26 +37,37 @@ struct DecodeShape {
 };
 
 // Checks every argument of the chunked op except index values; `readings` [P, T, hd]
-// (dtype: the bank's for the engines, any float dtype for the reference).
+// (dtype: the bank's for the engines, any float dtype for the reference) is skipped when
+// absent (TensorRef{}). Float inputs: f32 / bf16 / f16 (and f64 for the reference); the
+// returned C is options.chunk_size clamped to T.
 WriteReadShape validate_write_read(const WriteReadArgs& args, const TensorRef& readings,
                                    const WriteReadOptions& options, BankDTypes banks);
 
 // Index preconditions of SPEC Z.3 on host-visible indices: each k_idx / q_idx of stream p in
-// [p*sps, (p+1)*sps), the W write slots of a token distinct. Throws sdm::ValueError.
+// [p*sps, (p+1)*sps), the W write slots of a token distinct (duplicate read slots are
+// allowed). Throws sdm::ValueError for the first violation in (stream, token, lane) order,
+// k_idx before q_idx within a token, e.g.
+// "k_idx[stream 1, token 4, lane 2] = 37 is outside stream 1's rows [16, 32)".
 void check_write_read_indices(const WriteReadArgs& args, const WriteReadShape& shape);
 
-// Extra checks of the backward: grad_readings [P, T, hd] float; grad_final_bank absent or
-// [S, hd] float; each defined gradient shaped like its input (float dtype); `saved` (engine
-// backward only; absent for the reference) u8 of `saved_bytes` bytes.
+// Extra checks of the backward (after validate_write_read): grad_readings [P, T, hd] float;
+// grad_final_bank absent or [S, hd] float; each defined gradient of `grads` shaped like its
+// input, float dtype, contiguous, on the bank's device (arguments named "grad_<input>").
+// The engine's `saved` buffer is checked by the dispatcher, which knows its size.
 void validate_write_read_backward(const WriteReadArgs& args, const WriteReadShape& shape,
                                   const TensorRef& grad_readings, const TensorRef& grad_final_bank,
                                   const WriteReadGrads& grads);
 
+// Checks every argument of the decode step except index values (SPEC E.1, G.1, Z.10): the
+// leading dims of k_idx are the streams (their product), shared by every tensor; beta
+// [..., 1]; g [..., 1] or [..., W]; readings (skipped when absent) shaped like v. With
+// options.slots_per_stream >= 1 the bank must hold streams * slots_per_stream rows.
 DecodeShape validate_decode(const WriteReadArgs& args, const TensorRef& readings,
                             const DecodeOptions& options, BankDTypes banks);
 
-// Decode index preconditions: indices in the bank (and in stream p's rows when
-// options.slots_per_stream >= 1), write slots of a stream distinct.
+// Decode index preconditions: indices in [0, S) (in stream p's rows when
+// options.slots_per_stream >= 1), write slots of a stream distinct; duplicate reads allowed.
+// The first violation in (stream, lane) order is reported, k_idx before q_idx per stream.
 void check_decode_indices(const WriteReadArgs& args, const DecodeShape& shape,
                           const DecodeOptions& options);
 

@@ -1,0 +1,387 @@
+// validate.cpp - argument checks of the chunked op, its backward and the decode step
+// (SPEC G.1, G.2, Z.2, Z.3, Z.10, Z.11).
+//
+// Each kind of check is one small helper that throws with the argument's name, what was
+// expected and what was given; the validate_* functions are tables of those helpers, in
+// the order: bank, options, index tensors (they fix P, T, W, R), float inputs, outputs.
+// Nothing here reads tensor data except the index checks.
+#include "validate.hpp"
+
+#include <algorithm>
+#include <array>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sdm/error.hpp"
+
+namespace sdm::core {
+namespace {
+
+using Dims = std::vector<std::int64_t>;
+
+std::string dims_string(const Dims& dims) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
+  return out + "]";
+}
+
+Dims dims_of(const TensorRef& t) {
+  return Dims(t.sizes.begin(), t.sizes.begin() + t.ndim);
+}
+
+std::string strides_string(const TensorRef& t) {
+  return dims_string(Dims(t.strides.begin(), t.strides.begin() + t.ndim));
+}
+
+// ---- The dtype sets -------------------------------------------------------------------
+
+using DTypes = std::vector<DType>;
+
+const DTypes kIndexDTypes = {DType::i32, DType::i64};
+
+DTypes bank_dtypes(BankDTypes banks) {
+  if (banks == BankDTypes::reference) return {DType::bf16, DType::f32, DType::f64};
+  return {DType::bf16, DType::f32};
+}
+
+DTypes input_dtypes(BankDTypes banks) {
+  if (banks == BankDTypes::reference) return {DType::f32, DType::bf16, DType::f16, DType::f64};
+  return {DType::f32, DType::bf16, DType::f16};
+}
+
+const DTypes kAnyFloat = {DType::f32, DType::bf16, DType::f16, DType::f64};
+
+std::string dtypes_string(const DTypes& dtypes) {
+  std::string out;
+  for (std::size_t i = 0; i < dtypes.size(); ++i) {
+    if (i) out += (i + 1 == dtypes.size()) ? " or " : ", ";
+    out += dtype_name(dtypes[i]);
+  }
+  return out;
+}
+
+// ---- One helper per kind of check -----------------------------------------------------
+
+void check_present(const TensorRef& t, const char* name) {
+  if (!t.defined()) throw ValueError(name, std::string(name) + " is required, got an absent tensor");
+}
+
+void check_dtype(const TensorRef& t, const char* name, const DTypes& allowed) {
+  if (std::find(allowed.begin(), allowed.end(), t.dtype) == allowed.end()) {
+    throw TypeError(name, std::string(name) + " must be " + dtypes_string(allowed) + ", got " +
+                              dtype_name(t.dtype));
+  }
+}
+
+void check_device(const TensorRef& t, const char* name, const Device& bank_device) {
+  if (!(t.device == bank_device)) {
+    throw ValueError(name, std::string(name) + " must be on the bank's device " + device_name(bank_device) +
+                               " (memory), got " + device_name(t.device));
+  }
+}
+
+void check_contiguous(const TensorRef& t, const char* name) {
+  if (!t.is_contiguous()) {
+    throw ValueError(name, std::string(name) + " must be contiguous, got shape " + t.shape_string() +
+                               " with strides " + strides_string(t));
+  }
+}
+
+void check_ndim(const TensorRef& t, const char* name, int ndim, const char* pattern) {
+  if (t.ndim != ndim) {
+    throw ValueError(name, std::string(name) + " must be " + std::to_string(ndim) + "-D " + pattern +
+                               ", got shape " + t.shape_string());
+  }
+}
+
+// One accepted shape: its symbolic pattern ("[P, T, W]") and its dims for this call.
+struct ShapeRule {
+  std::string pattern;
+  Dims dims;
+};
+
+void check_shape(const TensorRef& t, const char* name, std::initializer_list<ShapeRule> accepted) {
+  const Dims got = dims_of(t);
+  std::string expected;
+  for (const ShapeRule& rule : accepted) {
+    if (got == rule.dims) return;
+    expected += (expected.empty() ? "" : " or ") + rule.pattern + " = " + dims_string(rule.dims);
+  }
+  throw ValueError(name, std::string(name) + " must have shape " + expected + ", got " + dims_string(got));
+}
+
+void check_in_range(std::int64_t value, const std::string& what, const char* argument, std::int64_t lo,
+                    std::int64_t hi) {
+  if (value < lo || value > hi) {
+    throw ValueError(argument, what + " must be in " + std::to_string(lo) + ".." + std::to_string(hi) +
+                                   ", got " + std::to_string(value));
+  }
+}
+
+void check_at_least(std::int64_t value, const std::string& what, const char* argument, std::int64_t lo) {
+  if (value < lo) {
+    throw ValueError(argument, what + " must be >= " + std::to_string(lo) + ", got " + std::to_string(value));
+  }
+}
+
+// The common checks of every tensor argument: present, dtype, device, contiguous.
+void check_tensor(const TensorRef& t, const char* name, const DTypes& dtypes, const Device& bank_device) {
+  check_present(t, name);
+  check_dtype(t, name, dtypes);
+  check_device(t, name, bank_device);
+  check_contiguous(t, name);
+}
+
+// The bank: 2-D [S, hd], contiguous, S in 1..kMaxBankRows, hd >= 1 (SPEC G.1, G.2, Z.11).
+void check_bank(const TensorRef& memory, BankDTypes banks) {
+  check_present(memory, "memory");
+  check_dtype(memory, "memory", bank_dtypes(banks));
+  check_ndim(memory, "memory", 2, "[S, hd]");
+  check_contiguous(memory, "memory");
+  check_in_range(memory.size(0), "memory rows S", "memory", 1, kMaxBankRows);
+  check_at_least(memory.size(1), "memory columns hd", "memory", 1);
+}
+
+void check_bank_holds_streams(std::int64_t S, std::int64_t streams, std::int64_t slots_per_stream) {
+  if (S < streams * slots_per_stream) {
+    throw ValueError("memory", "memory must have at least streams * slots_per_stream = " +
+                                   std::to_string(streams) + " * " + std::to_string(slots_per_stream) + " = " +
+                                   std::to_string(streams * slots_per_stream) + " rows, got " +
+                                   std::to_string(S));
+  }
+}
+
+void check_snapshot_quant(SnapshotQuant mode) {
+  switch (mode) {
+    case SnapshotQuant::none:
+    case SnapshotQuant::bf16:
+    case SnapshotQuant::fp8:
+    case SnapshotQuant::int4: return;
+  }
+  throw ValueError("snapshot_quant", "snapshot_quant must be none, bf16, fp8 or int4, got the enum value " +
+                                         std::to_string(static_cast<int>(mode)));
+}
+
+// ---- Index checks ---------------------------------------------------------------------
+
+// The rows a stream's indices may address: [lo, hi).
+struct RowRange {
+  std::int64_t lo, hi;
+  std::string owner;  // "stream 3's" or "the bank's"
+};
+
+RowRange stream_rows(std::int64_t stream, std::int64_t slots_per_stream) {
+  return {stream * slots_per_stream, (stream + 1) * slots_per_stream,
+          "stream " + std::to_string(stream) + "'s"};
+}
+
+// Where an index lives: "k_idx[stream 1, token 4, lane 2]" (no token for the decode step).
+struct EntryPlace {
+  const char* tensor;
+  std::int64_t stream;
+  std::optional<std::int64_t> token;
+  std::string name(std::int64_t lane) const {
+    std::string out = std::string(tensor) + "[stream " + std::to_string(stream);
+    if (token) out += ", token " + std::to_string(*token);
+    return out + ", lane " + std::to_string(lane) + "]";
+  }
+};
+
+// Checks the `width` indices of one token: each in `rows`, and (for write slots) distinct.
+template <typename Index>
+void check_token_indices(const Index* idx, std::int64_t width, const RowRange& rows, bool distinct,
+                         const EntryPlace& place) {
+  for (std::int64_t lane = 0; lane < width; ++lane) {
+    const std::int64_t value = idx[lane];
+    if (value < rows.lo || value >= rows.hi) {
+      throw ValueError(place.tensor, place.name(lane) + " = " + std::to_string(value) + " is outside " +
+                                         rows.owner + " rows [" + std::to_string(rows.lo) + ", " +
+                                         std::to_string(rows.hi) + ")");
+    }
+  }
+  if (!distinct || width < 2) return;
+  std::array<Index, kMaxWidth> sorted{};
+  std::copy(idx, idx + width, sorted.begin());
+  std::sort(sorted.begin(), sorted.begin() + width);
+  if (std::adjacent_find(sorted.begin(), sorted.begin() + width) == sorted.begin() + width) return;
+  // A repeat exists: report the first lane that repeats an earlier lane.
+  for (std::int64_t lane = 1; lane < width; ++lane) {
+    for (std::int64_t earlier = 0; earlier < lane; ++earlier) {
+      if (idx[earlier] != idx[lane]) continue;
+      throw ValueError(place.tensor, place.name(lane) + " = " + std::to_string(idx[lane]) +
+                                         " repeats lane " + std::to_string(earlier) +
+                                         "; the write slots of a token must be distinct");
+    }
+  }
+}
+
+// Checks the `width` indices of `t` (int32 or int64) that start at element `offset`.
+void check_token(const TensorRef& t, std::int64_t offset, std::int64_t width, const RowRange& rows,
+                 bool distinct, const EntryPlace& place) {
+  if (t.dtype == DType::i32) {
+    check_token_indices(t.data_as<const std::int32_t>() + offset, width, rows, distinct, place);
+  } else {
+    check_token_indices(t.data_as<const std::int64_t>() + offset, width, rows, distinct, place);
+  }
+}
+
+}  // namespace
+
+WriteReadShape validate_write_read(const WriteReadArgs& args, const TensorRef& readings,
+                                   const WriteReadOptions& options, BankDTypes banks) {
+  check_bank(args.memory, banks);
+  WriteReadShape s;
+  s.bank = args.memory.dtype;
+  s.S = args.memory.size(0);
+  s.hd = args.memory.size(1);
+  const Device& device = args.memory.device;
+
+  check_at_least(options.slots_per_stream, "slots_per_stream", "slots_per_stream", 1);
+  check_in_range(options.chunk_size, "chunk_size", "chunk_size", 1, kMaxChunk);
+  check_at_least(options.num_threads, "num_threads", "num_threads", 0);
+  check_snapshot_quant(options.snapshot_quant);
+  s.slots_per_stream = options.slots_per_stream;
+
+  check_tensor(args.k_idx, "k_idx", kIndexDTypes, device);
+  check_ndim(args.k_idx, "k_idx", 3, "[P, T, W]");
+  s.P = args.k_idx.size(0);
+  s.T = args.k_idx.size(1);
+  s.W = args.k_idx.size(2);
+  check_at_least(s.P, "streams P (k_idx.shape[0])", "k_idx", 1);
+  check_at_least(s.T, "tokens T (k_idx.shape[1])", "k_idx", 1);
+  check_in_range(s.W, "writes per token W (k_idx.shape[2])", "k_idx", 1, kMaxWidth);
+
+  check_tensor(args.q_idx, "q_idx", kIndexDTypes, device);
+  check_ndim(args.q_idx, "q_idx", 3, "[P, T, R]");
+  s.R = args.q_idx.size(2);
+  check_shape(args.q_idx, "q_idx", {{"[P, T, R]", {s.P, s.T, s.R}}});
+  check_in_range(s.R, "reads per token R (q_idx.shape[2])", "q_idx", 1, kMaxWidth);
+
+  const DTypes inputs = input_dtypes(banks);
+  check_tensor(args.k_val, "k_val", inputs, device);
+  check_shape(args.k_val, "k_val", {{"[P, T, W]", {s.P, s.T, s.W}}});
+  check_tensor(args.v, "v", inputs, device);
+  check_shape(args.v, "v", {{"[P, T, hd]", {s.P, s.T, s.hd}}});
+  check_tensor(args.beta, "beta", inputs, device);
+  check_shape(args.beta, "beta", {{"[P, T]", {s.P, s.T}}, {"[P, T, 1]", {s.P, s.T, 1}}});
+  check_tensor(args.g, "g", inputs, device);
+  check_shape(args.g, "g", {{"[P, T, 1]", {s.P, s.T, 1}}, {"[P, T, W]", {s.P, s.T, s.W}}});
+  s.G = args.g.size(2);
+  check_tensor(args.q_val, "q_val", inputs, device);
+  check_shape(args.q_val, "q_val", {{"[P, T, R]", {s.P, s.T, s.R}}});
+
+  if (readings.defined()) {
+    check_tensor(readings, "readings", banks == BankDTypes::engine ? DTypes{s.bank} : kAnyFloat, device);
+    check_shape(readings, "readings", {{"[P, T, hd]", {s.P, s.T, s.hd}}});
+  }
+
+  check_bank_holds_streams(s.S, s.P, s.slots_per_stream);
+  s.C = std::min(options.chunk_size, s.T);
+  return s;
+}
+
+void check_write_read_indices(const WriteReadArgs& args, const WriteReadShape& shape) {
+  for (std::int64_t p = 0; p < shape.P; ++p) {
+    const RowRange rows = stream_rows(p, shape.slots_per_stream);
+    for (std::int64_t t = 0; t < shape.T; ++t) {
+      const std::int64_t token = p * shape.T + t;
+      check_token(args.k_idx, token * shape.W, shape.W, rows, true, {"k_idx", p, t});
+      check_token(args.q_idx, token * shape.R, shape.R, rows, false, {"q_idx", p, t});
+    }
+  }
+}
+
+void validate_write_read_backward(const WriteReadArgs& args, const WriteReadShape& shape,
+                                  const TensorRef& grad_readings, const TensorRef& grad_final_bank,
+                                  const WriteReadGrads& grads) {
+  const Device& device = args.memory.device;
+  check_tensor(grad_readings, "grad_readings", kAnyFloat, device);
+  check_shape(grad_readings, "grad_readings", {{"[P, T, hd]", {shape.P, shape.T, shape.hd}}});
+  if (grad_final_bank.defined()) {
+    check_tensor(grad_final_bank, "grad_final_bank", kAnyFloat, device);
+    check_shape(grad_final_bank, "grad_final_bank", {{"[S, hd]", {shape.S, shape.hd}}});
+  }
+  // Each gradient output, when requested, is shaped like its input.
+  const struct {
+    const TensorRef& grad;
+    const char* name;
+    const TensorRef& input;
+    const char* input_name;
+  } outputs[] = {
+      {grads.memory, "grad_memory", args.memory, "memory"}, {grads.k_val, "grad_k_val", args.k_val, "k_val"},
+      {grads.v, "grad_v", args.v, "v"},                     {grads.beta, "grad_beta", args.beta, "beta"},
+      {grads.g, "grad_g", args.g, "g"},                     {grads.q_val, "grad_q_val", args.q_val, "q_val"},
+  };
+  for (const auto& out : outputs) {
+    if (!out.grad.defined()) continue;
+    check_tensor(out.grad, out.name, kAnyFloat, device);
+    check_shape(out.grad, out.name, {{std::string("the shape of ") + out.input_name, dims_of(out.input)}});
+  }
+}
+
+DecodeShape validate_decode(const WriteReadArgs& args, const TensorRef& readings,
+                            const DecodeOptions& options, BankDTypes banks) {
+  check_bank(args.memory, banks);
+  DecodeShape s;
+  s.bank = args.memory.dtype;
+  s.S = args.memory.size(0);
+  s.hd = args.memory.size(1);
+  const Device& device = args.memory.device;
+  check_at_least(options.slots_per_stream, "slots_per_stream", "slots_per_stream", 0);
+
+  // k_idx [..., W]: its leading dims are the streams, shared by every other tensor.
+  check_tensor(args.k_idx, "k_idx", kIndexDTypes, device);
+  check_at_least(args.k_idx.ndim, "k_idx dimensions", "k_idx", 1);
+  const Dims lead(args.k_idx.sizes.begin(), args.k_idx.sizes.begin() + args.k_idx.ndim - 1);
+  s.streams = 1;
+  for (std::int64_t d : lead) {
+    check_at_least(d, "each leading (stream) dim of k_idx", "k_idx", 1);
+    s.streams *= d;
+  }
+  s.W = args.k_idx.size(-1);
+  check_in_range(s.W, "writes per token W (k_idx.shape[-1])", "k_idx", 1, kMaxWidth);
+  auto with_last = [&lead](std::int64_t last) {
+    Dims dims = lead;
+    dims.push_back(last);
+    return dims;
+  };
+
+  check_tensor(args.q_idx, "q_idx", kIndexDTypes, device);
+  check_ndim(args.q_idx, "q_idx", args.k_idx.ndim, "[..., R] with k_idx's leading dims");
+  s.R = args.q_idx.size(-1);
+  check_shape(args.q_idx, "q_idx", {{"[..., R]", with_last(s.R)}});
+  check_in_range(s.R, "reads per token R (q_idx.shape[-1])", "q_idx", 1, kMaxWidth);
+
+  const DTypes inputs = input_dtypes(banks);
+  check_tensor(args.k_val, "k_val", inputs, device);
+  check_shape(args.k_val, "k_val", {{"[..., W]", with_last(s.W)}});
+  check_tensor(args.v, "v", inputs, device);
+  check_shape(args.v, "v", {{"[..., hd]", with_last(s.hd)}});
+  check_tensor(args.beta, "beta", inputs, device);
+  check_shape(args.beta, "beta", {{"[..., 1]", with_last(1)}});
+  check_tensor(args.g, "g", inputs, device);
+  check_shape(args.g, "g", {{"[..., 1]", with_last(1)}, {"[..., W]", with_last(s.W)}});
+  s.G = args.g.size(-1);
+  check_tensor(args.q_val, "q_val", inputs, device);
+  check_shape(args.q_val, "q_val", {{"[..., R]", with_last(s.R)}});
+
+  if (readings.defined()) {
+    check_tensor(readings, "readings", banks == BankDTypes::engine ? DTypes{s.bank} : kAnyFloat, device);
+    check_shape(readings, "readings", {{"[..., hd]", with_last(s.hd)}});
+  }
+  if (options.slots_per_stream >= 1) check_bank_holds_streams(s.S, s.streams, options.slots_per_stream);
+  return s;
+}
+
+void check_decode_indices(const WriteReadArgs& args, const DecodeShape& shape, const DecodeOptions& options) {
+  for (std::int64_t p = 0; p < shape.streams; ++p) {
+    const RowRange rows = options.slots_per_stream >= 1 ? stream_rows(p, options.slots_per_stream)
+                                                        : RowRange{0, shape.S, "the bank's"};
+    check_token(args.k_idx, p * shape.W, shape.W, rows, true, {"k_idx", p, std::nullopt});
+    check_token(args.q_idx, p * shape.R, shape.R, rows, false, {"q_idx", p, std::nullopt});
+  }
+}
+
+}  // namespace sdm::core
