@@ -1,0 +1,177 @@
+// decode.cpp - one token per stream of the SDM recurrence, in place (SPEC A.2, E.1, Z.10).
+//
+// Inputs (the leading dims of k_idx are the Q streams, flattened stream-major; contiguous):
+//   memory   [S, hd]  bf16 / f32, updated in place
+//   k_idx    [Q, W]   int32 / int64 absolute rows     k_val [Q, W]  f32 / bf16 / f16
+//   v        [Q, hd]  float                           beta  [Q, 1]  float
+//   g        [Q, G]   float, G = 1 (shared) or W (per write)
+//   q_idx    [Q, R]   int32 / int64 absolute rows     q_val [Q, R]  float
+//   readings [Q, hd]  bank dtype (output)
+// Math, per stream, with d_w = exp(g_w) (g_0 for every w when G = 1), SPEC A.2:
+//   r_w   = d_w * M[k_w]                       decayed write rows
+//   ret   = sum_w kappa_w * r_w                retrieved (w ascending)
+//   delta = beta * (v - ret)
+//   M[k_w] <- rnd_E(r_w + kappa_w * delta)     written rows, rounded to E once
+//   y     = rnd_E(sum_r rho_r * M[q_r])        reads see this token's writes (r ascending)
+// Numerics (SPEC A.1, A.3, Z.5): kappa, v, rho rounded to the bank dtype E, then used in
+// f32; beta, g, d in f32; r, ret, delta, the new rows and the reading sums in f32; reads
+// load the rounded updated rows.
+// Parallel decomposition: one work item per (stream, tile of kTileCols columns), split over
+// the pool by parallel_for. The recurrence is column-separable (no sum runs across
+// columns) and streams own private rows (a precondition, SPEC A.4), so each item writes
+// then reads its own columns of its own rows and no two items touch the same bytes. Every
+// column is computed by the same fixed sequence of f32 operations whatever the item
+// split, hence results are bitwise independent of the thread count.
+// Out-of-range entries (only reachable with validation off, SPEC Z.3): an index outside
+// the stream's rows (or outside [0, S) when slots_per_stream == 0) is masked: its row is
+// neither decayed nor written and contributes 0 to ret and y. No access leaves the bank.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+
+#include "core/float_convert.hpp"
+#include "core/tensor_access.hpp"
+#include "core/validate.hpp"
+#include "engine.hpp"
+#include "thread_pool.hpp"
+
+namespace sdm::cpu {
+namespace {
+
+constexpr std::int64_t kTileCols = 64;
+constexpr std::int64_t kMaskedRow = -1;
+
+// Loads and stores of one bank element as f32 (float = f32 bank, uint16 = bf16 bits).
+template <typename Elem>
+struct BankElem;
+
+template <>
+struct BankElem<float> {
+  static float load(float x) { return x; }
+  static float store(float x) { return x; }
+};
+
+template <>
+struct BankElem<std::uint16_t> {
+  static float load(std::uint16_t x) { return core::bf16_to_float(x); }
+  static std::uint16_t store(float x) { return core::bf16_from_float(x); }
+};
+
+template <typename Elem>
+float round_to_bank(float x) {
+  return BankElem<Elem>::load(BankElem<Elem>::store(x));
+}
+
+// Element i of a float tensor (f32 / bf16 / f16) as f32; the widening is exact.
+float load_float(const TensorRef& t, std::int64_t i) {
+  switch (t.dtype) {
+    case DType::bf16: return core::bf16_to_float(t.data_as<const std::uint16_t>()[i]);
+    case DType::f16: return core::f16_to_float(t.data_as<const std::uint16_t>()[i]);
+    default: return t.data_as<const float>()[i];
+  }
+}
+
+// One stream's token staged in f32 (and bank dtype rounding), rows already masked.
+struct StagedToken {
+  std::array<std::int64_t, core::kMaxWidth> write_row;
+  std::array<float, core::kMaxWidth> kappa, decay;
+  std::array<std::int64_t, core::kMaxWidth> read_row;
+  std::array<float, core::kMaxWidth> rho;
+  float beta = 0.0f;
+};
+
+struct DecodeJob {
+  const WriteReadArgs& args;
+  const TensorRef& readings;
+  const core::DecodeShape& shape;
+  std::int64_t slots_per_stream;  // 0: rows are only bounded by the bank
+};
+
+template <typename Elem>
+void stage_token(const DecodeJob& job, std::int64_t stream, StagedToken& tok) {
+  const auto& a = job.args;
+  const auto& sh = job.shape;
+  const std::int64_t lo = job.slots_per_stream > 0 ? stream * job.slots_per_stream : 0;
+  const std::int64_t hi = job.slots_per_stream > 0 ? std::min(sh.S, lo + job.slots_per_stream) : sh.S;
+  auto checked_row = [&](std::int64_t row) { return row >= lo && row < hi ? row : kMaskedRow; };
+  for (std::int64_t w = 0; w < sh.W; ++w) {
+    const auto i = static_cast<std::size_t>(w);
+    tok.write_row[i] = checked_row(core::load_index(a.k_idx, stream * sh.W + w));
+    tok.kappa[i] = round_to_bank<Elem>(load_float(a.k_val, stream * sh.W + w));
+    tok.decay[i] = std::exp(load_float(a.g, stream * sh.G + (sh.G == 1 ? 0 : w)));
+  }
+  for (std::int64_t r = 0; r < sh.R; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    tok.read_row[i] = checked_row(core::load_index(a.q_idx, stream * sh.R + r));
+    tok.rho[i] = round_to_bank<Elem>(load_float(a.q_val, stream * sh.R + r));
+  }
+  tok.beta = load_float(a.beta, stream);
+}
+
+// Columns [col0, col0 + n) of one stream's token: write, then read (n <= kTileCols).
+template <typename Elem>
+void decode_columns(const DecodeJob& job, std::int64_t stream, const StagedToken& tok,
+                    std::int64_t col0, std::int64_t n) {
+  using E = BankElem<Elem>;
+  const auto& sh = job.shape;
+  Elem* bank = job.args.memory.data_as<Elem>();
+  auto row_at = [&](std::int64_t row) { return bank + row * sh.hd + col0; };
+
+  float acc[kTileCols] = {};  // ret, then delta, then the reading sums
+  for (std::int64_t w = 0; w < sh.W; ++w) {
+    const auto i = static_cast<std::size_t>(w);
+    if (tok.write_row[i] == kMaskedRow) continue;
+    const Elem* row = row_at(tok.write_row[i]);
+    const float kappa = tok.kappa[i], decay = tok.decay[i];
+    for (std::int64_t c = 0; c < n; ++c) acc[c] += kappa * (decay * E::load(row[c]));
+  }
+  const std::int64_t v0 = stream * sh.hd + col0;
+  for (std::int64_t c = 0; c < n; ++c) {
+    acc[c] = tok.beta * (round_to_bank<Elem>(load_float(job.args.v, v0 + c)) - acc[c]);
+  }
+  for (std::int64_t w = 0; w < sh.W; ++w) {
+    const auto i = static_cast<std::size_t>(w);
+    if (tok.write_row[i] == kMaskedRow) continue;
+    Elem* row = row_at(tok.write_row[i]);
+    const float kappa = tok.kappa[i], decay = tok.decay[i];
+    for (std::int64_t c = 0; c < n; ++c) row[c] = E::store(decay * E::load(row[c]) + kappa * acc[c]);
+  }
+  float y[kTileCols] = {};
+  for (std::int64_t r = 0; r < sh.R; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (tok.read_row[i] == kMaskedRow) continue;
+    const Elem* row = row_at(tok.read_row[i]);
+    const float rho = tok.rho[i];
+    for (std::int64_t c = 0; c < n; ++c) y[c] += rho * E::load(row[c]);
+  }
+  Elem* out = job.readings.data_as<Elem>() + v0;
+  for (std::int64_t c = 0; c < n; ++c) out[c] = E::store(y[c]);
+}
+
+template <typename Elem>
+void decode_all(const DecodeJob& job) {
+  const auto& sh = job.shape;
+  const std::int64_t tiles = (sh.hd + kTileCols - 1) / kTileCols;
+  parallel_for(sh.streams * tiles, resolve_num_threads(0), [&](std::int64_t item) {
+    const std::int64_t stream = item / tiles;
+    const std::int64_t col0 = (item % tiles) * kTileCols;
+    StagedToken tok;
+    stage_token<Elem>(job, stream, tok);
+    decode_columns<Elem>(job, stream, tok, col0, std::min(kTileCols, sh.hd - col0));
+  });
+}
+
+}  // namespace
+
+void decode_step(const WriteReadArgs& args, const TensorRef& readings,
+                 const core::DecodeShape& shape, const DecodeOptions& options) {
+  const DecodeJob job{args, readings, shape, options.slots_per_stream};
+  if (shape.bank == DType::bf16) {
+    decode_all<std::uint16_t>(job);
+  } else {
+    decode_all<float>(job);
+  }
+}
+
+}  // namespace sdm::cpu
