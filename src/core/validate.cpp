@@ -126,22 +126,30 @@ void check_at_least(std::int64_t value, const std::string& what, const char* arg
   }
 }
 
-// The common checks of every tensor argument: present, dtype, device, contiguous.
-void check_tensor(const TensorRef& t, const char* name, const DTypes& dtypes, const Device& bank_device) {
+// What every tensor argument is checked for first: present, dtype, on the bank's device.
+// Its shape comes next, then contiguity (so that a wrong shape is reported as such).
+void check_argument(const TensorRef& t, const char* name, const DTypes& dtypes, const Device& bank_device) {
   check_present(t, name);
   check_dtype(t, name, dtypes);
   check_device(t, name, bank_device);
+}
+
+// A tensor whose shape is known in advance: all of the above.
+void check_tensor(const TensorRef& t, const char* name, const DTypes& dtypes, const Device& bank_device,
+                  std::initializer_list<ShapeRule> accepted) {
+  check_argument(t, name, dtypes, bank_device);
+  check_shape(t, name, accepted);
   check_contiguous(t, name);
 }
 
-// The bank: 2-D [S, hd], contiguous, S in 1..kMaxBankRows, hd >= 1 (SPEC G.1, G.2, Z.11).
+// The bank: 2-D [S, hd], S in 1..kMaxBankRows, hd >= 1, contiguous (SPEC G.1, G.2, Z.11).
 void check_bank(const TensorRef& memory, BankDTypes banks) {
   check_present(memory, "memory");
   check_dtype(memory, "memory", bank_dtypes(banks));
   check_ndim(memory, "memory", 2, "[S, hd]");
-  check_contiguous(memory, "memory");
   check_in_range(memory.size(0), "memory rows S", "memory", 1, kMaxBankRows);
   check_at_least(memory.size(1), "memory columns hd", "memory", 1);
+  check_contiguous(memory, "memory");
 }
 
 void check_bank_holds_streams(std::int64_t S, std::int64_t streams, std::int64_t slots_per_stream) {
@@ -244,7 +252,7 @@ WriteReadShape validate_write_read(const WriteReadArgs& args, const TensorRef& r
   check_snapshot_quant(options.snapshot_quant);
   s.slots_per_stream = options.slots_per_stream;
 
-  check_tensor(args.k_idx, "k_idx", kIndexDTypes, device);
+  check_argument(args.k_idx, "k_idx", kIndexDTypes, device);
   check_ndim(args.k_idx, "k_idx", 3, "[P, T, W]");
   s.P = args.k_idx.size(0);
   s.T = args.k_idx.size(1);
@@ -252,29 +260,25 @@ WriteReadShape validate_write_read(const WriteReadArgs& args, const TensorRef& r
   check_at_least(s.P, "streams P (k_idx.shape[0])", "k_idx", 1);
   check_at_least(s.T, "tokens T (k_idx.shape[1])", "k_idx", 1);
   check_in_range(s.W, "writes per token W (k_idx.shape[2])", "k_idx", 1, kMaxWidth);
+  check_contiguous(args.k_idx, "k_idx");
 
-  check_tensor(args.q_idx, "q_idx", kIndexDTypes, device);
+  check_argument(args.q_idx, "q_idx", kIndexDTypes, device);
   check_ndim(args.q_idx, "q_idx", 3, "[P, T, R]");
   s.R = args.q_idx.size(2);
   check_shape(args.q_idx, "q_idx", {{"[P, T, R]", {s.P, s.T, s.R}}});
   check_in_range(s.R, "reads per token R (q_idx.shape[2])", "q_idx", 1, kMaxWidth);
+  check_contiguous(args.q_idx, "q_idx");
 
   const DTypes inputs = input_dtypes(banks);
-  check_tensor(args.k_val, "k_val", inputs, device);
-  check_shape(args.k_val, "k_val", {{"[P, T, W]", {s.P, s.T, s.W}}});
-  check_tensor(args.v, "v", inputs, device);
-  check_shape(args.v, "v", {{"[P, T, hd]", {s.P, s.T, s.hd}}});
-  check_tensor(args.beta, "beta", inputs, device);
-  check_shape(args.beta, "beta", {{"[P, T]", {s.P, s.T}}, {"[P, T, 1]", {s.P, s.T, 1}}});
-  check_tensor(args.g, "g", inputs, device);
-  check_shape(args.g, "g", {{"[P, T, 1]", {s.P, s.T, 1}}, {"[P, T, W]", {s.P, s.T, s.W}}});
+  check_tensor(args.k_val, "k_val", inputs, device, {{"[P, T, W]", {s.P, s.T, s.W}}});
+  check_tensor(args.v, "v", inputs, device, {{"[P, T, hd]", {s.P, s.T, s.hd}}});
+  check_tensor(args.beta, "beta", inputs, device, {{"[P, T]", {s.P, s.T}}, {"[P, T, 1]", {s.P, s.T, 1}}});
+  check_tensor(args.g, "g", inputs, device, {{"[P, T, 1]", {s.P, s.T, 1}}, {"[P, T, W]", {s.P, s.T, s.W}}});
   s.G = args.g.size(2);
-  check_tensor(args.q_val, "q_val", inputs, device);
-  check_shape(args.q_val, "q_val", {{"[P, T, R]", {s.P, s.T, s.R}}});
-
+  check_tensor(args.q_val, "q_val", inputs, device, {{"[P, T, R]", {s.P, s.T, s.R}}});
   if (readings.defined()) {
-    check_tensor(readings, "readings", banks == BankDTypes::engine ? DTypes{s.bank} : kAnyFloat, device);
-    check_shape(readings, "readings", {{"[P, T, hd]", {s.P, s.T, s.hd}}});
+    check_tensor(readings, "readings", banks == BankDTypes::engine ? DTypes{s.bank} : kAnyFloat, device,
+                 {{"[P, T, hd]", {s.P, s.T, s.hd}}});
   }
 
   check_bank_holds_streams(s.S, s.P, s.slots_per_stream);
@@ -297,11 +301,9 @@ void validate_write_read_backward(const WriteReadArgs& args, const WriteReadShap
                                   const TensorRef& grad_readings, const TensorRef& grad_final_bank,
                                   const WriteReadGrads& grads) {
   const Device& device = args.memory.device;
-  check_tensor(grad_readings, "grad_readings", kAnyFloat, device);
-  check_shape(grad_readings, "grad_readings", {{"[P, T, hd]", {shape.P, shape.T, shape.hd}}});
+  check_tensor(grad_readings, "grad_readings", kAnyFloat, device, {{"[P, T, hd]", {shape.P, shape.T, shape.hd}}});
   if (grad_final_bank.defined()) {
-    check_tensor(grad_final_bank, "grad_final_bank", kAnyFloat, device);
-    check_shape(grad_final_bank, "grad_final_bank", {{"[S, hd]", {shape.S, shape.hd}}});
+    check_tensor(grad_final_bank, "grad_final_bank", kAnyFloat, device, {{"[S, hd]", {shape.S, shape.hd}}});
   }
   // Each gradient output, when requested, is shaped like its input.
   const struct {
@@ -316,8 +318,8 @@ void validate_write_read_backward(const WriteReadArgs& args, const WriteReadShap
   };
   for (const auto& out : outputs) {
     if (!out.grad.defined()) continue;
-    check_tensor(out.grad, out.name, kAnyFloat, device);
-    check_shape(out.grad, out.name, {{std::string("the shape of ") + out.input_name, dims_of(out.input)}});
+    check_tensor(out.grad, out.name, kAnyFloat, device,
+                 {{std::string("the shape of ") + out.input_name, dims_of(out.input)}});
   }
 }
 
@@ -332,7 +334,7 @@ DecodeShape validate_decode(const WriteReadArgs& args, const TensorRef& readings
   check_at_least(options.slots_per_stream, "slots_per_stream", "slots_per_stream", 0);
 
   // k_idx [..., W]: its leading dims are the streams, shared by every other tensor.
-  check_tensor(args.k_idx, "k_idx", kIndexDTypes, device);
+  check_argument(args.k_idx, "k_idx", kIndexDTypes, device);
   check_at_least(args.k_idx.ndim, "k_idx dimensions", "k_idx", 1);
   const Dims lead(args.k_idx.sizes.begin(), args.k_idx.sizes.begin() + args.k_idx.ndim - 1);
   s.streams = 1;
@@ -342,34 +344,30 @@ DecodeShape validate_decode(const WriteReadArgs& args, const TensorRef& readings
   }
   s.W = args.k_idx.size(-1);
   check_in_range(s.W, "writes per token W (k_idx.shape[-1])", "k_idx", 1, kMaxWidth);
+  check_contiguous(args.k_idx, "k_idx");
   auto with_last = [&lead](std::int64_t last) {
     Dims dims = lead;
     dims.push_back(last);
     return dims;
   };
 
-  check_tensor(args.q_idx, "q_idx", kIndexDTypes, device);
+  check_argument(args.q_idx, "q_idx", kIndexDTypes, device);
   check_ndim(args.q_idx, "q_idx", args.k_idx.ndim, "[..., R] with k_idx's leading dims");
   s.R = args.q_idx.size(-1);
   check_shape(args.q_idx, "q_idx", {{"[..., R]", with_last(s.R)}});
   check_in_range(s.R, "reads per token R (q_idx.shape[-1])", "q_idx", 1, kMaxWidth);
+  check_contiguous(args.q_idx, "q_idx");
 
   const DTypes inputs = input_dtypes(banks);
-  check_tensor(args.k_val, "k_val", inputs, device);
-  check_shape(args.k_val, "k_val", {{"[..., W]", with_last(s.W)}});
-  check_tensor(args.v, "v", inputs, device);
-  check_shape(args.v, "v", {{"[..., hd]", with_last(s.hd)}});
-  check_tensor(args.beta, "beta", inputs, device);
-  check_shape(args.beta, "beta", {{"[..., 1]", with_last(1)}});
-  check_tensor(args.g, "g", inputs, device);
-  check_shape(args.g, "g", {{"[..., 1]", with_last(1)}, {"[..., W]", with_last(s.W)}});
+  check_tensor(args.k_val, "k_val", inputs, device, {{"[..., W]", with_last(s.W)}});
+  check_tensor(args.v, "v", inputs, device, {{"[..., hd]", with_last(s.hd)}});
+  check_tensor(args.beta, "beta", inputs, device, {{"[..., 1]", with_last(1)}});
+  check_tensor(args.g, "g", inputs, device, {{"[..., 1]", with_last(1)}, {"[..., W]", with_last(s.W)}});
   s.G = args.g.size(-1);
-  check_tensor(args.q_val, "q_val", inputs, device);
-  check_shape(args.q_val, "q_val", {{"[..., R]", with_last(s.R)}});
-
+  check_tensor(args.q_val, "q_val", inputs, device, {{"[..., R]", with_last(s.R)}});
   if (readings.defined()) {
-    check_tensor(readings, "readings", banks == BankDTypes::engine ? DTypes{s.bank} : kAnyFloat, device);
-    check_shape(readings, "readings", {{"[..., hd]", with_last(s.hd)}});
+    check_tensor(readings, "readings", banks == BankDTypes::engine ? DTypes{s.bank} : kAnyFloat, device,
+                 {{"[..., hd]", with_last(s.hd)}});
   }
   if (options.slots_per_stream >= 1) check_bank_holds_streams(s.S, s.streams, options.slots_per_stream);
   return s;
