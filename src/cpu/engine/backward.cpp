@@ -1,0 +1,54 @@
+// backward.cpp - the backward of the chunked op (SPEC C.2, C.3, Z.2, Z.6).
+//
+// Inputs: the forward's args with args.memory holding the FINAL bank (it is the working
+// bank: restored in place, chunk by chunk, to the initial bank - exactly for snapshot
+// "none"); `saved` from write_read_forward_saving with the same args and options;
+// grad_readings [P, T, hd] (any float dtype, used as f32); grad_final_bank [S, hd] or
+// absent (zero). Outputs: every defined tensor of `grads` (grad_memory [S, hd]: bank dtype
+// or f32; the others shaped like their inputs). `saved` and every other input are only read.
+//
+// Reverse time steps ti = Nt-1 .. 0; the P chunks of a step run in parallel (streams own
+// disjoint bank and gradient rows, and disjoint token gradients), each chunk on one worker:
+// rebuild its Phase-1 plan (bit-identical to the forward's, chunk_plan.hpp), then
+// backward_chunk (backward_chunk.hpp). The gradient bank G (grad_bank.hpp) starts at
+// grad_final_bank and ends as the gradient of the initial bank. Single writer per gradient
+// row, fixed orders, no atomics: bitwise identical for any thread count and run to run.
+#include <vector>
+
+#include "backward_chunk.hpp"
+#include "chunk_plan.hpp"
+#include "engine.hpp"
+#include "grad_bank.hpp"
+#include "saved_layout.hpp"
+#include "worker_split.hpp"
+
+namespace sdm::cpu {
+
+void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, const TensorRef& grad_readings,
+                         const TensorRef& grad_final_bank, const WriteReadGrads& grads,
+                         const core::WriteReadShape& shape, const WriteReadOptions& options) {
+  const int threads = resolve_num_threads(options.num_threads);
+  const SavedLayout layout = saved_layout(shape, options);
+  const GradBank grad_bank(shape, options, grad_final_bank, grads.memory, threads);
+  const BackwardJob job{args,
+                        grad_readings,
+                        grads,
+                        shape,
+                        layout,
+                        saved.data_as<const unsigned char>(),
+                        RowMatrix{args.memory.data, shape.bank, shape.hd},
+                        grad_bank.rows()};
+
+  const std::int64_t workers = worker_count(shape.P, threads);
+  std::vector<BackwardScratch> scratch(static_cast<std::size_t>(workers));
+  for (std::int64_t ti = shape.num_time_chunks() - 1; ti >= 0; --ti) {
+    for_each_item(shape.P, workers, threads, [&](std::int64_t p, std::int64_t worker) {
+      BackwardScratch& ws = scratch[static_cast<std::size_t>(worker)];
+      build_chunk_plan(args, shape, p, ti, ws.plan);
+      backward_chunk(job, ti, ws);
+    });
+  }
+  grad_bank.finish(grad_final_bank, grads.memory, threads);
+}
+
+}  // namespace sdm::cpu

@@ -1,0 +1,224 @@
+// chunk_plan.cpp - Phase 1 of one chunk; the math and orders are stated in chunk_plan.hpp.
+#include "chunk_plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/tensor_access.hpp"
+#include "element_io.hpp"
+
+namespace sdm::cpu {
+namespace {
+
+using std::size_t;
+
+inline size_t at(std::int64_t i) { return static_cast<size_t>(i); }
+
+// Stages kappa, gamma, rho, beta and the (masked) rows of the chunk's entries.
+void stage_entries(const WriteReadArgs& args, const core::WriteReadShape& shape, ChunkPlan& plan) {
+  const std::int64_t lo = plan.stream * shape.slots_per_stream;
+  const std::int64_t hi = lo + shape.slots_per_stream;
+  auto masked = [&](std::int64_t row) { return row >= lo && row < hi ? row : kMaskedRow; };
+  const std::int64_t token0 = plan.stream * shape.T + plan.t0;  // flat token of i = 0
+  for (std::int64_t i = 0; i < plan.n; ++i) {
+    const std::int64_t token = token0 + i;
+    for (std::int64_t w = 0; w < shape.W; ++w) {
+      const size_t e = at(i * shape.W + w);
+      plan.k_row[e] = masked(core::load_index(args.k_idx, token * shape.W + w));
+      plan.kappa[e] = round_to_bank(shape.bank, load_element(args.k_val, token * shape.W + w));
+      plan.gamma[e] = load_element(args.g, token * shape.G + (shape.G == 1 ? 0 : w));
+    }
+    for (std::int64_t r = 0; r < shape.R; ++r) {
+      const size_t q = at(i * shape.R + r);
+      plan.q_row[q] = masked(core::load_index(args.q_idx, token * shape.R + r));
+      plan.rho[q] = round_to_bank(shape.bank, load_element(args.q_val, token * shape.R + r));
+    }
+    plan.beta[at(i)] = load_element(args.beta, token);
+  }
+}
+
+// Sorts the valid write entries by (row, token, lane), cuts them into groups and runs the
+// per-group scans (L, P, Lambda) and the effective weights.
+void group_writes(ChunkPlan& plan) {
+  const std::int64_t entries = plan.n * plan.W;
+  plan.write_order.clear();
+  for (std::int32_t e = 0; e < entries; ++e) {
+    plan.k_group[at(e)] = -1;
+    if (plan.k_row[at(e)] != kMaskedRow) plan.write_order.push_back(e);
+  }
+  // e = i*W + w, so ordering by (row, e) is ordering by (row, token, lane).
+  std::sort(plan.write_order.begin(), plan.write_order.end(), [&](std::int32_t a, std::int32_t b) {
+    const std::int64_t ra = plan.k_row[at(a)], rb = plan.k_row[at(b)];
+    return ra != rb ? ra < rb : a < b;
+  });
+  plan.groups.clear();
+  const auto sorted = static_cast<std::int32_t>(plan.write_order.size());
+  for (std::int32_t begin = 0; begin < sorted;) {
+    WriteGroup group;
+    group.begin = begin;
+    group.row = plan.k_row[at(plan.write_order[at(begin)])];
+    group.end = begin + 1;
+    while (group.end < sorted && plan.k_row[at(plan.write_order[at(group.end)])] == group.row) ++group.end;
+    const auto index = static_cast<std::int32_t>(plan.groups.size());
+    float running = 0.0f;
+    for (std::int32_t s = group.begin; s < group.end; ++s) {
+      const size_t e = at(plan.write_order[at(s)]);
+      running += plan.gamma[e];
+      plan.L[e] = running;
+      plan.k_group[e] = index;
+    }
+    group.log_decay = running;
+    group.decay = std::exp(running);
+    float after = 0.0f;
+    for (std::int32_t s = group.end - 1; s >= group.begin; --s) {
+      const size_t e = at(plan.write_order[at(s)]);
+      plan.P[e] = after;
+      after += plan.gamma[e];
+    }
+    for (std::int32_t s = group.begin; s < group.end; ++s) {
+      const size_t e = at(plan.write_order[at(s)]);
+      plan.k_eff[e] = plan.kappa[e] * std::exp(plan.L[e]);
+      plan.coef[e] = plan.kappa[e] * std::exp(plan.P[e]);
+    }
+    plan.groups.push_back(group);
+    begin = group.end;
+  }
+}
+
+// The write group of `row`, or -1.
+std::int32_t find_group(const ChunkPlan& plan, std::int64_t row) {
+  const auto it = std::lower_bound(plan.groups.begin(), plan.groups.end(), row,
+                                   [](const WriteGroup& g, std::int64_t r) { return g.row < r; });
+  if (it == plan.groups.end() || it->row != row) return -1;
+  return static_cast<std::int32_t>(it - plan.groups.begin());
+}
+
+// Lq, q_w and the visible write range of every read (reads follow the token's writes).
+void place_reads(ChunkPlan& plan) {
+  for (std::int64_t i = 0; i < plan.n; ++i) {
+    for (std::int64_t r = 0; r < plan.R; ++r) {
+      const size_t q = at(i * plan.R + r);
+      plan.q_group[q] = -1;
+      plan.q_end[q] = 0;
+      plan.Lq[q] = 0.0f;
+      plan.q_w[q] = 0.0f;
+      if (plan.q_row[q] == kMaskedRow) continue;
+      const std::int32_t g = find_group(plan, plan.q_row[q]);
+      std::int32_t end = 0;
+      if (g >= 0) {
+        const WriteGroup& group = plan.groups[at(g)];
+        end = group.begin;
+        while (end < group.end && plan.token_of_write(plan.write_order[at(end)]) <= i) ++end;
+        if (end > group.begin) plan.Lq[q] = plan.L[at(plan.write_order[at(end - 1)])];
+      }
+      plan.q_group[q] = g;
+      plan.q_end[q] = end;
+      plan.q_w[q] = plan.rho[q] * std::exp(plan.Lq[q]);
+    }
+  }
+}
+
+void build_a_and_qk(ChunkPlan& plan) {
+  const std::int64_t C = plan.C;
+  std::fill(plan.A.begin(), plan.A.end(), 0.0f);
+  std::fill(plan.QK.begin(), plan.QK.end(), 0.0f);
+  for (const WriteGroup& group : plan.groups) {
+    for (std::int32_t s = group.begin; s < group.end; ++s) {
+      const std::int32_t e = plan.write_order[at(s)];
+      const std::int64_t i = plan.token_of_write(e);
+      for (std::int32_t s2 = group.begin; s2 < s; ++s2) {
+        const std::int32_t e2 = plan.write_order[at(s2)];
+        const std::int64_t j = plan.token_of_write(e2);
+        if (j >= i) continue;  // a repeated slot within one token (a violated precondition)
+        plan.A[at(i * C + j)] +=
+            plan.kappa[at(e)] * plan.kappa[at(e2)] * std::exp(plan.L[at(e)] - plan.L[at(e2)]);
+      }
+    }
+  }
+  for (std::int64_t i = 0; i < plan.n; ++i) {
+    for (std::int64_t r = 0; r < plan.R; ++r) {
+      const size_t q = at(i * plan.R + r);
+      if (plan.q_group[q] < 0) continue;
+      const WriteGroup& group = plan.groups[at(plan.q_group[q])];
+      for (std::int32_t s = group.begin; s < plan.q_end[q]; ++s) {
+        const std::int32_t e = plan.write_order[at(s)];
+        const std::int64_t j = plan.token_of_write(e);
+        plan.QK[at(i * C + j)] += plan.rho[q] * plan.kappa[at(e)] * std::exp(plan.Lq[q] - plan.L[at(e)]);
+      }
+    }
+  }
+}
+
+// X = (I + diag(beta) A)^-1 row by row: row i = -beta_i * sum_{k<i} A[i][k] * row k.
+void solve_unit_lower(ChunkPlan& plan) {
+  const std::int64_t C = plan.C;
+  std::fill(plan.X.begin(), plan.X.end(), 0.0f);
+  for (std::int64_t i = 0; i < plan.n; ++i) {
+    float* xi = &plan.X[at(i * C)];
+    for (std::int64_t k = 0; k < i; ++k) {
+      const float aik = plan.A[at(i * C + k)];
+      const float* xk = &plan.X[at(k * C)];
+      for (std::int64_t j = 0; j <= k; ++j) xi[j] += aik * xk[j];
+    }
+    const float scale = -plan.beta[at(i)];
+    for (std::int64_t j = 0; j < i; ++j) xi[j] *= scale;
+    xi[i] = 1.0f;
+  }
+}
+
+}  // namespace
+
+void build_chunk_plan(const WriteReadArgs& args, const core::WriteReadShape& shape, std::int64_t stream,
+                      std::int64_t time_chunk, ChunkPlan& plan) {
+  plan.stream = stream;
+  plan.C = shape.C;
+  plan.W = shape.W;
+  plan.R = shape.R;
+  plan.t0 = time_chunk * shape.C;
+  plan.n = std::min(shape.C, shape.T - plan.t0);
+
+  const size_t writes = at(shape.C * shape.W), reads = at(shape.C * shape.R);
+  for (auto* v : {&plan.kappa, &plan.gamma, &plan.L, &plan.P, &plan.k_eff, &plan.coef}) v->resize(writes);
+  plan.k_row.resize(writes);
+  plan.k_group.resize(writes);
+  for (auto* v : {&plan.rho, &plan.Lq, &plan.q_w}) v->resize(reads);
+  plan.q_row.resize(reads);
+  plan.q_group.resize(reads);
+  plan.q_end.resize(reads);
+  plan.beta.resize(at(shape.C));
+  for (auto* m : {&plan.A, &plan.QK, &plan.X}) m->resize(at(shape.C * shape.C));
+  plan.read_order.clear();
+  plan.read_groups.clear();
+
+  stage_entries(args, shape, plan);
+  group_writes(plan);
+  place_reads(plan);
+  build_a_and_qk(plan);
+  solve_unit_lower(plan);
+}
+
+void build_read_groups(ChunkPlan& plan) {
+  plan.read_order.clear();
+  const std::int64_t reads = plan.n * plan.R;
+  for (std::int32_t q = 0; q < reads; ++q) {
+    if (plan.q_row[at(q)] != kMaskedRow) plan.read_order.push_back(q);
+  }
+  std::sort(plan.read_order.begin(), plan.read_order.end(), [&](std::int32_t a, std::int32_t b) {
+    const std::int64_t ra = plan.q_row[at(a)], rb = plan.q_row[at(b)];
+    return ra != rb ? ra < rb : a < b;
+  });
+  plan.read_groups.clear();
+  const auto sorted = static_cast<std::int32_t>(plan.read_order.size());
+  for (std::int32_t begin = 0; begin < sorted;) {
+    ReadGroup group;
+    group.begin = begin;
+    group.row = plan.q_row[at(plan.read_order[at(begin)])];
+    group.end = begin + 1;
+    while (group.end < sorted && plan.q_row[at(plan.read_order[at(group.end)])] == group.row) ++group.end;
+    group.write_group = find_group(plan, group.row);
+    plan.read_groups.push_back(group);
+    begin = group.end;
+  }
+}
+
+}  // namespace sdm::cpu

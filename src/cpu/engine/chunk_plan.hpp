@@ -1,0 +1,99 @@
+// chunk_plan.hpp - Phase 1 of one chunk (SPEC B.1, B.4): everything the chunk needs that
+// does not depend on the bank.
+//
+// Input: one chunk = tokens [t0, t0 + n) of stream p (n <= C; only the last chunk of a
+// stream is partial). Per write entry e = (i, w), e = i*W + w, and read entry q = (i, r),
+// q = i*R + r, of the chunk:
+//   kappa_e = f32(rnd_E(k_val))   gamma_e = f32(g[., 0 or w])   beta_i = f32(beta)
+//   rho_q   = f32(rnd_E(q_val))
+// An index outside stream p's rows [p*sps, (p+1)*sps) is masked (only reachable with
+// validation off, SPEC Z.3): the entry gets kMaskedRow, no group, and takes no part in any
+// sum below (no decay, no write, nothing read, zero gradient).
+//
+// Write groups: the valid write entries sorted by (row, token, lane); a group is the run of
+// one row. Within a group (entries in token order), f32 segmented scans (SPEC B.4.1):
+//   L_e        = sum of gamma over the group's entries up to and including e   (forward)
+//   P_e        = sum of gamma over the group's entries after e                  (reverse)
+//   Lambda_s   = L of the group's last entry;  decay_s = expf(Lambda_s)
+//   k_eff_e    = kappa_e * expf(L_e)           coef_e = kappa_e * expf(P_e)
+// Reads: Lq_q = L of the last entry of the read row's group with token <= i (0 if none:
+// reads come after the token's writes), q_w = rho_q * expf(Lq_q) (one f32 rounding, SPEC
+// B.1). q_end marks that entry: entries [group.begin, q_end) are the writes the read sees.
+// Matrices (C x C, row-major, rows and columns >= n unused), f32, SPEC B.1:
+//   A[i][j]  = sum over groups (ascending row) of kappa_e kappa_e' expf(L_e - L_e'),
+//              e in token i, e' in token j < i
+//   QK[i][j] = sum over the reads of token i (ascending r), then the entries e' <= i of the
+//              read row's group (token order), of rho_q kappa_e' expf(Lq_q - L_e'), j <= i
+//   X        = (I + diag(beta) A)^-1, unit lower triangular, by forward substitution
+//              X[i][j] = -beta_i * sum_{k=j}^{i-1} A[i][k] X[k][j] (k ascending)
+//
+// Everything is a deterministic function of the chunk's inputs (sequential, fixed orders),
+// so the backward recomputes a plan bit-identical to the forward's.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/validate.hpp"
+#include "sdm/ops.hpp"
+
+namespace sdm::cpu {
+
+inline constexpr std::int64_t kMaskedRow = -1;
+
+// The valid write entries of one bank row in one chunk: sorted positions [begin, end).
+struct WriteGroup {
+  std::int32_t begin = 0, end = 0;
+  std::int64_t row = 0;
+  float log_decay = 0.0f;  // Lambda_s
+  float decay = 1.0f;      // expf(Lambda_s)
+};
+
+// The valid read entries of one bank row in one chunk, sorted by (token, lane): read-sorted
+// positions [begin, end); write_group is the row's write group, or -1 if it is not written.
+struct ReadGroup {
+  std::int32_t begin = 0, end = 0;
+  std::int64_t row = 0;
+  std::int32_t write_group = -1;
+};
+
+struct ChunkPlan {
+  std::int64_t stream = 0, t0 = 0, n = 0;  // tokens [t0, t0 + n) of `stream`
+  std::int64_t C = 0, W = 0, R = 0;
+
+  // Write entries e = i*W + w, i < n.
+  std::vector<std::int64_t> k_row;   // absolute bank row or kMaskedRow
+  std::vector<std::int32_t> k_group;  // index into groups, -1 if masked
+  std::vector<float> kappa, gamma, L, P, k_eff, coef;
+  std::vector<std::int32_t> write_order;  // valid entries sorted by (row, token, lane)
+  std::vector<WriteGroup> groups;         // ascending row
+
+  // Read entries q = i*R + r, i < n.
+  std::vector<std::int64_t> q_row;    // absolute bank row or kMaskedRow
+  std::vector<std::int32_t> q_group;  // the read row's write group, -1 if none (or masked)
+  std::vector<std::int32_t> q_end;    // write_order position after the last write seen
+  std::vector<float> rho, Lq, q_w;
+
+  std::vector<float> beta;   // [n]
+  std::vector<float> A, QK, X;  // [C, C]
+
+  // Filled by build_read_groups (the backward's single-writer read side).
+  std::vector<std::int32_t> read_order;  // valid reads sorted by (row, token, lane)
+  std::vector<ReadGroup> read_groups;    // ascending row
+
+  std::int64_t token_of_write(std::int32_t e) const { return e / W; }
+  std::int64_t token_of_read(std::int32_t q) const { return q / R; }
+  float a(std::int64_t i, std::int64_t j) const { return A[static_cast<std::size_t>(i * C + j)]; }
+  float qk(std::int64_t i, std::int64_t j) const { return QK[static_cast<std::size_t>(i * C + j)]; }
+  float x(std::int64_t i, std::int64_t j) const { return X[static_cast<std::size_t>(i * C + j)]; }
+};
+
+// Builds the plan of chunk `time_chunk` of `stream` (vectors are reused across calls).
+void build_chunk_plan(const WriteReadArgs& args, const core::WriteReadShape& shape, std::int64_t stream,
+                      std::int64_t time_chunk, ChunkPlan& plan);
+
+// Groups the plan's valid reads by row (sorted by row, token, lane) and links each read
+// group to the write group of the same row.
+void build_read_groups(ChunkPlan& plan);
+
+}  // namespace sdm::cpu

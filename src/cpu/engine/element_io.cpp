@@ -1,0 +1,68 @@
+#include "element_io.hpp"
+
+#include <string>
+
+#include "sdm/error.hpp"
+
+namespace sdm::cpu {
+namespace {
+
+[[noreturn]] void not_float(const char* where, DType dtype) {
+  throw RuntimeError(std::string(where) + ": not a float dtype: " + dtype_name(dtype));
+}
+
+template <typename Src, typename Convert>
+void widen(const void* data, std::int64_t offset, std::int64_t n, float* out, Convert convert) {
+  const Src* src = static_cast<const Src*>(data) + offset;
+  for (std::int64_t c = 0; c < n; ++c) out[c] = convert(src[c]);
+}
+
+template <typename Dst, typename Convert>
+void narrow(void* data, std::int64_t offset, std::int64_t n, const float* in, Convert convert) {
+  Dst* dst = static_cast<Dst*>(data) + offset;
+  for (std::int64_t c = 0; c < n; ++c) dst[c] = convert(in[c]);
+}
+
+}  // namespace
+
+float load_element(const TensorRef& t, std::int64_t i) {
+  float x;
+  load_elements(t, i, 1, &x);
+  return x;
+}
+
+void load_elements(const TensorRef& t, std::int64_t offset, std::int64_t n, float* out) {
+  switch (t.dtype) {
+    case DType::f32: return widen<float>(t.data, offset, n, out, [](float x) { return x; });
+    case DType::bf16: return widen<std::uint16_t>(t.data, offset, n, out, core::bf16_to_float);
+    case DType::f16: return widen<std::uint16_t>(t.data, offset, n, out, core::f16_to_float);
+    case DType::f64:
+      return widen<double>(t.data, offset, n, out, [](double x) { return static_cast<float>(x); });
+    default: not_float("load_elements", t.dtype);
+  }
+}
+
+void store_elements(const TensorRef& t, std::int64_t offset, std::int64_t n, const float* in) {
+  switch (t.dtype) {
+    case DType::f32: return narrow<float>(t.data, offset, n, in, [](float x) { return x; });
+    case DType::bf16: return narrow<std::uint16_t>(t.data, offset, n, in, core::bf16_from_float);
+    case DType::f16: return narrow<std::uint16_t>(t.data, offset, n, in, core::f16_from_float);
+    case DType::f64:
+      return narrow<double>(t.data, offset, n, in, [](float x) { return static_cast<double>(x); });
+    default: not_float("store_elements", t.dtype);
+  }
+}
+
+void RowMatrix::load(std::int64_t row, float* out) const {
+  const std::int64_t offset = row * width;
+  if (dtype == DType::bf16) return widen<std::uint16_t>(data, offset, width, out, core::bf16_to_float);
+  return widen<float>(data, offset, width, out, [](float x) { return x; });
+}
+
+void RowMatrix::store(std::int64_t row, const float* in) const {
+  const std::int64_t offset = row * width;
+  if (dtype == DType::bf16) return narrow<std::uint16_t>(data, offset, width, in, core::bf16_from_float);
+  return narrow<float>(data, offset, width, in, [](float x) { return x; });
+}
+
+}  // namespace sdm::cpu

@@ -1,0 +1,222 @@
+// forward.cpp - the chunked forward, no-grad and saving (SPEC B.2, B.5, Z.2).
+//
+// Inputs (validated, contiguous): memory [S, hd] bf16 / f32, updated in place to the final
+// bank; k_idx, k_val [P, T, W]; v [P, T, hd]; beta [P, T(, 1)]; g [P, T, G]; q_idx,
+// q_val [P, T, R]. Output: readings [P, T, hd] in the bank dtype E; with saving, `saved`
+// (saved_layout.hpp): delta, residual, and the snapshot of every write group's pre-write row.
+//
+// Per time step ti = 0 .. Nt-1 (the P chunks of a step touch disjoint rows, SPEC A.4):
+//   pass 1, per stream: Phase 1 plan of the chunk (chunk_plan.hpp); if saving, encode the
+//           pre-write row of each write group into the snapshot.
+//   pass 2, per (stream, column tile), with M0 the bank rows at the chunk start:
+//     gather   ret_i   = sum_w k_eff_(i,w) M0[s_(i,w)]     (w ascending, f32)
+//              inter_i = sum_r q_w(i,r) M0[sigma_(i,r)]    (r ascending, f32)
+//     dual     res_i   = f32(rnd_E(v_i)) - ret_i;  U_i = beta_i res_i
+//              delta_i = sum_{j<=i} X[i][j] U_j              (j ascending)
+//              y_i     = rnd_E(inter_i + sum_{j<=i} QK[i][j] delta_j)
+//     writer   per write group (one writer per row, groups are disjoint):
+//              M[s] = rnd_E(decay_s M0[s] + sum_{e in group, sorted} coef_e delta_{i_e})
+//              - one rounding to E per chunk (SPEC Z.5).
+// Parallel decomposition: pass 1 over streams, pass 2 over (stream, column tile). Every
+// operation of pass 2 is column-separable (no sum runs across columns), so each element is
+// the same fixed sequence of f32 operations whatever the tiling; the tiling (more tiles
+// when P < threads) therefore never changes a bit. Phase 1 and the snapshot are sequential
+// per chunk. Results are bitwise identical for any thread count, run to run, and between
+// the no-grad and the saving forward (the saving one only adds stores).
+// Masked (out-of-range) entries are skipped everywhere (chunk_plan.hpp); no access leaves
+// the stream's rows, hence the bank.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "chunk_plan.hpp"
+#include "element_io.hpp"
+#include "engine.hpp"
+#include "row_math.hpp"
+#include "saved_layout.hpp"
+#include "worker_split.hpp"
+
+namespace sdm::cpu {
+namespace {
+
+using std::size_t;
+
+inline size_t at(std::int64_t i) { return static_cast<size_t>(i); }
+
+// Narrowest column tile when streams alone cannot occupy the threads.
+constexpr std::int64_t kMinTileCols = 32;
+
+struct ForwardJob {
+  const WriteReadArgs& args;
+  const TensorRef& readings;
+  const core::WriteReadShape& shape;
+  const SavedLayout* layout;  // nullptr for the no-grad forward
+  unsigned char* saved;
+  int threads;
+};
+
+struct ColumnTiling {
+  std::int64_t tiles = 1, width = 0;
+};
+
+ColumnTiling column_tiling(const core::WriteReadShape& shape, int threads) {
+  ColumnTiling t;
+  t.tiles = 1;
+  if (shape.P < threads) {
+    const std::int64_t wanted = (threads + shape.P - 1) / shape.P;
+    t.tiles = std::max<std::int64_t>(1, std::min(wanted, shape.hd / kMinTileCols));
+  }
+  t.width = (shape.hd + t.tiles - 1) / t.tiles;
+  t.tiles = (shape.hd + t.width - 1) / t.width;
+  return t;
+}
+
+// Per-worker f32 scratch of pass 2, [C, width] each.
+struct ColumnScratch {
+  std::vector<float> ret, inter, res, u, delta, acc;
+  void reserve(std::int64_t C, std::int64_t width) {
+    for (auto* v : {&ret, &inter, &res, &u, &delta}) v->assign(at(C * width), 0.0f);
+    acc.assign(at(width), 0.0f);
+  }
+};
+
+// Pass 1 extra of the saving forward: the pre-write row of every write group.
+void save_snapshot(const ForwardJob& job, const ChunkPlan& plan, std::int64_t time_chunk) {
+  const SavedLayout& layout = *job.layout;
+  const auto* bank = static_cast<const unsigned char*>(job.args.memory.data);
+  const size_t bank_row_bytes = at(job.shape.hd) * dtype_size(job.shape.bank);
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const std::int64_t row =
+        layout.snapshot_row(time_chunk, plan.stream, job.shape.P, static_cast<std::int64_t>(k));
+    encode_snapshot_row(layout.snapshot, bank + at(plan.groups[k].row) * bank_row_bytes,
+                        job.saved + layout.snapshot_rows + at(row) * layout.snapshot.row_bytes,
+                        job.saved + layout.scales + at(row) * sizeof(float));
+  }
+}
+
+// Pass 2 on columns [col0, col0 + nc) of one chunk.
+template <typename Elem>
+void forward_columns(const ForwardJob& job, const ChunkPlan& plan, std::int64_t col0, std::int64_t nc,
+                     ColumnScratch& ws) {
+  using B = BankElem<Elem>;
+  const auto& sh = job.shape;
+  const std::int64_t n = plan.n, hd = sh.hd;
+  Elem* bank = job.args.memory.data_as<Elem>();
+  auto bank_cols = [&](std::int64_t row) { return bank + row * hd + col0; };
+  auto tile = [&](std::vector<float>& m, std::int64_t i) { return &m[at(i * nc)]; };
+  const std::int64_t token0 = plan.stream * sh.T + plan.t0;
+
+  for (std::int64_t i = 0; i < n; ++i) {
+    float* ret = tile(ws.ret, i);
+    float* inter = tile(ws.inter, i);
+    std::fill(ret, ret + nc, 0.0f);
+    std::fill(inter, inter + nc, 0.0f);
+    for (std::int64_t w = 0; w < sh.W; ++w) {
+      const size_t e = at(i * sh.W + w);
+      if (plan.k_row[e] == kMaskedRow) continue;
+      const Elem* m = bank_cols(plan.k_row[e]);
+      const float k = plan.k_eff[e];
+      for (std::int64_t c = 0; c < nc; ++c) ret[c] += k * B::load(m[c]);
+    }
+    for (std::int64_t r = 0; r < sh.R; ++r) {
+      const size_t q = at(i * sh.R + r);
+      if (plan.q_row[q] == kMaskedRow) continue;
+      const Elem* m = bank_cols(plan.q_row[q]);
+      const float k = plan.q_w[q];
+      for (std::int64_t c = 0; c < nc; ++c) inter[c] += k * B::load(m[c]);
+    }
+  }
+
+  for (std::int64_t i = 0; i < n; ++i) {
+    float* res = tile(ws.res, i);
+    float* u = tile(ws.u, i);
+    const float* ret = tile(ws.ret, i);
+    load_elements(job.args.v, (token0 + i) * hd + col0, nc, res);
+    const float beta = plan.beta[at(i)];
+    for (std::int64_t c = 0; c < nc; ++c) {
+      res[c] = B::load(B::store(res[c])) - ret[c];
+      u[c] = beta * res[c];
+    }
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    float* delta = tile(ws.delta, i);
+    std::fill(delta, delta + nc, 0.0f);
+    for (std::int64_t j = 0; j <= i; ++j) axpy(plan.x(i, j), tile(ws.u, j), delta, nc);
+  }
+  Elem* readings = job.readings.data_as<Elem>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    float* acc = ws.acc.data();
+    std::fill(acc, acc + nc, 0.0f);
+    for (std::int64_t j = 0; j <= i; ++j) axpy(plan.qk(i, j), tile(ws.delta, j), acc, nc);
+    const float* inter = tile(ws.inter, i);
+    Elem* out = readings + (token0 + i) * hd + col0;
+    for (std::int64_t c = 0; c < nc; ++c) out[c] = B::store(inter[c] + acc[c]);
+  }
+
+  for (const WriteGroup& group : plan.groups) {
+    Elem* m = bank_cols(group.row);
+    float* acc = ws.acc.data();
+    for (std::int64_t c = 0; c < nc; ++c) acc[c] = group.decay * B::load(m[c]);
+    for (std::int32_t s = group.begin; s < group.end; ++s) {
+      const std::int32_t e = plan.write_order[at(s)];
+      axpy(plan.coef[at(e)], tile(ws.delta, plan.token_of_write(e)), acc, nc);
+    }
+    for (std::int64_t c = 0; c < nc; ++c) m[c] = B::store(acc[c]);
+  }
+
+  if (job.layout) {
+    const SavedLayout& layout = *job.layout;
+    const size_t bytes = at(nc) * sizeof(float);
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::memcpy(job.saved + layout.token_offset(layout.delta, token0 + i, hd, col0), tile(ws.delta, i), bytes);
+      std::memcpy(job.saved + layout.token_offset(layout.residual, token0 + i, hd, col0), tile(ws.res, i), bytes);
+    }
+  }
+}
+
+template <typename Elem>
+void run_forward(const ForwardJob& job) {
+  const auto& sh = job.shape;
+  const ColumnTiling tiling = column_tiling(sh, job.threads);
+  std::vector<ChunkPlan> plans(at(sh.P));
+  const std::int64_t items = sh.P * tiling.tiles;
+  const std::int64_t workers = worker_count(items, job.threads);
+  std::vector<ColumnScratch> scratch(at(workers));
+  for (auto& ws : scratch) ws.reserve(sh.C, tiling.width);
+
+  for (std::int64_t ti = 0; ti < sh.num_time_chunks(); ++ti) {
+    parallel_for(sh.P, job.threads, [&](std::int64_t p) {
+      build_chunk_plan(job.args, sh, p, ti, plans[at(p)]);
+      if (job.layout) save_snapshot(job, plans[at(p)], ti);
+    });
+    for_each_item(items, workers, job.threads, [&](std::int64_t item, std::int64_t worker) {
+      const std::int64_t p = item / tiling.tiles;
+      const std::int64_t col0 = (item % tiling.tiles) * tiling.width;
+      forward_columns<Elem>(job, plans[at(p)], col0, std::min(tiling.width, sh.hd - col0), scratch[at(worker)]);
+    });
+  }
+}
+
+void dispatch_forward(const ForwardJob& job) {
+  if (job.shape.bank == DType::bf16) {
+    run_forward<std::uint16_t>(job);
+  } else {
+    run_forward<float>(job);
+  }
+}
+
+}  // namespace
+
+void write_read_forward(const WriteReadArgs& args, const TensorRef& readings, const core::WriteReadShape& shape,
+                        const WriteReadOptions& options) {
+  dispatch_forward({args, readings, shape, nullptr, nullptr, resolve_num_threads(options.num_threads)});
+}
+
+void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings, const TensorRef& saved,
+                               const core::WriteReadShape& shape, const WriteReadOptions& options) {
+  const SavedLayout layout = saved_layout(shape, options);
+  dispatch_forward({args, readings, shape, &layout, saved.data_as<unsigned char>(),
+                    resolve_num_threads(options.num_threads)});
+}
+
+}  // namespace sdm::cpu

@@ -1,0 +1,33 @@
+// saved_layout.cpp - region sizes and offsets of the saved buffer (see saved_layout.hpp).
+#include "saved_layout.hpp"
+
+#include "engine.hpp"
+
+namespace sdm::cpu {
+namespace {
+
+std::size_t align_up(std::size_t bytes) { return (bytes + kSavedAlign - 1) / kSavedAlign * kSavedAlign; }
+
+}  // namespace
+
+SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptions& options) {
+  SavedLayout layout;
+  layout.snapshot = snapshot_format(shape.bank, options.snapshot_quant, shape.hd);
+  layout.chunks = shape.num_time_chunks() * shape.P;
+  layout.rows_per_chunk = shape.C * shape.W;
+  const auto snapshot_rows = static_cast<std::size_t>(layout.chunks * layout.rows_per_chunk);
+  const std::size_t token_rows = static_cast<std::size_t>(shape.P * shape.T * shape.hd) * sizeof(float);
+
+  layout.delta = 0;
+  layout.residual = align_up(layout.delta + token_rows);
+  layout.snapshot_rows = align_up(layout.residual + token_rows);
+  layout.scales = align_up(layout.snapshot_rows + snapshot_rows * layout.snapshot.row_bytes);
+  layout.total = layout.scales + (layout.snapshot.has_scale ? snapshot_rows * sizeof(float) : 0);
+  return layout;
+}
+
+std::size_t write_read_saved_bytes(const core::WriteReadShape& shape, const WriteReadOptions& options) {
+  return saved_layout(shape, options).total;
+}
+
+}  // namespace sdm::cpu

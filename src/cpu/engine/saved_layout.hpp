@@ -1,0 +1,52 @@
+// saved_layout.hpp - the byte layout of the saving forward's buffer (`saved`, u8), a
+// function of the shape and the options only (write_read_saved_bytes).
+//
+// Regions, each starting at a multiple of kSavedAlign bytes from the buffer start (every
+// access goes through memcpy, so the buffer itself needs no alignment):
+//   delta     [P*T, hd] f32   delta_i of every token (stream-major, token p*T + t)
+//   residual  [P*T, hd] f32   v_i - ret_i
+//   snapshot  [N*C*W, row_bytes]  pre-write row of each write group: chunk n = ti*P + p
+//             (time-major, SPEC B.5), group ordinal k (groups in ascending row) at row
+//             n*C*W + k (compact layout, SPEC B.6); encoded as snapshot_codec.hpp says
+//   scales    [N*C*W] f32     per-row quantiser scale (fp8 / int4 only; else empty)
+//
+// What is NOT saved, and why: the Phase-1 plan (groups, L, P, Lambda, k_eff, q_w, A, QK, X).
+// The backward rebuilds it from the inputs with the same code (chunk_plan.hpp), which gives
+// bit-identical values because Phase 1 is a deterministic function of the chunk's inputs.
+// That keeps the layout to four flat regions with no record formats to keep in sync, costs
+// no N*C*C matrices of memory, and adds one Phase 1 per chunk (no bank traffic) to the
+// backward.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/validate.hpp"
+#include "sdm/options.hpp"
+#include "snapshot_codec.hpp"
+
+namespace sdm::cpu {
+
+inline constexpr std::size_t kSavedAlign = 64;
+
+struct SavedLayout {
+  SnapshotFormat snapshot;
+  std::int64_t chunks = 0;          // N = Nt * P
+  std::int64_t rows_per_chunk = 0;  // C * W
+  std::size_t delta = 0, residual = 0, snapshot_rows = 0, scales = 0;  // region offsets
+  std::size_t total = 0;
+
+  // Byte offset of f32 element (token, column) in the delta / residual region.
+  std::size_t token_offset(std::size_t region, std::int64_t token, std::int64_t hd, std::int64_t col) const {
+    return region + static_cast<std::size_t>(token * hd + col) * sizeof(float);
+  }
+  // Snapshot row index of group `group` of chunk (time_chunk, stream).
+  std::int64_t snapshot_row(std::int64_t time_chunk, std::int64_t stream, std::int64_t streams,
+                            std::int64_t group) const {
+    return (time_chunk * streams + stream) * rows_per_chunk + group;
+  }
+};
+
+SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptions& options);
+
+}  // namespace sdm::cpu
