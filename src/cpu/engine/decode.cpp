@@ -30,9 +30,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/float_convert.hpp"
 #include "core/tensor_access.hpp"
 #include "core/validate.hpp"
+#include "element_io.hpp"
 #include "engine.hpp"
 #include "thread_pool.hpp"
 
@@ -41,36 +41,6 @@ namespace {
 
 constexpr std::int64_t kTileCols = 64;
 constexpr std::int64_t kMaskedRow = -1;
-
-// Loads and stores of one bank element as f32 (float = f32 bank, uint16 = bf16 bits).
-template <typename Elem>
-struct BankElem;
-
-template <>
-struct BankElem<float> {
-  static float load(float x) { return x; }
-  static float store(float x) { return x; }
-};
-
-template <>
-struct BankElem<std::uint16_t> {
-  static float load(std::uint16_t x) { return core::bf16_to_float(x); }
-  static std::uint16_t store(float x) { return core::bf16_from_float(x); }
-};
-
-template <typename Elem>
-float round_to_bank(float x) {
-  return BankElem<Elem>::load(BankElem<Elem>::store(x));
-}
-
-// Element i of a float tensor (f32 / bf16 / f16) as f32; the widening is exact.
-float load_float(const TensorRef& t, std::int64_t i) {
-  switch (t.dtype) {
-    case DType::bf16: return core::bf16_to_float(t.data_as<const std::uint16_t>()[i]);
-    case DType::f16: return core::f16_to_float(t.data_as<const std::uint16_t>()[i]);
-    default: return t.data_as<const float>()[i];
-  }
-}
 
 // One stream's token staged in f32 (and bank dtype rounding), rows already masked.
 struct StagedToken {
@@ -88,7 +58,6 @@ struct DecodeJob {
   std::int64_t slots_per_stream;  // 0: rows are only bounded by the bank
 };
 
-template <typename Elem>
 void stage_token(const DecodeJob& job, std::int64_t stream, StagedToken& tok) {
   const auto& a = job.args;
   const auto& sh = job.shape;
@@ -98,15 +67,34 @@ void stage_token(const DecodeJob& job, std::int64_t stream, StagedToken& tok) {
   for (std::int64_t w = 0; w < sh.W; ++w) {
     const auto i = static_cast<std::size_t>(w);
     tok.write_row[i] = checked_row(core::load_index(a.k_idx, stream * sh.W + w));
-    tok.kappa[i] = round_to_bank<Elem>(load_float(a.k_val, stream * sh.W + w));
-    tok.decay[i] = std::exp(load_float(a.g, stream * sh.G + (sh.G == 1 ? 0 : w)));
+    tok.kappa[i] = round_to_bank(sh.bank, load_element(a.k_val, stream * sh.W + w));
+    tok.decay[i] = std::exp(load_element(a.g, stream * sh.G + (sh.G == 1 ? 0 : w)));
   }
   for (std::int64_t r = 0; r < sh.R; ++r) {
     const auto i = static_cast<std::size_t>(r);
     tok.read_row[i] = checked_row(core::load_index(a.q_idx, stream * sh.R + r));
-    tok.rho[i] = round_to_bank<Elem>(load_float(a.q_val, stream * sh.R + r));
+    tok.rho[i] = round_to_bank(sh.bank, load_element(a.q_val, stream * sh.R + r));
   }
-  tok.beta = load_float(a.beta, stream);
+  tok.beta = load_element(a.beta, stream);
+}
+
+// Asks for the cache lines of columns [col0, col0 + n) of every listed (unmasked) row
+// before any is used: the rows are random, so their DRAM latencies overlap instead of
+// adding up.
+template <typename Elem>
+void prefetch_rows(const Elem* bank, std::int64_t hd, std::int64_t col0, std::int64_t n,
+                   const std::int64_t* rows, std::int64_t count) {
+#if defined(__GNUC__)
+  constexpr std::int64_t kLineElems = 64 / static_cast<std::int64_t>(sizeof(Elem));
+  for (std::int64_t k = 0; k < count; ++k) {
+    if (rows[k] == kMaskedRow) continue;
+    const Elem* first = bank + rows[k] * hd + col0;
+    for (std::int64_t c = 0; c < n; c += kLineElems) __builtin_prefetch(first + c);
+    __builtin_prefetch(first + n - 1);
+  }
+#else
+  (void)bank, (void)hd, (void)col0, (void)n, (void)rows, (void)count;
+#endif
 }
 
 // Columns [col0, col0 + n) of one stream's token: write, then read (n <= kTileCols).
@@ -118,7 +106,9 @@ void decode_columns(const DecodeJob& job, std::int64_t stream, const StagedToken
   Elem* bank = job.args.memory.data_as<Elem>();
   auto row_at = [&](std::int64_t row) { return bank + row * sh.hd + col0; };
 
-  float acc[kTileCols] = {};  // ret, then delta, then the reading sums
+  prefetch_rows<Elem>(bank, sh.hd, col0, n, tok.write_row.data(), sh.W);
+  prefetch_rows<Elem>(bank, sh.hd, col0, n, tok.read_row.data(), sh.R);
+  float acc[kTileCols] = {};  // ret, then delta
   for (std::int64_t w = 0; w < sh.W; ++w) {
     const auto i = static_cast<std::size_t>(w);
     if (tok.write_row[i] == kMaskedRow) continue;
@@ -127,9 +117,9 @@ void decode_columns(const DecodeJob& job, std::int64_t stream, const StagedToken
     for (std::int64_t c = 0; c < n; ++c) acc[c] += kappa * (decay * E::load(row[c]));
   }
   const std::int64_t v0 = stream * sh.hd + col0;
-  for (std::int64_t c = 0; c < n; ++c) {
-    acc[c] = tok.beta * (round_to_bank<Elem>(load_float(job.args.v, v0 + c)) - acc[c]);
-  }
+  float v[kTileCols];
+  load_elements(job.args.v, v0, n, v);
+  for (std::int64_t c = 0; c < n; ++c) acc[c] = tok.beta * (E::load(E::store(v[c])) - acc[c]);
   for (std::int64_t w = 0; w < sh.W; ++w) {
     const auto i = static_cast<std::size_t>(w);
     if (tok.write_row[i] == kMaskedRow) continue;
@@ -157,7 +147,7 @@ void decode_all(const DecodeJob& job) {
     const std::int64_t stream = item / tiles;
     const std::int64_t col0 = (item % tiles) * kTileCols;
     StagedToken tok;
-    stage_token<Elem>(job, stream, tok);
+    stage_token(job, stream, tok);
     decode_columns<Elem>(job, stream, tok, col0, std::min(kTileCols, sh.hd - col0));
   });
 }
