@@ -10,13 +10,16 @@
 // Method: recompute the forward keeping each token's pre-write rows m_w, retrieved and delta;
 // then walk the tokens in reverse, carrying dL/dM (the bank gradient after the token) and a
 // float64 copy of the bank that is rolled back one token at a time (undo the token's writes),
-// so that each token's read sees the rows it read in the forward. Per token, with
-// d_w = exp(gamma_w), r_w = d_w m_w:
-//   read    y = sum_r rho_r M[q_r]          d rho_r = <dy, M[q_r]>;  dM[q_r] += rho_r dy
-//   write   M[s_w] = r_w + kappa_w delta    d kappa_w = <dM[s_w], delta>;  d delta = sum_w kappa_w dM[s_w]
-//   delta   delta = beta (v - ret)           d beta = <d delta, v - ret>;  dv = beta d delta;  d ret = -beta d delta
-//   retrieve ret = sum_w kappa_w r_w         d kappa_w += <d ret, r_w>;  d r_w = dM[s_w] + kappa_w d ret
-//   decay   r_w = d_w m_w                    d gamma_w = <d r_w, r_w>;  dM[s_w] = d_w d r_w
+// so that each token's read sees the rows it read in the forward. Per token, in reverse order
+// of the forward steps, with d_w = exp(gamma_w) and r_w = d_w m_w:
+//   read      y = sum_r rho_r M[q_r]         d rho_r = <dy, M[q_r]>;  dM[q_r] += rho_r dy
+//   write     M[s_w] = r_w + kappa_w delta   d kappa_w = <dM[s_w], delta>;
+//                                            d delta = sum_w kappa_w dM[s_w]
+//   delta     delta = beta (v - ret)         d beta = <d delta, v - ret>;  dv = beta d delta;
+//                                            d ret = -beta d delta
+//   retrieve  ret = sum_w kappa_w r_w        d kappa_w += <d ret, r_w>;
+//                                            d r_w = dM[s_w] + kappa_w d ret
+//   decay     r_w = d_w m_w                  d gamma_w = <d r_w, r_w>;  dM[s_w] = d_w d r_w
 #include <algorithm>
 #include <cmath>
 #include <vector>

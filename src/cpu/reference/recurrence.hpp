@@ -1,6 +1,6 @@
 // recurrence.hpp - the pieces shared by the float64 reference's forward, backward and decode
-// step: the inputs as the op uses them (SPEC A.1), the bank in float64, and one token of the
-// recurrence (SPEC A.2). Each piece exists once, so every entry point does the identical
+// step: the inputs as the op uses them (SPEC A.1), float64 copies of tensors, and one token of
+// the recurrence (SPEC A.2). Each piece exists once, so every entry point does the identical
 // arithmetic in the identical order (the decode test relies on it: decode == forward bitwise).
 #pragma once
 
@@ -55,8 +55,10 @@ std::vector<double> load_values(const TensorRef& t);
 void store_values(const std::vector<double>& values, const TensorRef& t);
 
 // SPEC A.2 steps 1-4 for token n. rows[w] points to the hd values of slot k_idx[n, w] (the W
-// slots are distinct), or is nullptr for a masked slot (skipped). In place: r_w = exp(gamma_w) * M[s_w]; ret = sum_w k_val_w * r_w;
-// delta = beta * (v - ret); M[s_w] = r_w + k_val_w * delta. Writes ret and delta ([hd] each).
+// slots are distinct), or is nullptr for a masked slot (skipped). In place:
+//   r_w = exp(gamma_w) * M[s_w];  ret = sum_w k_val_w * r_w;  delta = beta * (v - ret);
+//   M[s_w] = r_w + k_val_w * delta.
+// Writes ret and delta ([hd] each).
 void write_token(const Inputs& in, std::int64_t n, std::span<double* const> rows,
                  std::span<double> retrieved, std::span<double> delta);
 

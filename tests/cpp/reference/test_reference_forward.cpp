@@ -275,13 +275,16 @@ TEST_P(Rounding, BackwardEqualsF64BankOnRoundedInputs) {
   const HostTensor grad_readings = weights.v;         // [P, T, hd]
   const HostTensor grad_final_bank = weights.memory;  // [S, hd]
   auto gradients = [&](const Problem& problem) {
-    std::vector<HostTensor> g{HostTensor(DType::f64, problem.memory.sizes()), HostTensor(DType::f64, problem.k_val.sizes()),
-                              HostTensor(DType::f64, problem.v.sizes()),      HostTensor(DType::f64, problem.beta.sizes()),
-                              HostTensor(DType::f64, problem.g.sizes()),      HostTensor(DType::f64, problem.q_val.sizes())};
+    std::vector<HostTensor> g;  // memory, k_val, v, beta, g, q_val
+    for (const HostTensor* input : {&problem.memory, &problem.k_val, &problem.v, &problem.beta, &problem.g,
+                                    &problem.q_val}) {
+      g.emplace_back(DType::f64, input->sizes());
+    }
     WriteReadOptions options;
     options.slots_per_stream = spec.slots_per_stream;
     reference::write_read_backward(problem.args(), grad_readings.ref(), grad_final_bank.ref(),
-                                   {g[0].ref(), g[1].ref(), g[2].ref(), g[3].ref(), g[4].ref(), g[5].ref()}, options);
+                                   {g[0].ref(), g[1].ref(), g[2].ref(), g[3].ref(), g[4].ref(), g[5].ref()},
+                                   options);
     return g;
   };
   const auto narrow = gradients(pb), exact = gradients(twin);
@@ -292,7 +295,8 @@ TEST_P(Rounding, BackwardEqualsF64BankOnRoundedInputs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, Rounding,
-                         ::testing::Values(RoundingCase{DType::bf16, DType::f32}, RoundingCase{DType::bf16, DType::f64},
+                         ::testing::Values(RoundingCase{DType::bf16, DType::f32},
+                                           RoundingCase{DType::bf16, DType::f64},
                                            RoundingCase{DType::f32, DType::f64}),
                          [](const auto& param_info) {
                            return std::string(dtype_name(param_info.param.bank)) + "_bank_" +
