@@ -1,0 +1,77 @@
+// inplace_guard.cpp - Autograd kernels of the in-place ops (write_read_, decode_step).
+//
+// These ops update the bank in place and save nothing for a backward, so autograd cannot
+// record them. When grad mode is on and an input requires grad, they raise and name the
+// functional form (SPEC Z.2); otherwise they run the kernel below autograd and bump the
+// bank's version counter, as any in-place op does.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/core/GradMode.h>
+#include <torch/library.h>
+
+#include <initializer_list>
+#include <utility>
+
+#include "kernels.hpp"
+
+namespace sdm::torch_bindings {
+namespace {
+
+struct NamedTensor {
+  const char* name;
+  const at::Tensor* tensor;
+};
+
+void refuse_recording(const char* op, const char* instead, std::initializer_list<NamedTensor> inputs) {
+  if (!c10::GradMode::is_enabled()) return;
+  for (const auto& input : inputs) {
+    TORCH_CHECK(!input.tensor->requires_grad(), op, " updates memory in place and saves nothing for a backward, ",
+                "but autograd would have to record it (grad mode is on and ", input.name,
+                " requires grad); use ", instead, " for training, or call ", op,
+                " under torch.no_grad() / torch.inference_mode()");
+  }
+}
+
+template <typename Signature, typename... Args>
+at::Tensor call_below_autograd(const char* name, Args&&... args) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return op.call(std::forward<Args>(args)...);
+}
+
+at::Tensor write_read_inplace_autograd(at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                                       const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
+                                       const at::Tensor& q_idx, const at::Tensor& q_val, int64_t slots_per_stream,
+                                       int64_t chunk_size, c10::string_view snapshot_quant, bool grad_bank_fp32,
+                                       bool validate) {
+  refuse_recording("sdm.write_read_", "the functional sdm.write_read",
+                   {{"memory", &memory}, {"k_val", &k_val}, {"v", &v}, {"beta", &beta}, {"g", &g},
+                    {"q_val", &q_val}});
+  auto readings = call_below_autograd<decltype(write_read_inplace)>(
+      "sdm::write_read_", memory, k_idx, k_val, v, beta, g, q_idx, q_val, slots_per_stream, chunk_size,
+      snapshot_quant, grad_bank_fp32, validate);
+  memory.unsafeGetTensorImpl()->bump_version();
+  return readings;
+}
+
+at::Tensor decode_step_autograd(at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                                const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
+                                const at::Tensor& q_idx, const at::Tensor& q_val, int64_t slots_per_stream,
+                                bool validate) {
+  refuse_recording("sdm.decode_step", "the functional sdm.write_read",
+                   {{"memory", &memory}, {"k_val", &k_val}, {"v", &v}, {"beta", &beta}, {"g", &g},
+                    {"q_val", &q_val}});
+  auto readings = call_below_autograd<decltype(decode_step)>("sdm::decode_step", memory, k_idx, k_val, v, beta, g,
+                                                             q_idx, q_val, slots_per_stream, validate);
+  memory.unsafeGetTensorImpl()->bump_version();
+  return readings;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sdm, Autograd, m) {
+  m.impl("write_read_", &write_read_inplace_autograd);
+  m.impl("decode_step", &decode_step_autograd);
+}
+
+}  // namespace sdm::torch_bindings

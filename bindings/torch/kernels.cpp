@@ -1,0 +1,182 @@
+// kernels.cpp - the torch.ops.sdm kernels: at::Tensor in, sdm C++ API call, at::Tensor out.
+#include "kernels.hpp"
+
+#include <ATen/ATen.h>
+
+#include <string_view>
+
+#include "errors.hpp"
+#include "sdm/ops.hpp"
+#include "sdm/options.hpp"
+#include "sdm/reference.hpp"
+#include "tensor_ref.hpp"
+
+namespace sdm::torch_bindings {
+namespace {
+
+WriteReadOptions make_options(int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
+                              bool grad_bank_fp32, bool validate) {
+  WriteReadOptions options;
+  options.slots_per_stream = slots_per_stream;
+  options.chunk_size = chunk_size;
+  options.snapshot_quant = parse_snapshot_quant(std::string_view(snapshot_quant.data(), snapshot_quant.size()));
+  options.grad_bank_fp32 = grad_bank_fp32;
+  options.validate = validate;
+  return options;
+}
+
+// Readings [P, T, hd] (or shaped like v for the decode step) in the bank dtype.
+at::Tensor new_readings(const at::Tensor& memory, const at::Tensor& v) {
+  return at::empty(v.sizes(), v.options().dtype(memory.scalar_type()));
+}
+
+at::Tensor private_copy(const at::Tensor& bank) { return bank.clone(at::MemoryFormat::Contiguous); }
+
+// Gradient buffers shaped like the inputs; the bank gradient in `bank_grad_dtype`.
+struct GradBuffers {
+  at::Tensor memory, k_val, v, beta, g, q_val;
+  WriteReadGrads refs() const {
+    return WriteReadGrads{to_ref(memory, "grad_memory"), to_ref(k_val, "grad_k_val"), to_ref(v, "grad_v"),
+                          to_ref(beta, "grad_beta"),     to_ref(g, "grad_g"),         to_ref(q_val, "grad_q_val")};
+  }
+  GradTuple tuple() const { return {memory, k_val, v, beta, g, q_val}; }
+};
+
+GradBuffers new_grads(const at::Tensor& bank, at::ScalarType bank_grad_dtype, const OpInputs& in) {
+  return GradBuffers{at::empty(bank.sizes(), bank.options().dtype(bank_grad_dtype)),
+                     at::empty_like(in.k_val), at::empty_like(in.v), at::empty_like(in.beta),
+                     at::empty_like(in.g),     at::empty_like(in.q_val)};
+}
+
+TensorRef optional_ref(const std::optional<at::Tensor>& tensor, at::Tensor& keep_alive, const char* name) {
+  if (!tensor.has_value() || !tensor->defined()) return TensorRef{};
+  keep_alive = tensor->contiguous();
+  return to_ref(keep_alive, name);
+}
+
+}  // namespace
+
+at::Tensor write_read_inplace(at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                              const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
+                              const at::Tensor& q_idx, const at::Tensor& q_val, int64_t slots_per_stream,
+                              int64_t chunk_size, c10::string_view snapshot_quant, bool grad_bank_fp32,
+                              bool validate) {
+  return translate_errors([&] {
+    const auto options = make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate);
+    const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
+    auto readings = new_readings(memory, in.v);
+    sdm::write_read_forward(make_args(memory, in), to_ref(readings, "readings"), options);
+    return readings;
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
+    const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val, const at::Tensor& v,
+    const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val,
+    int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant, bool grad_bank_fp32,
+    bool validate) {
+  return translate_errors([&] {
+    const auto options = make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate);
+    const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
+    auto final_bank = private_copy(memory);
+    const auto args = make_args(final_bank, in);
+    const auto bytes = static_cast<int64_t>(sdm::write_read_saved_bytes(args, options));
+    auto saved = at::empty({bytes}, memory.options().dtype(at::kByte));
+    auto readings = new_readings(memory, in.v);
+    sdm::write_read_forward_saving(args, to_ref(readings, "readings"), to_ref(saved, "saved"), options);
+    return std::make_tuple(readings, final_bank, saved);
+  });
+}
+
+int64_t write_read_saved_bytes(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                               const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
+                               const at::Tensor& q_idx, const at::Tensor& q_val, c10::Device device,
+                               int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
+                               bool grad_bank_fp32) {
+  return translate_errors([&] {
+    const auto options = make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, false);
+    const auto on = to_sdm_device(device, "device");
+    WriteReadArgs args;
+    args.memory = to_shape_ref(memory, on, "memory");
+    args.k_idx = to_shape_ref(k_idx, on, "k_idx");
+    args.k_val = to_shape_ref(k_val, on, "k_val");
+    args.v = to_shape_ref(v, on, "v");
+    args.beta = to_shape_ref(beta, on, "beta");
+    args.g = to_shape_ref(g, on, "g");
+    args.q_idx = to_shape_ref(q_idx, on, "q_idx");
+    args.q_val = to_shape_ref(q_val, on, "q_val");
+    return static_cast<int64_t>(sdm::write_read_saved_bytes(args, options));
+  });
+}
+
+GradTuple write_read_backward(const at::Tensor& final_bank, const at::Tensor& saved, const at::Tensor& k_idx,
+                              const at::Tensor& k_val, const at::Tensor& v, const at::Tensor& beta,
+                              const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val,
+                              const at::Tensor& grad_readings, const std::optional<at::Tensor>& grad_final_bank,
+                              int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
+                              bool grad_bank_fp32, bool validate) {
+  return translate_errors([&] {
+    const auto options = make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate);
+    const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
+    // The backward restores its bank in place (ops.hpp): give it a private working copy.
+    auto working_bank = private_copy(final_bank);
+    const auto bank_grad_dtype =
+        (final_bank.scalar_type() == at::kBFloat16 && !grad_bank_fp32) ? at::kBFloat16 : at::kFloat;
+    const auto grads = new_grads(final_bank, bank_grad_dtype, in);
+    const auto dy = grad_readings.contiguous();
+    at::Tensor final_grad;
+    sdm::write_read_backward(make_args(working_bank, in), to_ref(saved, "saved"), to_ref(dy, "grad_readings"),
+                             optional_ref(grad_final_bank, final_grad, "grad_final_bank"), grads.refs(), options);
+    return grads.tuple();
+  });
+}
+
+at::Tensor decode_step(at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val, const at::Tensor& v,
+                       const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
+                       const at::Tensor& q_val, int64_t slots_per_stream, bool validate) {
+  return translate_errors([&] {
+    DecodeOptions options;
+    options.slots_per_stream = slots_per_stream;
+    options.validate = validate;
+    const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
+    auto readings = new_readings(memory, in.v);
+    sdm::decode_step(make_args(memory, in), to_ref(readings, "readings"), options);
+    return readings;
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor> reference_write_read(
+    const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val, const at::Tensor& v,
+    const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val,
+    int64_t slots_per_stream, int64_t chunk_size) {
+  return translate_errors([&] {
+    const auto options = make_options(slots_per_stream, chunk_size, "none", false, true);
+    const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
+    auto final_bank = private_copy(memory);
+    auto readings = new_readings(memory, in.v);
+    sdm::reference::write_read_forward(make_args(final_bank, in), to_ref(readings, "readings"), options);
+    return std::make_tuple(readings, final_bank);
+  });
+}
+
+GradTuple reference_write_read_backward(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                                        const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
+                                        const at::Tensor& q_idx, const at::Tensor& q_val,
+                                        const at::Tensor& grad_readings,
+                                        const std::optional<at::Tensor>& grad_final_bank,
+                                        int64_t slots_per_stream, int64_t chunk_size) {
+  return translate_errors([&] {
+    const auto options = make_options(slots_per_stream, chunk_size, "none", false, true);
+    const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
+    const auto bank = memory.contiguous();
+    const auto grads = new_grads(bank, bank.scalar_type(), in);
+    const auto dy = grad_readings.contiguous();
+    at::Tensor final_grad;
+    sdm::reference::write_read_backward(make_args(bank, in), to_ref(dy, "grad_readings"),
+                                        optional_ref(grad_final_bank, final_grad, "grad_final_bank"), grads.refs(),
+                                        options);
+    return grads.tuple();
+  });
+}
+
+}  // namespace sdm::torch_bindings

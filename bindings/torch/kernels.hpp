@@ -1,0 +1,78 @@
+// kernels.hpp - the torch.ops.sdm kernels (schemas in schema.cpp).
+//
+// Each kernel converts its at::Tensors to sdm::TensorRefs and calls the public C++ API
+// (include/sdm/ops.hpp), which dispatches on the bank's device. The kernels never look at
+// the device themselves, so a CUDA build registers these same functions under the CUDA key.
+// sdm::Error is rethrown as ValueError / TypeError / RuntimeError (errors.hpp); inputs are
+// validated by the C++ API before anything caller-visible is written.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/util/string_view.h>
+
+#include <cstdint>
+#include <optional>
+#include <tuple>
+
+namespace sdm::torch_bindings {
+
+using GradTuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// sdm::write_read_ : no-grad chunked forward, in place. Returns readings [P, T, hd] in the
+// bank dtype; `memory` holds the final bank afterwards.
+at::Tensor write_read_inplace(at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                              const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
+                              const at::Tensor& q_idx, const at::Tensor& q_val, int64_t slots_per_stream,
+                              int64_t chunk_size, c10::string_view snapshot_quant, bool grad_bank_fp32,
+                              bool validate);
+
+// sdm::write_read : functional saving forward. Returns (readings, final_bank, saved): the
+// final bank is a new tensor (memory is not modified), `saved` the u8 buffer of
+// write_read_saved_bytes bytes that write_read_backward consumes.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
+    const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val, const at::Tensor& v,
+    const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val,
+    int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant, bool grad_bank_fp32,
+    bool validate);
+
+// sdm::write_read_saved_bytes : the size of `saved` for a call with these shapes and dtypes
+// on `device`. Reads shapes and dtypes only (meta and fake tensors are fine); validates them.
+int64_t write_read_saved_bytes(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                               const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
+                               const at::Tensor& q_idx, const at::Tensor& q_val, c10::Device device,
+                               int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
+                               bool grad_bank_fp32);
+
+// sdm::write_read_backward : gradients (memory, k_val, v, beta, g, q_val) of a saving
+// forward, given its final bank and saved buffer. Works on a private clone of
+// `final_bank`; no argument is modified. The bank gradient is f32 for f32 banks and for
+// bf16 banks with grad_bank_fp32, else bf16; the others take their input's dtype.
+GradTuple write_read_backward(const at::Tensor& final_bank, const at::Tensor& saved, const at::Tensor& k_idx,
+                              const at::Tensor& k_val, const at::Tensor& v, const at::Tensor& beta,
+                              const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val,
+                              const at::Tensor& grad_readings, const std::optional<at::Tensor>& grad_final_bank,
+                              int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
+                              bool grad_bank_fp32, bool validate);
+
+// sdm::decode_step : one token per stream, in place (SPEC E.1, Z.10). Readings shaped like v.
+at::Tensor decode_step(at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val, const at::Tensor& v,
+                       const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
+                       const at::Tensor& q_val, int64_t slots_per_stream, bool validate);
+
+// sdm::reference_write_read : the float64 oracle (sdm::reference), functional. Banks may be
+// float64 too. Returns (readings, final_bank) in the bank dtype.
+std::tuple<at::Tensor, at::Tensor> reference_write_read(
+    const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val, const at::Tensor& v,
+    const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val,
+    int64_t slots_per_stream, int64_t chunk_size);
+
+// sdm::reference_write_read_backward : exact gradients of the oracle from the INITIAL bank.
+GradTuple reference_write_read_backward(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                                        const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
+                                        const at::Tensor& q_idx, const at::Tensor& q_val,
+                                        const at::Tensor& grad_readings,
+                                        const std::optional<at::Tensor>& grad_final_bank,
+                                        int64_t slots_per_stream, int64_t chunk_size);
+
+}  // namespace sdm::torch_bindings

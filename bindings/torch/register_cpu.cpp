@@ -1,0 +1,24 @@
+// register_cpu.cpp - CPU registrations of the torch.ops.sdm kernels. The kernels are
+// device-agnostic (the C++ API dispatches on the bank's device); a CUDA build registers the
+// same functions under the CUDA key. The reference ops are CPU-only by design.
+#include <torch/library.h>
+
+#include "kernels.hpp"
+
+namespace sdm::torch_bindings {
+
+TORCH_LIBRARY_IMPL(sdm, CPU, m) {
+  m.impl("write_read_", &write_read_inplace);
+  m.impl("write_read", &write_read_saving);
+  m.impl("write_read_backward", &write_read_backward);
+  m.impl("decode_step", &decode_step);
+  m.impl("reference_write_read", &reference_write_read);
+  m.impl("reference_write_read_backward", &reference_write_read_backward);
+}
+
+// Shape-only: the same kernel serves real, meta and fake tensors on every device.
+TORCH_LIBRARY_IMPL(sdm, CompositeExplicitAutograd, m) {
+  m.impl("write_read_saved_bytes", &write_read_saved_bytes);
+}
+
+}  // namespace sdm::torch_bindings
