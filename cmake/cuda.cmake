@@ -1,0 +1,39 @@
+# cuda.cmake - the CUDA engine (included by the top-level CMakeLists.txt when SDM_ENABLE_CUDA=ON).
+#
+#   sdm_cuda         static library part from src/cuda (kernels + host launchers)
+#   tests/gpu        GPU tests and the GPU benchmark (SDM_BUILD_GPU_TESTS, default ON); they
+#                    need no GoogleTest and exit 0 with a message where no GPU exists.
+#
+# SDM_CUDA_ARCHS picks the architectures (CMAKE_CUDA_ARCHITECTURES syntax, default 90 = H100/H200).
+set(SDM_CUDA_ARCHS "90" CACHE STRING "CUDA architectures of the kernels (e.g. 90, 90;100)")
+option(SDM_BUILD_GPU_TESTS "Build the GPU tests and benchmark of tests/gpu" ON)
+
+set(CMAKE_CUDA_ARCHITECTURES ${SDM_CUDA_ARCHS})
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+# C++20 for .cu files. CMake < 3.26 does not know nvcc's C++20 flag: tell it.
+if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+endif()
+set(CMAKE_CUDA_STANDARD 20)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+set(CMAKE_CUDA_EXTENSIONS OFF)
+
+# sdm_set_cuda_warnings(target): host-side warnings of .cu files, device-side warnings as errors
+# under SDM_WERROR.
+function(sdm_set_cuda_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra -lineinfo>)
+  if(SDM_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)
+  endif()
+endfunction()
+
+sdm_add_part(sdm_cuda src/cuda/*.cu src/cuda/*.cpp)
+target_link_libraries(sdm_cuda PUBLIC sdm_core CUDA::cudart)
+sdm_set_cuda_warnings(sdm_cuda)
+
+if(SDM_BUILD_GPU_TESTS)
+  add_subdirectory(${PROJECT_SOURCE_DIR}/tests/gpu ${PROJECT_BINARY_DIR}/tests/gpu)
+endif()

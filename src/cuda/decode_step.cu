@@ -1,0 +1,173 @@
+// decode_step.cu - one token per stream, in place (SPEC E.1, Z.10): the engine.hpp entry point.
+//
+// Inputs:  bank [S, hd] E; per stream s: k_idx, k_val [W]; v [hd]; beta [1]; g [1 or W];
+//          q_idx, q_val [R] (caller dtypes; k_val, v, q_val rounded to E, beta and g in f32).
+// Outputs: the written bank rows (in place, rounded to E once), readings [streams, hd] E.
+// Math (per stream, per column; A.2):  r_w = exp(g_w) M[k_w];  ret = sum_w kappa_w r_w;
+//          delta = beta (v - ret);  M[k_w] = rnd_E(r_w + kappa_w delta);  y = rnd_E(sum_r rho_r M[q_r]).
+// Parallel decomposition: one launch for all streams; one CTA of 8 warps per (stream, column
+//   tile of 32*kVec columns). The recurrence is column-separable, so column tiles are
+//   independent; warp k handles write lanes k, k+8, ... and read lanes k, k+8, ...; the warp
+//   partials are added in warp order in shared memory. A CTA barrier orders the row stores
+//   before the row loads of the reads (read-after-write within the stream; no other CTA touches
+//   these columns of this stream's rows, streams' slots being private).
+// Numerics: f32 accumulation in an order fixed by (W, R, hd); entries outside the stream's rows
+//   (or the bank, with slots_per_stream == 0) are masked: no load, no write, no contribution.
+#include <cstdint>
+
+#include "cuda/engine.hpp"
+#include "cuda_check.hpp"
+#include "device_values.cuh"
+#include "index_check.hpp"
+#include "stream_api.hpp"
+#include "workspace.hpp"
+
+namespace sdm::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+
+struct DecodeParams {
+  void* bank = nullptr;
+  void* readings = nullptr;
+  Inputs in;
+  std::int64_t streams = 0, W = 0, R = 0, G = 1, hd = 0, S = 0, sps = 0;
+  bool bf16_bank = false;
+};
+
+template <typename E, int kVec>
+__global__ void __launch_bounds__(kWarps * 32) decode_token(DecodeParams prm) {
+  constexpr int kTile = 32 * kVec;
+  __shared__ float partial[kWarps][kTile];
+  __shared__ float delta[kTile];
+  const Inputs& in = prm.in;
+  E* bank = static_cast<E*>(prm.bank);
+  const std::int64_t s = blockIdx.x, hd = prm.hd;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t tile0 = static_cast<std::int64_t>(blockIdx.y) * kTile, c0 = tile0 + lane * kVec;
+  const bool active = c0 < hd;
+  const std::int64_t lo = prm.sps >= 1 ? s * prm.sps : 0, hi = prm.sps >= 1 ? lo + prm.sps : prm.S;
+
+  // Write lane w of this stream: its row (or nullptr when masked), kappa and decay.
+  const auto write_lane = [&](std::int64_t w, float& kappa, float& decay) -> E* {
+    const std::int64_t idx = load_index(in.k_idx, in.index64, s * prm.W + w);
+    if (idx < lo || idx >= hi) return nullptr;
+    kappa = round_to_bank(load_input(in.k_val, in.k_val_dtype, s * prm.W + w), prm.bf16_bank);
+    decay = expf(load_input(in.g, in.g_dtype, s * prm.G + (prm.G == 1 ? 0 : w)));
+    return bank + idx * hd;
+  };
+
+  float acc[kVec] = {};
+  if (active) {
+#pragma unroll 4
+    for (std::int64_t w = warp; w < prm.W; w += kWarps) {
+      float kappa = 0.0f, decay = 0.0f;
+      const E* row = write_lane(w, kappa, decay);
+      if (row == nullptr) continue;
+      float x[kVec];
+      load_row<kVec>(row + c0, x);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc[k] = fmaf(kappa, decay * x[k], acc[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) partial[warp][lane * kVec + k] = acc[k];
+  __syncthreads();
+  for (int col = static_cast<int>(threadIdx.x); col < kTile; col += kWarps * 32) {
+    const std::int64_t c = tile0 + col;
+    float ret = partial[0][col];
+#pragma unroll
+    for (int k = 1; k < kWarps; ++k) ret += partial[k][col];
+    float d = 0.0f;
+    if (c < hd) {
+      const float v = round_to_bank(load_input(in.v, in.v_dtype, s * hd + c), prm.bf16_bank);
+      d = load_input(in.beta, in.beta_dtype, s) * (v - ret);
+    }
+    delta[col] = d;
+  }
+  __syncthreads();
+
+  if (active) {
+    for (std::int64_t w = warp; w < prm.W; w += kWarps) {
+      float kappa = 0.0f, decay = 0.0f;
+      E* row = write_lane(w, kappa, decay);
+      if (row == nullptr) continue;
+      float x[kVec];
+      load_row<kVec>(row + c0, x);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) x[k] = fmaf(kappa, delta[lane * kVec + k], decay * x[k]);
+      store_row<kVec>(row + c0, x);
+    }
+  }
+  __syncthreads();  // the rows written above are read below, possibly by other warps
+
+  float rd[kVec] = {};
+  if (active) {
+#pragma unroll 4
+    for (std::int64_t r = warp; r < prm.R; r += kWarps) {
+      const std::int64_t idx = load_index(in.q_idx, in.index64, s * prm.R + r);
+      if (idx < lo || idx >= hi) continue;
+      const float rho = round_to_bank(load_input(in.q_val, in.q_val_dtype, s * prm.R + r), prm.bf16_bank);
+      float x[kVec];
+      load_row<kVec>(bank + idx * hd + c0, x);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) rd[k] = fmaf(rho, x[k], rd[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) partial[warp][lane * kVec + k] = rd[k];
+  __syncthreads();
+  E* readings = static_cast<E*>(prm.readings);
+  for (int col = static_cast<int>(threadIdx.x); col < kTile; col += kWarps * 32) {
+    const std::int64_t c = tile0 + col;
+    if (c >= hd) continue;
+    float y = partial[0][col];
+#pragma unroll
+    for (int k = 1; k < kWarps; ++k) y += partial[k][col];
+    readings[s * hd + c] = from_f32<E>(y);
+  }
+}
+
+template <typename E, int kVec>
+void launch(const DecodeParams& prm, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(prm.streams), static_cast<unsigned>((prm.hd + 32 * kVec - 1) / (32 * kVec)));
+  decode_token<E, kVec><<<grid, kWarps * 32, 0, stream>>>(prm);
+  check_launch("decode_token");
+}
+
+}  // namespace
+
+void decode_step_on_stream(const WriteReadArgs& args, const TensorRef& readings, const core::DecodeShape& shape,
+                           const DecodeOptions& options, cudaStream_t stream) {
+  const DeviceGuard guard(args.memory.device.index);
+  DecodeParams prm;
+  prm.bank = args.memory.data;
+  prm.readings = readings.data;
+  prm.in = make_inputs(args);
+  prm.streams = shape.streams, prm.W = shape.W, prm.R = shape.R, prm.G = shape.G, prm.hd = shape.hd;
+  prm.S = shape.S, prm.sps = options.slots_per_stream;
+  prm.bf16_bank = shape.bank == DType::bf16;
+
+  if (options.validate && !is_capturing(stream)) {
+    Workspace ws(stream);
+    unsigned long long* check_word = nullptr;
+    ws.plan(&check_word, 1);
+    ws.allocate();
+    const IndexCheck ic{shape.streams, 1, shape.W, shape.R, options.slots_per_stream, shape.S, false};
+    check_indices_on_device(prm.in, ic, check_word, stream);
+  }
+
+  const bool vec8 = shape.hd % 8 == 0 && reinterpret_cast<std::uintptr_t>(prm.bank) % 16 == 0;
+  if (prm.bf16_bank) {
+    vec8 ? launch<Bf16Bits, 8>(prm, stream) : launch<Bf16Bits, 1>(prm, stream);
+  } else {
+    vec8 ? launch<float, 8>(prm, stream) : launch<float, 1>(prm, stream);
+  }
+}
+
+void decode_step(const WriteReadArgs& args, const TensorRef& readings, const core::DecodeShape& shape,
+                 const DecodeOptions& options) {
+  decode_step_on_stream(args, readings, shape, options, cudaStreamLegacy);
+}
+
+}  // namespace sdm::cuda

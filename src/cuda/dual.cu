@@ -1,0 +1,123 @@
+// dual.cu - per-step dual product (SPEC B.2 "residual / solve / readings", B.5.2).
+//
+// Inputs:  v [P, T, hd], beta [P, T] (caller dtypes), retrieved / inter f32 [P*C, hd] (step rows),
+//          Phase 1's X, QX f32 [N, C, C] (lower triangular).
+// Outputs: delta f32 (step rows, or chunk-token rows n*C + i in a saving call), readings E
+//          [P, T, hd] (valid tokens only), residual f32 [N*C, hd] (saving calls only).
+// Math:    res = rnd_E(v) - retrieved;  U = beta * res;  delta = X U;  readings = rnd_E(inter + QX U).
+// Parallel decomposition: one CTA per (chunk p of the step, 32-column tile), 32 x 8 threads.
+//   Thread (x, y) owns column x of the tile and rows y, y+8, y+16, ... (kMaxRows of them, in
+//   registers). U and 32-column slices of X and QX are staged in shared memory; the j loop runs
+//   in ascending order for every (i, column), so each output is one fixed-order f32 sum.
+// Numerics: f32 throughout; the arithmetic of readings is identical in no-grad and saving calls
+//   (the saving call only stores more), so their readings are bitwise equal.
+#include <algorithm>
+
+#include "cuda_check.hpp"
+#include "device_values.cuh"
+#include "step_kernels.hpp"
+
+namespace sdm::cuda {
+namespace {
+
+constexpr int kCols = 32;
+constexpr int kRowGroups = 8;
+
+template <typename E, int kMaxRows>
+__global__ void __launch_bounds__(kCols * kRowGroups)
+    dual_product(Geometry geo, Inputs in, Phase1Buffers p1, StepBuffers sb, std::int64_t ti) {
+  extern __shared__ float smem[];
+  const std::int64_t C = geo.C, hd = geo.hd;
+  float* U = smem;              // [C][kCols]
+  float* Xs = U + C * kCols;    // [C][kCols] columns jt .. jt+31 of X
+  float* QXs = Xs + C * kCols;  // [C][kCols] same of QX
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const int tid = ty * kCols + tx;
+  const std::int64_t p = blockIdx.x, n = ti * geo.P + p;
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.y) * kCols + tx;
+  const bool bf16_bank = sb.bf16_bank;
+
+  for (std::int64_t i = ty; i < C; i += kRowGroups) {
+    const std::int64_t t = ti * C + i;
+    float u = 0.0f;
+    if (c < hd) {
+      float res = 0.0f;
+      if (t < geo.T) {
+        const std::int64_t token = p * geo.T + t;
+        const float v = round_to_bank(load_input(in.v, in.v_dtype, token * hd + c), bf16_bank);
+        res = v - sb.retrieved[(p * C + i) * hd + c];
+        u = load_input(in.beta, in.beta_dtype, token) * res;
+      }
+      if (sb.residual != nullptr) sb.residual[(n * C + i) * hd + c] = res;
+    }
+    U[i * kCols + tx] = u;
+  }
+
+  float d[kMaxRows], y[kMaxRows];
+#pragma unroll
+  for (int m = 0; m < kMaxRows; ++m) d[m] = 0.0f, y[m] = 0.0f;
+  const float* X = p1.X + n * C * C;
+  const float* QX = p1.QX + n * C * C;
+  for (std::int64_t jt = 0; jt < C; jt += kCols) {
+    __syncthreads();  // U is complete / the previous slices are consumed
+    for (std::int64_t o = tid; o < C * kCols; o += kCols * kRowGroups) {
+      const std::int64_t i = o / kCols, j = jt + o % kCols;
+      Xs[o] = j < C ? X[i * C + j] : 0.0f;
+      QXs[o] = j < C ? QX[i * C + j] : 0.0f;
+    }
+    __syncthreads();
+    const int jn = static_cast<int>(C - jt < kCols ? C - jt : kCols);
+    for (int jj = 0; jj < jn; ++jj) {
+      const std::int64_t j = jt + jj;
+      const float u = U[j * kCols + tx];
+#pragma unroll
+      for (int m = 0; m < kMaxRows; ++m) {
+        const std::int64_t i = ty + kRowGroups * m;
+        if (i < C && i >= j) {
+          d[m] = fmaf(Xs[i * kCols + jj], u, d[m]);
+          y[m] = fmaf(QXs[i * kCols + jj], u, y[m]);
+        }
+      }
+    }
+  }
+
+  if (c >= hd) return;
+  E* readings = static_cast<E*>(sb.readings);
+  const std::int64_t delta_row0 = sb.delta_per_chunk ? n * C : p * C;
+#pragma unroll
+  for (int m = 0; m < kMaxRows; ++m) {
+    const std::int64_t i = ty + kRowGroups * m;
+    if (i >= C) break;
+    sb.delta[(delta_row0 + i) * hd + c] = d[m];
+    const std::int64_t t = ti * C + i;
+    if (t < geo.T) readings[(p * geo.T + t) * hd + c] = from_f32<E>(sb.inter[(p * C + i) * hd + c] + y[m]);
+  }
+}
+
+template <typename E, int kMaxRows>
+void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
+            cudaStream_t stream) {
+  const auto kernel = dual_product<E, kMaxRows>;
+  const std::size_t smem = static_cast<std::size_t>(3 * geo.C * kCols) * sizeof(float);
+  if (smem > 48 * 1024) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+               "cudaFuncSetAttribute (dual_product shared memory)");
+  }
+  const dim3 grid(static_cast<unsigned>(geo.P), static_cast<unsigned>((geo.hd + kCols - 1) / kCols));
+  kernel<<<grid, dim3(kCols, kRowGroups), smem, stream>>>(geo, in, p1, sb, ti);
+  check_launch("dual_product");
+}
+
+}  // namespace
+
+void launch_dual(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const StepBuffers& sb,
+                 std::int64_t ti, cudaStream_t stream) {
+  const bool short_chunk = geo.C <= 8 * kRowGroups;  // at most 8 rows per thread
+  if (sb.bf16_bank) {
+    short_chunk ? launch<Bf16Bits, 8>(geo, in, p1, sb, ti, stream) : launch<Bf16Bits, 32>(geo, in, p1, sb, ti, stream);
+  } else {
+    short_chunk ? launch<float, 8>(geo, in, p1, sb, ti, stream) : launch<float, 32>(geo, in, p1, sb, ti, stream);
+  }
+}
+
+}  // namespace sdm::cuda

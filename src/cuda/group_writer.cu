@@ -1,0 +1,79 @@
+// group_writer.cu - per-step decay-and-write of every slot group (SPEC B.2 "write", B.5.3).
+//
+// Inputs:  Phase 1's sorted keys, wcoef, gdecay; delta f32 (step rows, or chunk-token rows in a
+//          saving call); the bank, which still holds M0 for this step's written rows.
+// Outputs: the bank rows written in the step's chunks, in place; in a saving call also the
+//          pre-write row of each group into the snapshot (saved_layout.hpp).
+// Math:    M[s] = rnd_E( exp(Lambda_s) M0[s] + sum_{e in group(s)} wcoef_e delta[i_e] ).
+// Parallel decomposition: one warp per sorted write position of the step (P*C*W warps); the warp
+//   at a group's first entry is the group's only writer, the others exit at once. Lane l owns
+//   columns l*kVec + 32*kVec*k (16-byte accesses when kVec == 8).
+// Numerics: per element, f32 in group order (ascending token) starting from exp(Lambda) M0, one
+//   rounding to E per chunk. A single writer per row makes the in-place update safe and
+//   deterministic; padding and masked entries (local slot == sps) form no group.
+#include "cuda_check.hpp"
+#include "device_values.cuh"
+#include "step_kernels.hpp"
+
+namespace sdm::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+
+template <typename E, int kVec>
+__global__ void __launch_bounds__(kWarps * 32)
+    write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti) {
+  const std::int64_t CW = geo.C * geo.W;
+  const std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (g >= geo.P * CW) return;
+  const std::int64_t p = g / CW, q = g % CW, n = ti * geo.P + p;
+  const std::int64_t e = n * CW + q, chunk_end = (n + 1) * CW;
+  const std::int64_t local = geo.keys.local_slot(p1.keys[e]);
+  if (local == geo.sps) return;
+  if (q > 0 && geo.keys.local_slot(p1.keys[e - 1]) == local) return;
+
+  E* row = static_cast<E*>(sb.bank) + (p * geo.sps + local) * geo.hd;
+  E* snapshot = sb.snapshot != nullptr ? static_cast<E*>(sb.snapshot) + e * geo.hd : nullptr;
+  const float* delta = sb.delta + (sb.delta_per_chunk ? n * geo.C : p * geo.C) * geo.hd;
+  const float decay = p1.gdecay[e];
+  for (std::int64_t c0 = lane * kVec; c0 < geo.hd; c0 += 32 * kVec) {
+    float base[kVec], acc[kVec];
+    load_row<kVec>(row + c0, base);
+    if (snapshot != nullptr) store_row<kVec>(snapshot + c0, base);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) acc[k] = decay * base[k];
+    for (std::int64_t s = e; s < chunk_end; ++s) {
+      const std::uint64_t key = p1.keys[s];
+      if (geo.keys.local_slot(key) != local) break;
+      const float coef = p1.wcoef[s];
+      float dv[kVec];
+      load_row<kVec>(delta + geo.keys.token(key) * geo.hd + c0, dv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc[k] = fmaf(coef, dv[k], acc[k]);
+    }
+    store_row<kVec>(row + c0, acc);
+  }
+}
+
+template <typename E, int kVec>
+void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
+            cudaStream_t stream) {
+  const std::int64_t warps = geo.P * geo.C * geo.W;
+  write_groups<E, kVec><<<static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(geo, p1, sb,
+                                                                                                          ti);
+  check_launch("write_groups");
+}
+
+}  // namespace
+
+void launch_group_writer(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
+                         cudaStream_t stream) {
+  if (sb.bf16_bank) {
+    sb.vec8 ? launch<Bf16Bits, 8>(geo, p1, sb, ti, stream) : launch<Bf16Bits, 1>(geo, p1, sb, ti, stream);
+  } else {
+    sb.vec8 ? launch<float, 8>(geo, p1, sb, ti, stream) : launch<float, 1>(geo, p1, sb, ti, stream);
+  }
+}
+
+}  // namespace sdm::cuda

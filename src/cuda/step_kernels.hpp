@@ -1,0 +1,43 @@
+// step_kernels.hpp - the three per-time-step kernels of the chunked forward (SPEC B.2, B.5).
+// Step ti processes the P chunks n = ti*P + p at once; chunk-token rows of the step are
+// p*C + i ("step rows", [P*C, hd]).
+//
+//   gather        retrieved[p*C+i] = sum_w k_eff * M0[k_slot], inter[...] = sum_r q_w * M0[q_slot]
+//   dual          U = beta (v - retrieved); delta = X U; readings = inter + QX U (rounded to E)
+//   group_writer  each slot group: M[s] = exp(Lambda_s) M0[s] + sum_e wcoef_e delta[i_e], rounded
+//                 to E once; in a saving call also the pre-write row into the snapshot
+// All three are graph-capturable, sync-free and deterministic (fixed per-element reduction
+// orders that depend only on the shape, never on the SM count).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "chunk_plan.hpp"
+#include "phase1.hpp"
+
+namespace sdm::cuda {
+
+// Device pointers of one call's Phase 2.
+struct StepBuffers {
+  void* bank = nullptr;          // [S, hd] E, updated in place
+  void* readings = nullptr;      // [P, T, hd] E
+  float* retrieved = nullptr;    // [P*C, hd] step rows
+  float* inter = nullptr;        // [P*C, hd] step rows
+  float* delta = nullptr;        // [P*C, hd] per step (no-grad) or [N*C, hd] (saving)
+  float* residual = nullptr;     // [N*C, hd] (saving) or null
+  void* snapshot = nullptr;      // [N*C*W, hd] E (saving) or null
+  bool delta_per_chunk = false;  // delta holds every chunk's rows (saving call)
+  bool bf16_bank = false;
+  bool vec8 = false;             // hd % 8 == 0 and a 16-byte aligned bank: vector path
+};
+
+void launch_gather(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
+                   cudaStream_t stream);
+void launch_dual(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const StepBuffers& sb,
+                 std::int64_t ti, cudaStream_t stream);
+void launch_group_writer(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
+                         cudaStream_t stream);
+
+}  // namespace sdm::cuda

@@ -1,0 +1,147 @@
+// write_read.cu - the CUDA chunked op: entry points of engine.hpp for the forward (no-grad and
+// saving), the saved-buffer size, and the backward (not implemented yet).
+//
+// One call: [device index check + one sync, if options.validate and not capturing] ->
+// Phase 1 for all chunks (phase1.cu) -> for each time step ti: gather -> dual -> group_writer
+// (step_kernels.hpp). Every launch goes to one stream (the legacy default stream for now) with
+// no host sync after the optional check, so the whole call can be captured in a CUDA graph.
+// Scratch comes from one stream-ordered allocation (workspace.hpp).
+#include <cstdint>
+#include <string>
+
+#include "cuda/engine.hpp"
+#include "cuda_check.hpp"
+#include "index_check.hpp"
+#include "phase1.hpp"
+#include "saved_layout.hpp"
+#include "step_kernels.hpp"
+#include "stream_api.hpp"
+#include "workspace.hpp"
+
+namespace sdm::cuda {
+
+Geometry make_geometry(const core::WriteReadShape& s) {
+  Geometry g;
+  g.P = s.P, g.T = s.T, g.W = s.W, g.R = s.R, g.G = s.G, g.hd = s.hd, g.C = s.C, g.sps = s.slots_per_stream;
+  g.Nt = s.num_time_chunks();
+  g.N = g.Nt * g.P;
+  g.keys.lane_bits = bits_for(static_cast<std::uint64_t>(g.W - 1));
+  g.keys.token_bits = bits_for(static_cast<std::uint64_t>(g.C - 1));
+  g.keys.slot_bits = bits_for(static_cast<std::uint64_t>(g.sps));
+  g.keys.chunk_bits = bits_for(static_cast<std::uint64_t>(g.N - 1));
+  if (g.keys.total_bits() > 64) {
+    throw RuntimeError("sdm CUDA engine: this call needs a " + std::to_string(g.keys.total_bits()) +
+                       "-bit sort key (chunks " + std::to_string(g.N) + ", slots_per_stream " + std::to_string(g.sps) +
+                       "), more than the 64 bits supported on CUDA so far; split the call over time or streams");
+  }
+  return g;
+}
+
+Inputs make_inputs(const WriteReadArgs& args) {
+  Inputs in;
+  in.k_idx = args.k_idx.data;
+  in.q_idx = args.q_idx.data;
+  in.index64 = args.k_idx.dtype == DType::i64;
+  in.k_val = args.k_val.data, in.k_val_dtype = args.k_val.dtype;
+  in.v = args.v.data, in.v_dtype = args.v.dtype;
+  in.beta = args.beta.data, in.beta_dtype = args.beta.dtype;
+  in.g = args.g.data, in.g_dtype = args.g.dtype;
+  in.q_val = args.q_val.data, in.q_val_dtype = args.q_val.dtype;
+  return in;
+}
+
+SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptions& options) {
+  const bool bf16_bank = shape.bank == DType::bf16;
+  const bool plain = options.snapshot_quant == SnapshotQuant::none ||
+                     (options.snapshot_quant == SnapshotQuant::bf16 && bf16_bank);
+  if (!plain) {
+    throw RuntimeError(std::string("snapshot_quant \"") + snapshot_quant_name(options.snapshot_quant) + "\" on a " +
+                       dtype_name(shape.bank) +
+                       " bank is not yet implemented on CUDA (the CUDA saving forward stores snapshot \"none\")");
+  }
+  const auto align = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const std::size_t rows = static_cast<std::size_t>(shape.num_time_chunks() * shape.P * shape.C);
+  const std::size_t hd = static_cast<std::size_t>(shape.hd);
+  SavedLayout layout;
+  layout.delta = 0;
+  layout.residual = align(rows * hd * sizeof(float));
+  layout.snapshot = layout.residual + align(rows * hd * sizeof(float));
+  layout.total = layout.snapshot + rows * static_cast<std::size_t>(shape.W) * hd * dtype_size(shape.bank);
+  return layout;
+}
+
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void write_read_forward_on_stream(const WriteReadArgs& args, const TensorRef& readings, const TensorRef* saved,
+                    const core::WriteReadShape& shape, const WriteReadOptions& options, cudaStream_t stream) {
+  const DeviceGuard guard(args.memory.device.index);
+  const Geometry geo = make_geometry(shape);
+  const Inputs in = make_inputs(args);
+  const bool check = options.validate && !is_capturing(stream);
+
+  Workspace ws(stream);
+  unsigned long long* check_word = nullptr;
+  if (check) ws.plan(&check_word, 1);
+  Phase1Buffers p1;
+  plan_phase1(geo, ws, p1);
+  StepBuffers sb;
+  const std::int64_t step_elems = geo.P * geo.C * geo.hd;
+  ws.plan(&sb.retrieved, step_elems);
+  ws.plan(&sb.inter, step_elems);
+  if (saved == nullptr) ws.plan(&sb.delta, step_elems);
+  ws.allocate();
+
+  if (check) {
+    const IndexCheck ic{geo.P, geo.T, geo.W, geo.R, geo.sps, shape.S, true};
+    check_indices_on_device(in, ic, check_word, stream);
+  }
+
+  sb.bank = args.memory.data;
+  sb.readings = readings.data;
+  sb.bf16_bank = shape.bank == DType::bf16;
+  sb.vec8 = geo.hd % 8 == 0 && aligned16(args.memory.data);
+  if (saved != nullptr) {
+    const SavedLayout layout = saved_layout(shape, options);
+    auto* base = static_cast<unsigned char*>(saved->data);
+    sb.delta = reinterpret_cast<float*>(base + layout.delta);
+    sb.residual = reinterpret_cast<float*>(base + layout.residual);
+    sb.snapshot = base + layout.snapshot;
+    sb.delta_per_chunk = true;
+    // 16-byte vector access to the snapshot and delta rows needs an aligned saved buffer.
+    sb.vec8 = sb.vec8 && aligned16(saved->data);
+  }
+
+  run_phase1(geo, in, sb.bf16_bank, p1, stream);
+  for (std::int64_t ti = 0; ti < geo.Nt; ++ti) {
+    launch_gather(geo, p1, sb, ti, stream);
+    launch_dual(geo, in, p1, sb, ti, stream);
+    launch_group_writer(geo, p1, sb, ti, stream);
+  }
+}
+
+void write_read_forward(const WriteReadArgs& args, const TensorRef& readings, const core::WriteReadShape& shape,
+                        const WriteReadOptions& options) {
+  write_read_forward_on_stream(args, readings, nullptr, shape, options, cudaStreamLegacy);
+}
+
+std::size_t write_read_saved_bytes(const core::WriteReadShape& shape, const WriteReadOptions& options) {
+  return saved_layout(shape, options).total;
+}
+
+void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings, const TensorRef& saved,
+                               const core::WriteReadShape& shape, const WriteReadOptions& options) {
+  write_read_forward_on_stream(args, readings, &saved, shape, options, cudaStreamLegacy);
+}
+
+void write_read_backward(const WriteReadArgs&, const TensorRef&, const TensorRef&, const TensorRef&,
+                         const WriteReadGrads&, const core::WriteReadShape&, const WriteReadOptions&) {
+  throw RuntimeError(
+      "the CUDA backward of write_read is not implemented yet (issue 7); run the backward on a CPU bank "
+      "or use the float64 reference");
+}
+
+}  // namespace sdm::cuda
