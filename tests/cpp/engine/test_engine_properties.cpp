@@ -145,6 +145,32 @@ TEST(EngineProperties, TwoRunsAgreeBitwise) {
   expect_bitwise_equal(full_run(pb, options, dy, HostTensor()), full_run(pb, options, dy, HostTensor()), "rerun");
 }
 
+// Readings and the final bank never depend on the snapshot mode (SPEC Z.7); the saved
+// buffer shrinks with the mode (f32 bank: none > bf16 > fp8 > int4), and "bf16" on a bf16
+// bank is "none".
+TEST(EngineProperties, SnapshotModeLeavesTheForwardUnchanged) {
+  for (DType bank : {DType::f32, DType::bf16}) {
+    const ProblemSpec spec = spec_of(3, 90, 4, 3, 11, 20, 4, bank, 115);
+    const Problem pb = make_problem(spec);
+    WriteReadOptions options = options_for(spec, 16);
+    const ForwardRun none = engine_forward_saving(pb, options);
+    std::int64_t previous_bytes = none.saved.numel();
+    for (SnapshotQuant mode : {SnapshotQuant::bf16, SnapshotQuant::fp8, SnapshotQuant::int4}) {
+      options.snapshot_quant = mode;
+      const ForwardRun run = engine_forward_saving(pb, options);
+      const std::string what = std::string(dtype_name(bank)) + " " + snapshot_quant_name(mode);
+      EXPECT_TRUE(run.readings.bitwise_equal(none.readings)) << what;
+      EXPECT_TRUE(run.final_bank.bitwise_equal(none.final_bank)) << what;
+      if (bank == DType::bf16 && mode == SnapshotQuant::bf16) {
+        EXPECT_TRUE(run.saved.bitwise_equal(none.saved)) << what;
+      } else {
+        EXPECT_LT(run.saved.numel(), previous_bytes) << what;
+      }
+      previous_bytes = run.saved.numel();
+    }
+  }
+}
+
 // ---- what the backward leaves behind -------------------------------------------------------
 
 // The working bank is restored in place to the initial bank, bit for bit (snapshot "none").
