@@ -7,8 +7,8 @@
 //   2. scale = f32(rnd_bf16(max(amax * f32(1 / qmax), 1e-12)))      qmax: fp8 448, int4 7
 //   3. q     = rnd_bf16(x / scale)   (IEEE f32 division, or the reciprocal multiply with one
 //              FMA correction, equal through the final byte / nibble: tested exhaustively)
-//   4. fp8:  byte = e4m3(q), round to nearest even, saturating to +-448 (inf too); NaN ->
-//            0x7f / 0xff (sign kept). int4: nibble = clamp(rint(q), -8, 7) & 0xf with rint
+//   4. fp8:  byte = e4m3(q), round to nearest even, saturating to +-448 (inf too); every NaN
+//            -> 0x7f (the sign of a NaN quotient differs between x86 and CUDA). int4: nibble = clamp(rint(q), -8, 7) & 0xf with rint
 //            half to even (NaN -> 0, a choice of this project); byte i = element 2i in the
 //            high nibble, 2i + 1 in the low nibble; odd hd: the last low nibble is 0
 //   5. decode: e4m3 S EEEE MMM -> (-1)^S 2^(E-7) (1 + M/8) (E != 0), (-1)^S M 2^-9 (E = 0),
@@ -16,7 +16,8 @@
 //            restored x' = rnd_E(f32(q) * f32(rnd_E(scale)))
 // Every function is a pure function of its arguments with IEEE f32 round-to-nearest
 // arithmetic (no contraction: explicit __fmul_rn / __fdiv_rn on the device), so CPU and
-// CUDA produce the same bits.
+// CUDA produce the same codes and scales (checked on an H200 for every bf16 value against 839
+// scales); restored NaNs may differ in sign.
 #pragma once
 
 #include <cmath>
@@ -98,12 +99,13 @@ SDM_HOST_DEVICE float quant_quotient_fast(float x, float scale, float reciprocal
 // ---- 4-5. e4m3 -------------------------------------------------------------------------
 
 // f32 -> e4m3 (OCP E4M3FN: bias 7, no infinities), round to nearest even, saturating
-// (|q| >= 448, inf included, gives +-448); NaN -> 0x7f with the sign bit kept.
+// (|q| >= 448, inf included, gives +-448). Every NaN gives 0x7f: x86 and CUDA disagree on the
+// sign of NaNs that arithmetic produces (inf / inf), and the byte must not.
 SDM_HOST_DEVICE std::uint8_t e4m3_from_float(float q) {
   const std::uint32_t bits = float_bits(q);
   const auto sign = static_cast<std::uint8_t>((bits >> 24) & 0x80u);
   const std::uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return static_cast<std::uint8_t>(sign | kE4m3NanCode);
+  if (magnitude > 0x7f800000u) return kE4m3NanCode;
   if (magnitude >= 0x43e00000u) return static_cast<std::uint8_t>(sign | kE4m3MaxCode);  // >= 448
   if (magnitude < 0x3c800000u) {
     // Below 2^-6: subnormal codes in units of 2^-9 (the scaling is exact; rintf is RNE).
