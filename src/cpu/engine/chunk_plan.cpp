@@ -106,9 +106,12 @@ void place_reads(ChunkPlan& plan) {
       const std::int32_t g = find_group(plan, plan.q_row[q]);
       std::int32_t end = 0;
       if (g >= 0) {
+        // The group's entries are in token order: the first one after token i ends the range.
         const WriteGroup& group = plan.groups[at(g)];
-        end = group.begin;
-        while (end < group.end && plan.token_of_write(plan.write_order[at(end)]) <= i) ++end;
+        const auto first = plan.write_order.begin() + group.begin;
+        const auto after = std::partition_point(first, plan.write_order.begin() + group.end,
+                                                [&](std::int32_t e) { return plan.token_of_write(e) <= i; });
+        end = static_cast<std::int32_t>(after - plan.write_order.begin());
         if (end > group.begin) plan.Lq[q] = plan.L[at(plan.write_order[at(end - 1)])];
       }
       plan.q_group[q] = g;

@@ -5,9 +5,9 @@
 //
 // Metric: rel error max|engine - reference| / max|reference| over the readings and over the
 // final bank. Tolerances:
-//   f32 bank  1e-4  (f32 arithmetic against float64; measured <= 2e-7 on these shapes)
+//   f32 bank  1e-4  (f32 arithmetic against float64; measured <= 2.7e-7 on these shapes)
 //   bf16 bank 2e-2  (readings and bank rows are rounded to bf16: 2^-9 ~ 2e-3 per rounding,
-//                    compounded over the chunks; measured <= 6e-3 on these shapes)
+//                    compounded over the chunks; measured <= 6.1e-3 on these shapes)
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -71,6 +71,12 @@ std::vector<ForwardCase> forward_cases() {
   ForwardCase f32_bank_bf16_inputs = {"f32_bf16_inputs_C16", spec_of(1, 50, 2, 5, 8, 9, 2, DType::f32, 21), 16};
   f32_bank_bf16_inputs.spec.input = DType::bf16;
   cases.push_back(f32_bank_bf16_inputs);
+  ForwardCase full_256 = {"f32_T300_C256_full_chunks", spec_of(3, 300, 3, 2, 5, 24, 1, DType::f32, 22), 256};
+  cases.push_back(full_256);
+  ForwardCase wide = {"bf16_W256_R256", spec_of(1, 9, 256, 256, 3, 300, 256, DType::bf16, 23), 4};
+  cases.push_back(wide);
+  ForwardCase wide32 = {"f32_W256_R256", spec_of(1, 9, 256, 256, 3, 300, 1, DType::f32, 24), 4};
+  cases.push_back(wide32);
   return cases;
 }
 
