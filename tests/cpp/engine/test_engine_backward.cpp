@@ -127,7 +127,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BackwardVsReference, ::testing::ValuesIn(backwa
 
 // Independent of the reference backward: central finite differences of the float64
 // reference forward (f64 bank, same values), loss <readings, dy> + <final bank, dF>.
-// Tolerance 1e-5 (f32 engine vs h = 1e-6 differences; measured ~3e-7).
+// Tolerance 1e-5 (f32 engine vs h = 1e-6 differences; measured <= 1.3e-7).
 class BackwardVsFiniteDifferences : public ::testing::TestWithParam<std::int64_t> {};
 
 TEST_P(BackwardVsFiniteDifferences, EveryGradient) {
@@ -171,7 +171,9 @@ TEST_P(BackwardVsFiniteDifferences, EveryGradient) {
       (q.*grad.field).set(i, x - h);
       numeric[static_cast<std::size_t>(i)] = (up - loss(q)) / (2 * h);
     }
-    EXPECT_LE(rel_error(grad.got.to_f64(), numeric), 1e-5) << "G = " << G << ": gradient of " << grad.name;
+    const double error = rel_error(grad.got.to_f64(), numeric);
+    EXPECT_LE(error, 1e-5) << "G = " << G << ": gradient of " << grad.name;
+    RecordProperty(std::string(grad.name) + "_rel_error", format_error(error));
   }
 }
 
