@@ -1,0 +1,141 @@
+"""Loads the torch.ops.sdm operators and registers what lives on the Python side of them:
+the fake (meta) kernels that let torch.compile trace the ops, and the autograd formulas of
+the functional ops. No math happens here: every kernel is C++ (bindings/torch/)."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import torch
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _library_path() -> str:
+    found = sorted(glob.glob(os.path.join(_HERE, "_C*.so")))
+    if not found:
+        raise ImportError(
+            f"sdm: the compiled operator library (_C.so) is missing from {_HERE}; "
+            "install the package with `pip install --no-build-isolation .`"
+        )
+    return found[0]
+
+
+torch.ops.load_library(_library_path())
+
+_INPUT_NAMES = ("k_idx", "k_val", "v", "beta", "g", "q_idx", "q_val")
+
+
+def _static(t: torch.Tensor) -> torch.Tensor:
+    """`t`, or a tensor of the same concrete shape when its sizes are symbolic: the saved
+    buffer's size is a shape-only C++ function of concrete sizes (it specialises)."""
+    if all(isinstance(s, int) for s in t.shape):
+        return t
+    return t.new_empty([int(s) for s in t.shape])
+
+
+# ---- fake kernels: output metadata only --------------------------------------------------
+
+
+@torch.library.register_fake("sdm::write_read_")
+def _write_read_inplace_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, **options):
+    return v.new_empty(v.shape, dtype=memory.dtype)
+
+
+@torch.library.register_fake("sdm::write_read")
+def _write_read_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, *, validate=True, **options):
+    tensors = [_static(t) for t in (memory, k_idx, k_val, v, beta, g, q_idx, q_val)]
+    nbytes = torch.ops.sdm.write_read_saved_bytes(*tensors, device=memory.device, **options)
+    readings = v.new_empty(v.shape, dtype=memory.dtype)
+    final_bank = memory.new_empty(memory.shape)
+    saved = memory.new_empty((nbytes,), dtype=torch.uint8)
+    return readings, final_bank, saved
+
+
+def _grads_like(memory_grad_dtype, memory, k_val, v, beta, g, q_val):
+    return (
+        memory.new_empty(memory.shape, dtype=memory_grad_dtype),
+        torch.empty_like(k_val, memory_format=torch.contiguous_format),
+        torch.empty_like(v, memory_format=torch.contiguous_format),
+        torch.empty_like(beta, memory_format=torch.contiguous_format),
+        torch.empty_like(g, memory_format=torch.contiguous_format),
+        torch.empty_like(q_val, memory_format=torch.contiguous_format),
+    )
+
+
+def bank_grad_dtype(bank_dtype: torch.dtype, grad_bank_fp32: bool) -> torch.dtype:
+    """dtype of the bank gradient write_read_backward returns (SPEC Z.6)."""
+    if bank_dtype == torch.bfloat16 and not grad_bank_fp32:
+        return torch.bfloat16
+    return torch.float32
+
+
+@torch.library.register_fake("sdm::write_read_backward")
+def _write_read_backward_fake(final_bank, saved, k_idx, k_val, v, beta, g, q_idx, q_val, grad_readings,
+                              grad_final_bank, *, grad_bank_fp32=False, **options):
+    dtype = bank_grad_dtype(final_bank.dtype, grad_bank_fp32)
+    return _grads_like(dtype, final_bank, k_val, v, beta, g, q_val)
+
+
+@torch.library.register_fake("sdm::decode_step")
+def _decode_step_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, **options):
+    return v.new_empty(v.shape, dtype=memory.dtype)
+
+
+@torch.library.register_fake("sdm::reference_write_read")
+def _reference_write_read_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, **options):
+    return v.new_empty(v.shape, dtype=memory.dtype), memory.new_empty(memory.shape)
+
+
+@torch.library.register_fake("sdm::reference_write_read_backward")
+def _reference_write_read_backward_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, grad_readings,
+                                        grad_final_bank, **options):
+    return _grads_like(memory.dtype, memory, k_val, v, beta, g, q_val)
+
+
+# ---- autograd of the functional ops (SPEC Z.2) --------------------------------------------
+# Gradients reach the initial bank and every float input (k_val, v, beta, g, q_val); an
+# incoming final-bank gradient is passed to the backward. The backward op works on its own
+# clone of the final bank, so no tensor the caller can see is modified. The indices are
+# integers and get no gradient.
+
+
+def _write_read_setup(ctx, inputs, keyword_only_inputs, output):
+    memory, k_idx, k_val, v, beta, g, q_idx, q_val = inputs
+    _readings, final_bank, saved = output
+    ctx.save_for_backward(final_bank, saved, k_idx, k_val, v, beta, g, q_idx, q_val)
+    ctx.options = dict(keyword_only_inputs)
+    ctx.memory_dtype = memory.dtype
+
+
+def _write_read_backward(ctx, grad_readings, grad_final_bank, _grad_saved):
+    final_bank, saved, k_idx, k_val, v, beta, g, q_idx, q_val = ctx.saved_tensors
+    if grad_readings is None:
+        grad_readings = v.new_zeros(v.shape, dtype=final_bank.dtype)
+    options = dict(ctx.options)
+    # The forward checked these same indices (autograd refuses saved tensors changed since).
+    options["validate"] = False
+    d_memory, d_k_val, d_v, d_beta, d_g, d_q_val = torch.ops.sdm.write_read_backward(
+        final_bank, saved, k_idx, k_val, v, beta, g, q_idx, q_val, grad_readings, grad_final_bank, **options)
+    return d_memory.to(ctx.memory_dtype), None, d_k_val, d_v, d_beta, d_g, None, d_q_val
+
+
+torch.library.register_autograd("sdm::write_read", _write_read_backward, setup_context=_write_read_setup)
+
+
+def _reference_setup(ctx, inputs, keyword_only_inputs, output):
+    ctx.save_for_backward(*inputs)
+    ctx.options = dict(keyword_only_inputs)
+
+
+def _reference_backward(ctx, grad_readings, grad_final_bank):
+    memory, k_idx, k_val, v, beta, g, q_idx, q_val = ctx.saved_tensors
+    if grad_readings is None:
+        grad_readings = v.new_zeros(v.shape, dtype=memory.dtype)
+    d_memory, d_k_val, d_v, d_beta, d_g, d_q_val = torch.ops.sdm.reference_write_read_backward(
+        memory, k_idx, k_val, v, beta, g, q_idx, q_val, grad_readings, grad_final_bank, **ctx.options)
+    return d_memory, None, d_k_val, d_v, d_beta, d_g, None, d_q_val
+
+
+torch.library.register_autograd("sdm::reference_write_read", _reference_backward, setup_context=_reference_setup)
