@@ -5,6 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <sys/resource.h>
+
 #include "sdm/ops.hpp"
 
 namespace sdm::bench {
@@ -76,6 +78,14 @@ struct Workspace {
   Buffer grad_bank, grad_k_val, grad_v, grad_beta, grad_g, grad_q_val;
 };
 
+// User + system CPU time of the process (every thread), in ms.
+double process_cpu_ms() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto ms = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3; };
+  return ms(usage.ru_utime) + ms(usage.ru_stime);
+}
+
 void restore_bank(const BenchInputs& in, const Buffer& bank) {
   std::memcpy(bank.data(), in.initial_bank.data(), in.initial_bank.bytes());
 }
@@ -139,13 +149,20 @@ PassResult run_pass(const BenchInputs& in, Pass pass, const PassSettings& settin
   }
 
   PassResult result;
+  double cpu_ms = 0.0, wall_ms = 0.0;
   for (int run = 0; run < settings.warmup + settings.repeat; ++run) {
     restore_bank(in, ws.bank);
+    const double cpu_start = process_cpu_ms();
     const auto start = std::chrono::steady_clock::now();
     run_once(in, pass, options, ws);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (run >= settings.warmup) result.ms.push_back(ms);
+    if (run >= settings.warmup) {
+      result.ms.push_back(ms);
+      wall_ms += ms;
+      cpu_ms += process_cpu_ms() - cpu_start;
+    }
   }
+  result.cpu_per_wall = cpu_ms / wall_ms;
   std::vector<double> sorted = result.ms;
   std::sort(sorted.begin(), sorted.end());
   const std::size_t n = sorted.size();

@@ -32,6 +32,9 @@ struct PassSettings {
 struct PassResult {
   std::vector<double> ms;  // one per repeat
   double median_ms = 0.0;
+  // Process CPU time (all threads) over wall time, summed over the repeats: close to the
+  // thread count when the threads ran undisturbed, lower when the machine was busy.
+  double cpu_per_wall = 0.0;
 };
 
 // Bytes the pass must move through memory at least (see the formula in bench_passes.cpp).

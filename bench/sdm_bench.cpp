@@ -7,7 +7,7 @@
 // Measures the DRAM copy bandwidth with the same thread count first, then times each
 // (config, pass): the median of --repeat runs after --warmup untimed runs. Prints a
 // markdown table (config, pass, bank, threads, ms, tokens/s, bytes moved, GB/s, fraction
-// of the copy bandwidth) and, with --json, writes the same rows as JSON. The bytes are
+// of the copy bandwidth, CPU time / wall time) and, with --json, writes the same rows as JSON. The bytes are
 // the minimum each pass must move (formula in bench_passes.cpp).
 #include <algorithm>
 #include <cstdio>
@@ -152,7 +152,7 @@ void write_json(const std::string& path, const Cli& cli, const CopyBandwidth& co
         << ", \"C\": " << c.C << ", \"G\": " << c.G << ", \"ms_median\": " << r.timing.median_ms << ", \"ms\": [";
     for (std::size_t k = 0; k < r.timing.ms.size(); ++k) out << (k ? ", " : "") << r.timing.ms[k];
     out << "], \"tokens_per_s\": " << r.tokens_per_s << ", \"bytes\": " << r.bytes << ", \"gb_per_s\": " << r.gb_per_s
-        << ", \"fraction_of_copy\": " << r.fraction << "}";
+        << ", \"fraction_of_copy\": " << r.fraction << ", \"cpu_per_wall\": " << r.timing.cpu_per_wall << "}";
   }
   out << "\n  ]\n}\n";
 }
@@ -164,8 +164,8 @@ int run(int argc, char** argv) {
   const CopyBandwidth copy = measure_copy_bandwidth(cli.copy_mib << 20, cli.settings.threads, 5);
   std::printf("copy bandwidth: %.2f GB/s (memcpy of %zu MiB, %d threads, best of %d, read + write bytes)\n\n",
               copy.gb_per_s, cli.copy_mib, copy.threads, copy.trials);
-  std::printf("| config | pass | bank | threads | ms | tokens/s | bytes moved (MB) | GB/s | fraction of copy |\n");
-  std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| config | pass | bank | threads | ms | tokens/s | bytes moved (MB) | GB/s | fraction of copy | CPU/wall |\n");
+  std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
   std::fflush(stdout);
 
   std::vector<Row> rows;
@@ -179,9 +179,10 @@ int run(int argc, char** argv) {
       row.tokens_per_s = static_cast<double>(config.P * config.T) / seconds;
       row.gb_per_s = row.bytes / seconds / 1e9;
       row.fraction = row.gb_per_s / copy.gb_per_s;
-      std::printf("| %s | %s | %s | %d | %.2f | %.0f | %.1f | %.2f | %.3f |\n", config.name.c_str(), pass_name(pass),
-                  cli.bank == DType::bf16 ? "bf16" : "f32", cli.settings.threads, row.timing.median_ms,
-                  row.tokens_per_s, row.bytes / 1e6, row.gb_per_s, row.fraction);
+      std::printf("| %s | %s | %s | %d | %.2f | %.0f | %.1f | %.2f | %.3f | %.2f |\n", config.name.c_str(),
+                  pass_name(pass), cli.bank == DType::bf16 ? "bf16" : "f32", cli.settings.threads,
+                  row.timing.median_ms, row.tokens_per_s, row.bytes / 1e6, row.gb_per_s, row.fraction,
+                  row.timing.cpu_per_wall);
       std::fflush(stdout);
       rows.push_back(row);
     }
