@@ -42,13 +42,13 @@ void load_token_rows(const BackwardJob& job, BackwardScratch& ws) {
   const auto& sh = job.shape;
   const ChunkPlan& plan = ws.plan;
   const std::int64_t token0 = plan.stream * sh.T + plan.t0;
+  const SavedLayout& layout = job.layout;
   const size_t bytes = at(sh.hd) * sizeof(float);
   for (std::int64_t i = 0; i < plan.n; ++i) {
     const std::int64_t token = token0 + i;
     load_elements(job.grad_readings, token * sh.hd, sh.hd, &ws.dy[at(i * sh.hd)]);
-    std::memcpy(&ws.delta[at(i * sh.hd)], job.saved + job.layout.token_offset(job.layout.delta, token, sh.hd, 0), bytes);
-    std::memcpy(&ws.res[at(i * sh.hd)], job.saved + job.layout.token_offset(job.layout.residual, token, sh.hd, 0),
-                bytes);
+    std::memcpy(&ws.delta[at(i * sh.hd)], job.saved + layout.token_offset(layout.delta, token, sh.hd, 0), bytes);
+    std::memcpy(&ws.res[at(i * sh.hd)], job.saved + layout.token_offset(layout.residual, token, sh.hd, 0), bytes);
   }
 }
 

@@ -67,7 +67,6 @@ void group_writes(ChunkPlan& plan) {
       plan.L[e] = running;
       plan.k_group[e] = index;
     }
-    group.log_decay = running;
     group.decay = std::exp(running);
     float after = 0.0f;
     for (std::int32_t s = group.end - 1; s >= group.begin; --s) {

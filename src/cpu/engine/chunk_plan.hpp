@@ -45,8 +45,7 @@ inline constexpr std::int64_t kMaskedRow = -1;
 struct WriteGroup {
   std::int32_t begin = 0, end = 0;
   std::int64_t row = 0;
-  float log_decay = 0.0f;  // Lambda_s
-  float decay = 1.0f;      // expf(Lambda_s)
+  float decay = 1.0f;  // expf(Lambda_s), Lambda_s = the sum of the group's gammas
 };
 
 // The valid read entries of one bank row in one chunk, sorted by (token, lane): read-sorted

@@ -13,9 +13,9 @@ std::size_t align_up(std::size_t bytes) { return (bytes + kSavedAlign - 1) / kSa
 SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptions& options) {
   SavedLayout layout;
   layout.snapshot = snapshot_format(shape.bank, options.snapshot_quant, shape.hd);
-  layout.chunks = shape.num_time_chunks() * shape.P;
   layout.rows_per_chunk = shape.C * shape.W;
-  const auto snapshot_rows = static_cast<std::size_t>(layout.chunks * layout.rows_per_chunk);
+  const std::int64_t chunks = shape.num_time_chunks() * shape.P;  // N
+  const auto snapshot_rows = static_cast<std::size_t>(chunks * layout.rows_per_chunk);
   const std::size_t token_rows = static_cast<std::size_t>(shape.P * shape.T * shape.hd) * sizeof(float);
 
   layout.delta = 0;

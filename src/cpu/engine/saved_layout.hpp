@@ -31,7 +31,6 @@ inline constexpr std::size_t kSavedAlign = 64;
 
 struct SavedLayout {
   SnapshotFormat snapshot;
-  std::int64_t chunks = 0;          // N = Nt * P
   std::int64_t rows_per_chunk = 0;  // C * W
   std::size_t delta = 0, residual = 0, snapshot_rows = 0, scales = 0;  // region offsets
   std::size_t total = 0;
