@@ -1,0 +1,267 @@
+// bench_cuda.cu - GPU benchmark of the CUDA engine on the configurations of issue 6.
+//
+//   sdm_gpu_bench [--json FILE] [--configs small,readme,...] [--reps N]
+//
+// Per config: the chunked op's no-grad forward and saving forward (validate=False, chunk 64,
+// bf16 bank, bf16 k_val / v / q_val, f32 beta / g, int32 indices, inputs drawn on the device),
+// or the decode step (eager through the public API, and replayed from a CUDA graph of 100 steps).
+// Reports the median of N timed runs (CUDA events, after one warm-up), tokens/s, the bytes that
+// must move (per token: W rows read + W rows written + R rows read, plus W snapshot rows written
+// in a saving call) and that traffic's bandwidth as a fraction of the device-to-device copy
+// bandwidth measured in the same run (bytes read + written). Exits 0 with a message without a GPU.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/validate.hpp"
+#include "cuda/stream_api.hpp"
+#include "device_tensor.hpp"
+#include "sdm/ops.hpp"
+
+namespace {
+
+using namespace sdm;
+using namespace sdm::testing;
+
+struct Config {
+  const char* name;
+  std::int64_t hd, sps, W, R, P, T;  // T == 1 and decode: P streams, one token
+  bool decode;
+};
+
+const Config kConfigs[] = {
+    {"small", 128, 16384, 16, 16, 4, 2048, false},   {"readme", 768, 36864, 64, 64, 2, 8192, false},
+    {"big", 2048, 262144, 64, 64, 2, 8192, false},   {"flagship", 1024, 65536, 128, 128, 8, 4096, false},
+    {"decode8", 768, 36864, 64, 64, 8, 1, true},     {"decode64", 768, 36864, 64, 64, 64, 1, true},
+};
+
+// ---- inputs drawn on the device ----------------------------------------------------------
+
+__device__ std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__device__ float uniform(std::uint64_t seed, std::int64_t i) {  // [0, 1)
+  return static_cast<float>(mix(seed * 0x100000001b3ull + static_cast<std::uint64_t>(i)) >> 40) * 0x1p-24f;
+}
+
+__global__ void fill_float(void* out, bool bf16, std::int64_t n, std::uint64_t seed, float lo, float hi) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float x = lo + (hi - lo) * uniform(seed, i);
+    if (bf16) static_cast<std::uint16_t*>(out)[i] = static_cast<std::uint16_t>(__float_as_uint(x) >> 16);
+    else static_cast<float*>(out)[i] = x;
+  }
+}
+
+// W distinct slots of stream p per token: offset + w*stride + jitter (jitter < stride), mod sps.
+__global__ void fill_slots(std::int32_t* out, std::int64_t P, std::int64_t T, std::int64_t width, std::int64_t sps,
+                           std::uint64_t seed) {
+  const std::int64_t n = P * T * width, stride = sps / width;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t token = i / width, w = i % width, p = token / T;
+    const std::int64_t offset = static_cast<std::int64_t>(mix(seed ^ static_cast<std::uint64_t>(token)) % sps);
+    const std::int64_t jitter = static_cast<std::int64_t>(mix(seed + static_cast<std::uint64_t>(i)) % stride);
+    out[i] = static_cast<std::int32_t>(p * sps + (offset + w * stride + jitter) % sps);
+  }
+}
+
+void fill(DeviceTensor& t, std::uint64_t seed, float lo, float hi) {
+  const std::int64_t n = static_cast<std::int64_t>(t.bytes() / dtype_size(t.ref().dtype));
+  fill_float<<<1024, 256>>>(t.data(), t.ref().dtype == DType::bf16, n, seed, lo, hi);
+  cuda_ok(cudaGetLastError(), "fill_float");
+}
+
+struct Inputs {
+  DeviceTensor memory, k_idx, k_val, v, beta, g, q_idx, q_val, readings;
+  Inputs(const Config& c) {
+    const std::vector<std::int64_t> lead = c.decode ? std::vector<std::int64_t>{c.P} : std::vector<std::int64_t>{c.P, c.T};
+    const auto with = [&](std::int64_t last) {
+      std::vector<std::int64_t> s = lead;
+      s.push_back(last);
+      return s;
+    };
+    memory = DeviceTensor(DType::bf16, {c.P * c.sps, c.hd});
+    k_idx = DeviceTensor(DType::i32, with(c.W));
+    q_idx = DeviceTensor(DType::i32, with(c.R));
+    k_val = DeviceTensor(DType::bf16, with(c.W));
+    q_val = DeviceTensor(DType::bf16, with(c.R));
+    v = DeviceTensor(DType::bf16, with(c.hd));
+    beta = DeviceTensor(DType::f32, with(1));
+    g = DeviceTensor(DType::f32, with(1));
+    readings = DeviceTensor(DType::bf16, with(c.hd));
+    fill(memory, 1, -0.1f, 0.1f);
+    fill(k_val, 2, -0.3f, 0.3f);
+    fill(q_val, 3, -0.3f, 0.3f);
+    fill(v, 4, -0.1f, 0.1f);
+    fill(beta, 5, 0.0f, 0.3f);
+    fill(g, 6, -0.5f, -0.01f);
+    const std::int64_t tokens = c.decode ? c.P : c.P * c.T;
+    fill_slots<<<1024, 256>>>(static_cast<std::int32_t*>(k_idx.data()), c.P, tokens / c.P, c.W, c.sps, 7);
+    fill_slots<<<1024, 256>>>(static_cast<std::int32_t*>(q_idx.data()), c.P, tokens / c.P, c.R, c.sps, 8);
+    cuda_ok(cudaDeviceSynchronize(), "input generation");
+  }
+  WriteReadArgs args() const {
+    return {memory.ref(), k_idx.ref(), k_val.ref(), v.ref(), beta.ref(), g.ref(), q_idx.ref(), q_val.ref()};
+  }
+};
+
+// ---- timing ------------------------------------------------------------------------------
+
+template <typename F>
+double median_ms(int reps, F&& body) {
+  cudaEvent_t start, stop;
+  cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
+  cuda_ok(cudaEventCreate(&stop), "cudaEventCreate");
+  body();  // warm-up
+  cuda_ok(cudaDeviceSynchronize(), "warm-up");
+  std::vector<float> ms;
+  for (int r = 0; r < reps; ++r) {
+    cuda_ok(cudaEventRecord(start, cudaStreamLegacy), "cudaEventRecord");
+    body();
+    cuda_ok(cudaEventRecord(stop, cudaStreamLegacy), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float t = 0;
+    cuda_ok(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Device-to-device copy bandwidth, bytes read + written per second.
+double copy_bandwidth() {
+  const std::size_t bytes = std::size_t{2} << 30;
+  void *a = nullptr, *b = nullptr;
+  cuda_ok(cudaMalloc(&a, bytes), "cudaMalloc");
+  cuda_ok(cudaMalloc(&b, bytes), "cudaMalloc");
+  cuda_ok(cudaMemset(a, 1, bytes), "cudaMemset");
+  const double ms = median_ms(7, [&] { cuda_ok(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, cudaStreamLegacy), "copy"); });
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
+}
+
+struct Row {
+  std::string config, mode;
+  double ms, tokens_per_s, gbytes, fraction;
+};
+
+Row make_row(const Config& c, const char* mode, double ms, bool snapshot, double copy_bw) {
+  const double tokens = static_cast<double>(c.P * c.T);
+  const double rows = static_cast<double>(2 * c.W + c.R + (snapshot ? c.W : 0));
+  const double bytes = tokens * rows * static_cast<double>(c.hd) * 2.0;
+  return {c.name, mode, ms, tokens / (ms * 1e-3), bytes * 1e-9, bytes / (ms * 1e-3) / copy_bw};
+}
+
+void bench_chunked(const Config& c, int reps, double copy_bw, std::vector<Row>& rows) {
+  Inputs in(c);
+  WriteReadOptions opt;
+  opt.slots_per_stream = c.sps;
+  opt.chunk_size = 64;
+  opt.validate = false;
+  const WriteReadArgs args = in.args();
+  rows.push_back(make_row(c, "forward no-grad", median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }),
+                          false, copy_bw));
+  opt.validate = true;
+  rows.push_back(make_row(c, "forward no-grad, validate",
+                          median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }), false, copy_bw));
+  opt.validate = false;
+  DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(args, opt))});
+  rows.push_back(make_row(c, "forward saving",
+                          median_ms(reps, [&] { write_read_forward_saving(args, in.readings.ref(), saved.ref(), opt); }),
+                          true, copy_bw));
+}
+
+void bench_decode(const Config& c, int reps, double copy_bw, std::vector<Row>& rows) {
+  Inputs in(c);
+  DecodeOptions opt;
+  opt.slots_per_stream = c.sps;
+  opt.validate = false;
+  const WriteReadArgs args = in.args();
+  constexpr int kSteps = 100;
+  const double eager = median_ms(reps, [&] {
+    for (int s = 0; s < kSteps; ++s) decode_step(args, in.readings.ref(), opt);
+  });
+  rows.push_back(make_row(c, "decode step, eager", eager / kSteps, false, copy_bw));
+
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  const core::DecodeShape shape = core::validate_decode(args, in.readings.ref(), opt, core::BankDTypes::engine);
+  cudaGraph_t graph;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  for (int s = 0; s < kSteps; ++s) cuda::decode_step_on_stream(args, in.readings.ref(), shape, opt, stream);
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec;
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  const double graphed = median_ms(reps, [&] {
+    cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  });
+  rows.push_back(make_row(c, "decode step, graph replay", graphed / kSteps, false, copy_bw));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path, only;
+  int reps = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else if (a == "--configs" && i + 1 < argc) only = "," + std::string(argv[++i]) + ",";
+    else if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
+  }
+  if (!cuda_device_available()) {
+    std::printf("sdm_gpu_bench: skipped (no CUDA device)\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  const double copy_bw = copy_bandwidth();
+  std::printf("device: %s, %d SMs; measured copy bandwidth %.0f GB/s (read + write)\n", prop.name,
+              prop.multiProcessorCount, copy_bw * 1e-9);
+  std::vector<Row> rows;
+  for (const Config& c : kConfigs) {
+    if (!only.empty() && only.find("," + std::string(c.name) + ",") == std::string::npos) continue;
+    std::printf("running %s ...\n", c.name);
+    std::fflush(stdout);
+    if (c.decode) bench_decode(c, reps, copy_bw, rows);
+    else bench_chunked(c, reps, copy_bw, rows);
+  }
+  std::printf("\n| config | mode | ms | tokens/s | GB must move | fraction of copy bw |\n|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::printf("| %s | %s | %.4f | %.3g | %.4f | %.3f |\n", r.config.c_str(), r.mode.c_str(), r.ms, r.tokens_per_s,
+                r.gbytes, r.fraction);
+  }
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (f != nullptr) {
+      std::fprintf(f, "{\"device\": \"%s\", \"copy_bandwidth_gbs\": %.1f, \"rows\": [\n", prop.name, copy_bw * 1e-9);
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const Row& r = rows[i];
+        std::fprintf(f, "  {\"config\": \"%s\", \"mode\": \"%s\", \"ms\": %.6f, \"tokens_per_s\": %.1f, "
+                        "\"gbytes_must_move\": %.6f, \"fraction_of_copy_bw\": %.4f}%s\n",
+                     r.config.c_str(), r.mode.c_str(), r.ms, r.tokens_per_s, r.gbytes, r.fraction,
+                     i + 1 < rows.size() ? "," : "");
+      }
+      std::fprintf(f, "]}\n");
+      std::fclose(f);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,575 @@
+// test_cuda_engine.cpp - GPU tests of the CUDA engine (issue 6). A plain program (the GPU machine
+// has no GoogleTest): each test prints its measured errors and PASS / FAIL lines; the exit status
+// is the number of failed checks (capped at 1). Without a CUDA device it prints a message and
+// exits 0.
+//
+// Oracles: the float64 reference (sdm::reference) on host copies of fresh random inputs, with the
+// tolerances of the project (relative error max|a-b| / max|b|: f32 bank 1e-4, bf16 bank 2e-2);
+// the host index check (core::check_*_indices) for the device check's messages; the CPU engine.
+// Bitwise checks: two runs, no-grad vs saving, eager vs CUDA-graph replay. Masking: guard rows
+// around the bank stay untouched and masked entries act as no-ops.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/validate.hpp"
+#include "cuda/stream_api.hpp"
+#include "device_tensor.hpp"
+#include "host_tensor.hpp"
+#include "problem.hpp"
+#include "sdm/error.hpp"
+#include "sdm/ops.hpp"
+#include "sdm/reference.hpp"
+
+namespace {
+
+using namespace sdm;
+using namespace sdm::testing;
+
+int g_checks = 0, g_failures = 0;
+
+void expect(bool ok, const std::string& what) {
+  ++g_checks;
+  if (!ok) {
+    ++g_failures;
+    std::printf("    FAIL %s\n", what.c_str());
+  }
+}
+
+// Records `value` against `bound` (NaN fails) and prints it.
+void expect_error_at_most(double value, double bound, const std::string& what) {
+  const bool ok = value <= bound;
+  std::printf("    %-44s %.3e  (<= %.0e) %s\n", what.c_str(), value, bound, ok ? "ok" : "FAIL");
+  ++g_checks;
+  if (!ok) ++g_failures;
+}
+
+double tolerance(DType bank) { return bank == DType::bf16 ? 2e-2 : 1e-4; }
+
+std::string describe(const ProblemSpec& s, std::int64_t C) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "P%lld T%lld W%lld R%lld hd%lld sps%lld C%lld G%lld %s %s",
+                static_cast<long long>(s.P), static_cast<long long>(s.T), static_cast<long long>(s.W),
+                static_cast<long long>(s.R), static_cast<long long>(s.hd), static_cast<long long>(s.slots_per_stream),
+                static_cast<long long>(C), static_cast<long long>(s.G), dtype_name(s.bank), dtype_name(s.index));
+  return buf;
+}
+
+void sync() { cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+// Readings buffer filled with 0xff bytes (NaN in f32 and bf16): unwritten elements show up.
+DeviceTensor poisoned(DType dtype, std::vector<std::int64_t> sizes) {
+  DeviceTensor t(dtype, std::move(sizes));
+  cuda_ok(cudaMemset(t.data(), 0xff, t.bytes()), "cudaMemset");
+  return t;
+}
+
+WriteReadOptions options_for(const ProblemSpec& s, std::int64_t C, bool validate = true) {
+  WriteReadOptions o;
+  o.slots_per_stream = s.slots_per_stream;
+  o.chunk_size = C;
+  o.validate = validate;
+  return o;
+}
+
+// Runs the float64 reference on a copy of pb: readings f64 [P, T, hd], final bank (bank dtype).
+struct Expected {
+  HostTensor readings, bank;
+};
+Expected reference_run(const Problem& pb, const WriteReadOptions& opt) {
+  Problem copy = pb;
+  Expected out{HostTensor(DType::f64, {pb.spec.P, pb.spec.T, pb.spec.hd}), HostTensor()};
+  reference::write_read_forward(copy.args(), out.readings.ref(), opt);
+  out.bank = copy.memory;
+  return out;
+}
+
+// ---- chunked forward vs the float64 reference ------------------------------------------
+
+void chunked_vs_reference(const ProblemSpec& spec, std::int64_t C) {
+  std::printf("  chunked %s\n", describe(spec, C).c_str());
+  const Problem pb = make_problem(spec);
+  const WriteReadOptions opt = options_for(spec, C);
+  const Expected want = reference_run(pb, opt);
+  DeviceProblem dp(pb);
+  DeviceTensor readings = poisoned(spec.bank, {spec.P, spec.T, spec.hd});
+  write_read_forward(dp.args(), readings.ref(), opt);
+  sync();
+  expect_error_at_most(rel_error(readings.to_host(), want.readings), tolerance(spec.bank), "readings vs reference");
+  expect_error_at_most(rel_error(dp.memory.to_host(), want.bank), tolerance(spec.bank), "final bank vs reference");
+}
+
+void test_chunked_vs_reference() {
+  struct Case {
+    ProblemSpec spec;
+    std::int64_t C;
+  };
+  const auto spec = [](std::int64_t P, std::int64_t T, std::int64_t W, std::int64_t R, std::int64_t hd,
+                       std::int64_t sps, std::int64_t G, DType bank, DType index, std::uint64_t seed) {
+    ProblemSpec s;
+    s.P = P, s.T = T, s.W = W, s.R = R, s.hd = hd, s.slots_per_stream = sps, s.G = G, s.bank = bank, s.index = index;
+    s.seed = seed;
+    return s;
+  };
+  const DType f32 = DType::f32, bf16 = DType::bf16, i32 = DType::i32, i64 = DType::i64;
+  std::vector<Case> cases = {
+      {spec(2, 37, 3, 5, 13, 16, 1, f32, i32, 11), 8},      // T % C != 0, odd hd, W != R, heavy reuse
+      {spec(3, 50, 4, 2, 20, 32, 4, bf16, i64, 12), 16},    // hd % 4 == 0 but % 8 != 0, G = W
+      {spec(1, 64, 1, 1, 8, 4, 1, f32, i32, 13), 64},       // W = R = 1, 4 slots, one chunk
+      {spec(2, 33, 8, 8, 64, 64, 8, f32, i64, 14), 1},      // C = 1
+      {spec(2, 200, 5, 3, 7, 24, 5, f32, i32, 15), 7},      // C = 7, odd hd
+      {spec(2, 200, 16, 16, 128, 256, 1, bf16, i32, 16), 64},
+      {spec(1, 300, 2, 3, 9, 8, 1, f32, i32, 17), 256},     // C = 256: whole-chunk slot groups
+      {spec(2, 5, 6, 4, 16, 12, 6, f32, i32, 18), 64},      // C clamped to T = 5
+      {spec(3, 1, 4, 4, 24, 16, 1, bf16, i32, 19), 16},     // T = 1
+      {spec(1, 5, 256, 256, 16, 512, 256, f32, i32, 20), 64},  // W = R = 256
+      {spec(2, 40, 64, 64, 768, 4096, 1, bf16, i32, 21), 64},  // hd 768
+      {spec(2, 40, 64, 64, 768, 4096, 64, f32, i64, 22), 16},
+      {spec(1, 24, 16, 16, 2048, 1024, 1, f32, i32, 23), 16},  // hd 2048
+      {spec(1, 24, 16, 16, 2048, 1024, 16, bf16, i32, 24), 8},
+  };
+  for (const Case& c : cases) chunked_vs_reference(c.spec, c.C);
+}
+
+// ---- decode step vs the float64 reference ----------------------------------------------
+
+ProblemSpec decode_spec(std::int64_t streams, std::int64_t W, std::int64_t R, std::int64_t hd, std::int64_t sps,
+                        std::int64_t G, DType bank, DType index, std::uint64_t seed) {
+  ProblemSpec s;
+  s.P = streams, s.T = 1, s.W = W, s.R = R, s.hd = hd, s.slots_per_stream = sps, s.G = G, s.bank = bank;
+  s.index = index, s.beta_3d = true, s.seed = seed;
+  return s;
+}
+
+void test_decode_vs_reference() {
+  const std::vector<ProblemSpec> specs = {
+      decode_spec(5, 3, 4, 13, 16, 1, DType::f32, DType::i32, 31),
+      decode_spec(3, 16, 8, 64, 64, 16, DType::bf16, DType::i64, 32),
+      decode_spec(2, 256, 256, 40, 600, 1, DType::f32, DType::i32, 33),
+      decode_spec(8, 64, 64, 768, 36864, 1, DType::bf16, DType::i32, 34),
+      decode_spec(4, 7, 3, 2048, 100, 7, DType::f32, DType::i64, 35),
+  };
+  for (const ProblemSpec& spec : specs) {
+    for (const std::int64_t sps : {spec.slots_per_stream, std::int64_t{0}}) {
+      std::printf("  decode %s (options.slots_per_stream %lld)\n", describe(spec, 1).c_str(),
+                  static_cast<long long>(sps));
+      const Problem pb = make_problem(spec);
+      DecodeOptions opt;
+      opt.slots_per_stream = sps;
+      Problem ref = pb;
+      HostTensor want(DType::f64, {spec.P, 1, spec.hd});
+      reference::decode_step(ref.args(), want.ref(), opt);
+      DeviceProblem dp(pb);
+      DeviceTensor readings = poisoned(spec.bank, {spec.P, 1, spec.hd});
+      decode_step(dp.args(), readings.ref(), opt);
+      sync();
+      expect_error_at_most(rel_error(readings.to_host(), want), tolerance(spec.bank), "readings vs reference");
+      expect_error_at_most(rel_error(dp.memory.to_host(), ref.memory), tolerance(spec.bank), "bank vs reference");
+    }
+  }
+}
+
+// ---- decode == chunked -------------------------------------------------------------------
+
+// Token t of every stream of pb as a T = 1 problem (with a copy of pb's initial bank).
+Problem token_slice(const Problem& pb, std::int64_t t) {
+  const ProblemSpec& s = pb.spec;
+  Problem out;
+  out.spec = s;
+  out.spec.T = 1;
+  out.memory = pb.memory;
+  const auto slice = [&](const HostTensor& src, std::int64_t width) {
+    std::vector<std::int64_t> sizes = src.sizes();
+    sizes[1] = 1;
+    HostTensor dst(src.dtype(), sizes);
+    for (std::int64_t p = 0; p < s.P; ++p) {
+      for (std::int64_t k = 0; k < width; ++k) dst.set(p * width + k, src.get((p * s.T + t) * width + k));
+    }
+    return dst;
+  };
+  out.k_idx = slice(pb.k_idx, s.W);
+  out.k_val = slice(pb.k_val, s.W);
+  out.v = slice(pb.v, s.hd);
+  out.beta = slice(pb.beta, 1);
+  out.g = slice(pb.g, s.G);
+  out.q_idx = slice(pb.q_idx, s.R);
+  out.q_val = slice(pb.q_val, s.R);
+  return out;
+}
+
+void test_decode_equals_chunked() {
+  for (const DType bank : {DType::f32, DType::bf16}) {
+    ProblemSpec spec;
+    spec.P = 3, spec.T = 20, spec.W = 4, spec.R = 3, spec.hd = 24, spec.slots_per_stream = 32, spec.G = 4;
+    spec.bank = bank, spec.beta_3d = true, spec.seed = 41;
+    std::printf("  decode x T vs chunked %s\n", describe(spec, 8).c_str());
+    const Problem pb = make_problem(spec);
+    DeviceProblem chunked(pb);
+    DeviceTensor chunked_readings(bank, {spec.P, spec.T, spec.hd});
+    write_read_forward(chunked.args(), chunked_readings.ref(), options_for(spec, 8));
+
+    DeviceTensor bank_dev(pb.memory);
+    HostTensor decoded(bank, {spec.P, spec.T, spec.hd});
+    DecodeOptions dopt;
+    dopt.slots_per_stream = spec.slots_per_stream;
+    for (std::int64_t t = 0; t < spec.T; ++t) {
+      const DeviceProblem ds(token_slice(pb, t));
+      WriteReadArgs args = ds.args();
+      args.memory = bank_dev.ref();
+      DeviceTensor out(bank, {spec.P, 1, spec.hd});
+      decode_step(args, out.ref(), dopt);
+      const HostTensor got = out.to_host();
+      for (std::int64_t p = 0; p < spec.P; ++p) {
+        for (std::int64_t c = 0; c < spec.hd; ++c) decoded.set((p * spec.T + t) * spec.hd + c, got.get(p * spec.hd + c));
+      }
+    }
+    sync();
+    expect_error_at_most(rel_error(decoded, chunked_readings.to_host()), tolerance(bank), "decode readings vs chunked");
+    expect_error_at_most(rel_error(bank_dev.to_host(), chunked.memory.to_host()), tolerance(bank),
+                         "decode bank vs chunked");
+  }
+}
+
+// ---- bitwise: two runs, no-grad vs saving, graph replay vs eager -----------------------
+
+void test_bitwise() {
+  ProblemSpec spec;
+  spec.P = 2, spec.T = 130, spec.W = 64, spec.R = 64, spec.hd = 768, spec.slots_per_stream = 2048;
+  spec.bank = DType::bf16, spec.seed = 51;
+  const std::int64_t C = 64;
+  std::printf("  bitwise %s\n", describe(spec, C).c_str());
+  const Problem pb = make_problem(spec);
+  const WriteReadOptions opt = options_for(spec, C);
+  const std::vector<std::int64_t> rshape = {spec.P, spec.T, spec.hd};
+
+  DeviceProblem first(pb), second(pb), saving(pb), graphed(pb);
+  DeviceTensor r1(spec.bank, rshape), r2(spec.bank, rshape), r3(spec.bank, rshape), r4(spec.bank, rshape);
+  write_read_forward(first.args(), r1.ref(), opt);
+  write_read_forward(second.args(), r2.ref(), opt);
+  DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(saving.args(), opt))});
+  write_read_forward_saving(saving.args(), r3.ref(), saved.ref(), opt);
+  sync();
+  const HostTensor want_readings = r1.to_host(), want_bank = first.memory.to_host();
+  expect(want_readings.bitwise_equal(r2.to_host()), "two runs: readings bitwise equal");
+  expect(want_bank.bitwise_equal(second.memory.to_host()), "two runs: final bank bitwise equal");
+  expect(want_readings.bitwise_equal(r3.to_host()), "saving vs no-grad: readings bitwise equal");
+  expect(want_bank.bitwise_equal(saving.memory.to_host()), "saving vs no-grad: final bank bitwise equal");
+
+  // Capture one call (validate=True: the device check must be skipped while capturing), replay twice.
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  const core::WriteReadShape shape = core::validate_write_read(graphed.args(), r4.ref(), opt, core::BankDTypes::engine);
+  cudaGraph_t graph;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  cuda::write_read_forward_on_stream(graphed.args(), r4.ref(), nullptr, shape, opt, stream);
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec;
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  for (int replay = 0; replay < 2; ++replay) {
+    graphed.memory.copy_from(pb.memory);
+    cuda_ok(cudaMemset(r4.data(), 0xff, r4.bytes()), "cudaMemset");
+    cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    expect(want_readings.bitwise_equal(r4.to_host()), "graph replay " + std::to_string(replay) + ": readings bitwise equal");
+    expect(want_bank.bitwise_equal(graphed.memory.to_host()),
+           "graph replay " + std::to_string(replay) + ": final bank bitwise equal");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// ---- masking with validate=False: guard rows, and masked entries as no-ops ---------------
+
+// A bank of `rows` rows with `guard` rows of random bits before and after it in one allocation.
+struct GuardedBank {
+  DeviceTensor all;
+  HostTensor pattern;
+  std::int64_t guard, rows, hd;
+  GuardedBank(const HostTensor& bank, std::int64_t guard_rows)
+      : guard(guard_rows), rows(bank.sizes()[0]), hd(bank.sizes()[1]) {
+    pattern = HostTensor(bank.dtype(), {rows + 2 * guard, hd});
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    for (std::int64_t i = 0; i < pattern.numel(); ++i) pattern.set(i, u(rng));
+    for (std::int64_t i = 0; i < bank.numel(); ++i) pattern.set(guard * hd + i, bank.get(i));
+    all = DeviceTensor(pattern);
+  }
+  TensorRef bank() const {
+    TensorRef t = all.ref();
+    t.data = static_cast<unsigned char*>(all.data()) + static_cast<std::size_t>(guard * hd) * dtype_size(t.dtype);
+    t.sizes[0] = rows;
+    return t;
+  }
+  bool guards_untouched() const {
+    const HostTensor now = all.to_host();
+    for (std::int64_t i = 0; i < guard * hd; ++i) {
+      const std::int64_t tail = (guard + rows) * hd + i;
+      if (now.get(i) != pattern.get(i) || now.get(tail) != pattern.get(tail)) return false;
+    }
+    return true;
+  }
+  HostTensor inner() const {
+    const HostTensor now = all.to_host();
+    HostTensor out(now.dtype(), {rows, hd});
+    for (std::int64_t i = 0; i < rows * hd; ++i) out.set(i, now.get(guard * hd + i));
+    return out;
+  }
+};
+
+// Puts out-of-range indices into `dirty` and the equivalent no-op entries into `clean`: a masked
+// write = an unused slot of the stream with k_val 0 and g 0 (needs G = W); a masked read = any
+// slot of the stream with q_val 0.
+void plant_bad_entries(Problem& dirty, Problem& clean) {
+  const ProblemSpec& s = dirty.spec;
+  const std::int64_t S = dirty.bank_rows();
+  struct Bad {
+    bool write;
+    std::int64_t p, t, lane, value;
+  };
+  const std::vector<Bad> bad = {
+      {true, 1 % s.P, 3 % s.T, 2 % s.W, -1},
+      {true, 2 % s.P, 10 % s.T, 0, S + 5},
+      {true, 0, (s.T - 1), s.W - 1, s.slots_per_stream + 3},  // a row of stream 1
+      {false, 1 % s.P, 4 % s.T, 1 % s.R, -7},
+      {false, 2 % s.P, 0, s.R - 1, 0},                         // a row of stream 0
+      {false, 0, (15 % s.T), 0, S + 100},
+  };
+  for (const Bad& b : bad) {
+    const std::int64_t token = b.p * s.T + b.t;
+    if (b.write) {
+      dirty.k_idx.set(token * s.W + b.lane, static_cast<double>(b.value));
+      std::int64_t unused = b.p * s.slots_per_stream;
+      const auto used = [&](std::int64_t slot) {
+        for (std::int64_t w = 0; w < s.W; ++w) {
+          if (clean.k_idx.get(token * s.W + w) == static_cast<double>(slot)) return true;
+        }
+        return false;
+      };
+      while (used(unused)) ++unused;
+      clean.k_idx.set(token * s.W + b.lane, static_cast<double>(unused));
+      clean.k_val.set(token * s.W + b.lane, 0.0);
+      clean.g.set(token * s.G + b.lane, 0.0);
+    } else {
+      dirty.q_idx.set(token * s.R + b.lane, static_cast<double>(b.value));
+      clean.q_idx.set(token * s.R + b.lane, static_cast<double>(b.p * s.slots_per_stream));
+      clean.q_val.set(token * s.R + b.lane, 0.0);
+    }
+  }
+}
+
+void test_masking() {
+  for (const std::int64_t T : {std::int64_t{21}, std::int64_t{1}}) {
+    ProblemSpec spec;
+    spec.P = 3, spec.T = T, spec.W = 4, spec.R = 3, spec.hd = 24, spec.slots_per_stream = 32, spec.G = 4;
+    spec.beta_3d = true, spec.seed = 61;
+    const bool decode = T == 1;
+    std::printf("  masking, validate=False, %s %s\n", decode ? "decode" : "chunked", describe(spec, 8).c_str());
+    Problem dirty = make_problem(spec), clean = dirty;
+    plant_bad_entries(dirty, clean);
+    DeviceProblem dp(dirty);
+    GuardedBank guarded(dirty.memory, 64);
+    WriteReadArgs args = dp.args();
+    args.memory = guarded.bank();
+    DeviceTensor readings = poisoned(spec.bank, {spec.P, T, spec.hd});
+    HostTensor want(DType::f64, {spec.P, T, spec.hd});
+    Problem ref = clean;
+    if (decode) {
+      DecodeOptions opt;
+      opt.slots_per_stream = spec.slots_per_stream;
+      opt.validate = false;
+      decode_step(args, readings.ref(), opt);
+      opt.validate = true;
+      reference::decode_step(ref.args(), want.ref(), opt);
+    } else {
+      write_read_forward(args, readings.ref(), options_for(spec, 8, false));
+      reference::write_read_forward(ref.args(), want.ref(), options_for(spec, 8, true));
+    }
+    sync();
+    expect(guarded.guards_untouched(), "guard rows around the bank untouched");
+    expect_error_at_most(rel_error(readings.to_host(), want), tolerance(spec.bank), "readings vs no-op reference");
+    expect_error_at_most(rel_error(guarded.inner(), ref.memory), tolerance(spec.bank), "bank vs no-op reference");
+  }
+}
+
+// ---- validate=True: the device check's error names tensor, stream, token, lane -----------
+
+std::string host_message(const std::function<void()>& check) {
+  try {
+    check();
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_device_error(const std::function<void(DeviceTensor&)>& run, const DeviceProblem& dp, DType bank,
+                         std::vector<std::int64_t> rshape, const std::string& want, const std::string& must_name) {
+  const HostTensor bank_before = dp.memory.to_host();
+  DeviceTensor readings = poisoned(bank, rshape);
+  const HostTensor readings_before = readings.to_host();
+  std::string got = "(no error)";
+  try {
+    run(readings);
+  } catch (const ValueError& e) {
+    got = e.what();
+  }
+  std::printf("    device error: %s\n", got.c_str());
+  expect(!want.empty() && got == want, "message equals the host check's: " + want);
+  expect(got.find(must_name) != std::string::npos, "message names " + must_name);
+  expect(dp.memory.to_host().bitwise_equal(bank_before), "bank untouched after the error");
+  expect(readings.to_host().bitwise_equal(readings_before), "readings untouched after the error");
+}
+
+void test_validation_errors() {
+  ProblemSpec spec;
+  spec.P = 2, spec.T = 10, spec.W = 3, spec.R = 2, spec.hd = 8, spec.slots_per_stream = 16, spec.beta_3d = true;
+  spec.seed = 71;
+  const WriteReadOptions opt = options_for(spec, 4);
+  struct Case {
+    const char* name;
+    std::function<void(Problem&)> plant;
+    const char* must_name;
+  };
+  const std::vector<Case> cases = {
+      {"k_idx out of range", [](Problem& p) { p.k_idx.set((1 * 10 + 5) * 3 + 2, 0); }, "k_idx[stream 1, token 5, lane 2]"},
+      {"k_idx repeats a lane", [](Problem& p) { p.k_idx.set((0 * 10 + 3) * 3 + 2, p.k_idx.get((0 * 10 + 3) * 3 + 0)); },
+       "k_idx[stream 0, token 3, lane 2]"},
+      {"q_idx out of range", [](Problem& p) { p.q_idx.set((1 * 10 + 9) * 2 + 1, -5); }, "q_idx[stream 1, token 9, lane 1]"},
+      {"first of two", [](Problem& p) {
+         p.k_idx.set((1 * 10 + 0) * 3 + 0, 40);
+         p.q_idx.set((0 * 10 + 7) * 2 + 0, 20);
+       }, "q_idx[stream 0, token 7, lane 0]"},
+  };
+  for (const Case& c : cases) {
+    std::printf("  validate=True, chunked: %s\n", c.name);
+    Problem pb = make_problem(spec);
+    c.plant(pb);
+    const core::WriteReadShape shape = core::validate_write_read(pb.args(), TensorRef{}, opt, core::BankDTypes::engine);
+    const std::string want = host_message([&] { core::check_write_read_indices(pb.args(), shape); });
+    DeviceProblem dp(pb);
+    expect_device_error([&](DeviceTensor& r) { write_read_forward(dp.args(), r.ref(), opt); }, dp, spec.bank,
+                        {spec.P, spec.T, spec.hd}, want, c.must_name);
+  }
+  for (const std::int64_t sps : {std::int64_t{16}, std::int64_t{0}}) {
+    ProblemSpec dspec = spec;
+    dspec.T = 1;
+    Problem pb = make_problem(dspec);
+    pb.k_idx.set(1 * 3 + 1, sps == 0 ? 99 : 3);  // stream 1, lane 1: outside stream 1's rows / the bank
+    DecodeOptions dopt;
+    dopt.slots_per_stream = sps;
+    std::printf("  validate=True, decode (slots_per_stream %lld)\n", static_cast<long long>(sps));
+    const core::DecodeShape shape = core::validate_decode(pb.args(), TensorRef{}, dopt, core::BankDTypes::engine);
+    const std::string want = host_message([&] { core::check_decode_indices(pb.args(), shape, dopt); });
+    DeviceProblem dp(pb);
+    expect_device_error([&](DeviceTensor& r) { decode_step(dp.args(), r.ref(), dopt); }, dp, spec.bank,
+                        {spec.P, 1, spec.hd}, want, "k_idx[stream 1, lane 1]");
+  }
+}
+
+// ---- what is not implemented yet says so ----------------------------------------------
+
+void test_unimplemented_paths() {
+  ProblemSpec spec;
+  spec.P = 1, spec.T = 4, spec.W = 2, spec.R = 2, spec.hd = 8, spec.slots_per_stream = 8, spec.seed = 81;
+  const Problem pb = make_problem(spec);
+  DeviceProblem dp(pb);
+  WriteReadOptions opt = options_for(spec, 4);
+  std::printf("  unimplemented paths raise RuntimeError\n");
+  for (const SnapshotQuant mode : {SnapshotQuant::fp8, SnapshotQuant::int4, SnapshotQuant::bf16}) {
+    opt.snapshot_quant = mode;
+    std::string got;
+    try {
+      write_read_saved_bytes(dp.args(), opt);
+    } catch (const RuntimeError& e) {
+      got = e.what();
+    }
+    expect(got.find("not yet implemented on CUDA") != std::string::npos,
+           std::string("snapshot_quant ") + snapshot_quant_name(mode) + " on an f32 bank: " + got);
+  }
+  opt.snapshot_quant = SnapshotQuant::none;
+  DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(dp.args(), opt))});
+  DeviceTensor grad_readings(DType::f32, {1, 4, 8});
+  cuda_ok(cudaMemset(grad_readings.data(), 0, grad_readings.bytes()), "cudaMemset");
+  DeviceTensor grad_v(DType::f32, {1, 4, 8});
+  WriteReadGrads grads;
+  grads.v = grad_v.ref();
+  std::string got;
+  try {
+    write_read_backward(dp.args(), saved.ref(), grad_readings.ref(), TensorRef{}, grads, opt);
+  } catch (const RuntimeError& e) {
+    got = e.what();
+  }
+  expect(got.find("CUDA backward of write_read is not implemented yet") != std::string::npos, "backward: " + got);
+}
+
+// ---- CUDA vs the CPU engine ------------------------------------------------------------
+
+void test_cuda_vs_cpu_engine() {
+  for (const DType bank : {DType::f32, DType::bf16}) {
+    ProblemSpec spec;
+    spec.P = 2, spec.T = 150, spec.W = 16, spec.R = 12, spec.hd = 72, spec.slots_per_stream = 128, spec.G = 16;
+    spec.bank = bank, spec.seed = 91;
+    std::printf("  CUDA vs CPU engine %s\n", describe(spec, 64).c_str());
+    Problem pb = make_problem(spec);
+    const WriteReadOptions opt = options_for(spec, 64);
+    DeviceProblem dp(pb);
+    DeviceTensor readings(bank, {spec.P, spec.T, spec.hd});
+    write_read_forward(dp.args(), readings.ref(), opt);
+    HostTensor cpu_readings = pb.make_readings(bank);
+    write_read_forward(pb.args(), cpu_readings.ref(), opt);
+    sync();
+    expect_error_at_most(rel_error(readings.to_host(), cpu_readings), tolerance(bank), "readings vs CPU engine");
+    expect_error_at_most(rel_error(dp.memory.to_host(), pb.memory), tolerance(bank), "final bank vs CPU engine");
+  }
+}
+
+}  // namespace
+
+// Arguments: substrings of test names to run (all tests without arguments).
+int main(int argc, char** argv) {
+  if (!cuda_device_available()) {
+    std::printf("sdm_gpu_tests: skipped (no CUDA device)\n");
+    return 0;
+  }
+  const struct {
+    const char* name;
+    void (*run)();
+  } tests[] = {
+      {"chunked forward vs float64 reference", test_chunked_vs_reference},
+      {"decode step vs float64 reference", test_decode_vs_reference},
+      {"decode step x T == chunked forward", test_decode_equals_chunked},
+      {"bitwise: runs, saving, graph replay", test_bitwise},
+      {"masking with validate=False", test_masking},
+      {"device index check (validate=True)", test_validation_errors},
+      {"unimplemented paths", test_unimplemented_paths},
+      {"CUDA vs CPU engine", test_cuda_vs_cpu_engine},
+  };
+  int failed_tests = 0;
+  int ran = 0;
+  for (const auto& t : tests) {
+    bool selected = argc < 2;
+    for (int a = 1; a < argc; ++a) selected = selected || std::strstr(t.name, argv[a]) != nullptr;
+    if (!selected) continue;
+    ++ran;
+    std::printf("[ RUN  ] %s\n", t.name);
+    const int before = g_failures;
+    try {
+      t.run();
+    } catch (const std::exception& e) {
+      ++g_failures;
+      std::printf("    FAIL unexpected exception: %s\n", e.what());
+    }
+    const bool ok = g_failures == before;
+    failed_tests += ok ? 0 : 1;
+    std::printf("[ %s ] %s\n", ok ? " OK " : "FAIL", t.name);
+  }
+  std::printf("sdm_gpu_tests: %d checks, %d failed, %d of %d tests failed\n", g_checks, g_failures, failed_tests, ran);
+  return g_failures == 0 ? 0 : 1;
+}
