@@ -81,7 +81,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
     auto final_bank = private_copy(memory);
     const auto args = make_args(final_bank, in);
     const auto bytes = static_cast<int64_t>(sdm::write_read_saved_bytes(args, options));
-    auto saved = at::empty({bytes}, memory.options().dtype(at::kByte));
+    // Zeroed: the engine leaves padding bytes of the layout unwritten, and an op's outputs
+    // must be a deterministic function of its inputs (opcheck, SPEC Z.4).
+    auto saved = at::zeros({bytes}, memory.options().dtype(at::kByte));
     auto readings = new_readings(memory, in.v);
     sdm::write_read_forward_saving(args, to_ref(readings, "readings"), to_ref(saved, "saved"), options);
     return std::make_tuple(readings, final_bank, saved);
