@@ -4,7 +4,11 @@
 # initcheck) on the small tests, and the GPU benchmark; prints a summary table last. Logs and
 # JSON go to $OUT (default out/gpu_check).
 #
-#   scripts/gpu_check.sh [--configs small,readme,...] [--reps N] [--no-sanitizer] [--no-bench]
+#   scripts/gpu_check.sh [--configs small,readme,...] [--reps N] [--no-tests] [--no-sanitizer] [--no-bench]
+#                        [--profile CONFIG]
+#
+# --profile CONFIG: Nsight Compute (ncu, clocks left alone) times every kernel of one forward
+# (or 400 decode steps) of that benchmark config and prints the per-kernel summary.
 #
 # The C++ GoogleTest suite and the torch extension are not built here (the GPU image has no
 # GoogleTest; the extension has its own check).
@@ -13,13 +17,17 @@ cd "$(dirname "$0")/.."
 
 configs="small,readme,big,flagship,decode8,decode64"
 reps=5
+tests=1
 sanitizer=1
 bench=1
+profile=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --configs) configs="$2"; shift 2 ;;
     --reps) reps="$2"; shift 2 ;;
+    --no-tests) tests=0; sanitizer=0; shift ;;
     --no-sanitizer) sanitizer=0; shift ;;
+    --profile) profile="$2"; shift 2 ;;
     --no-bench) bench=0; shift ;;
     *) echo "gpu_check: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -49,9 +57,20 @@ fi
 echo "built in $(( $(date +%s) - start )) s"
 cuobjdump --dump-resource-usage "$build/libsdm_cuda.a" >"$out/resources.txt" 2>&1 || true
 
-echo "== tests"
-"$build/tests/gpu/sdm_gpu_tests" 2>&1 | tee "$out/tests.log"
-tests_rc=${PIPESTATUS[0]}
+tests_rc=0
+if [ "$tests" = 1 ]; then
+  echo "== tests"
+  "$build/tests/gpu/sdm_gpu_tests" 2>&1 | tee "$out/tests.log"
+  tests_rc=${PIPESTATUS[0]}
+fi
+
+if [ -n "$profile" ]; then
+  echo "== ncu kernel times, config $profile"
+  timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --launch-count 420 --print-summary per-kernel \
+    "$build/tests/gpu/sdm_gpu_bench" --configs "$profile" --reps 1 >"$out/profile.log" 2>&1
+  grep -v "^==PROF==" "$out/profile.log" | grep -E "^  [a-zA-Z_]|gpu__time_duration" | cut -c1-140 |
+    tee "$out/profile_summary.txt" | tail -60
+fi
 
 sanitizer_summary=""
 if [ "$sanitizer" = 1 ]; then
@@ -77,7 +96,7 @@ echo
 echo "== summary"
 echo "| step | result |"
 echo "|---|---|"
-echo "| tests | rc $tests_rc: $(tail -1 "$out/tests.log") |"
+[ "$tests" = 1 ] && echo "| tests | rc $tests_rc: $(tail -1 "$out/tests.log") |"
 printf "%s" "$sanitizer_summary"
 echo "| benchmark | rc $bench_rc |"
 [ "$bench" = 1 ] && grep '^| ' "$out/bench.log"
