@@ -1,9 +1,12 @@
 // sdm/reference.hpp - the float64 oracle (SPEC A.2): the token-by-token recurrence,
 // written for clarity and never optimised. Every other path is tested against it.
 //
-// Inputs take any supported dtype; k_val, v and q_val are first rounded to the bank dtype
-// (SPEC A.1), beta and g are taken as given (rounded to f32). All arithmetic is float64.
-// Arguments are validated exactly as for the engines.
+// The bank may be bf16, f32 or f64 (the engines take bf16 / f32; an f64 bank makes the
+// reference an exact oracle for finite differences and golden vectors). Inputs take any
+// float dtype; as in the engines (SPEC A.1), k_val, v and q_val are first rounded to the
+// bank dtype and beta and g to f32 — except on an f64 bank, where nothing is rounded. All
+// arithmetic is float64. Arguments are validated as for the engines; with
+// options.validate == false an out-of-range index is masked (no write, contributes 0).
 #pragma once
 
 #include "sdm/ops.hpp"

@@ -49,7 +49,7 @@ void store_if_defined(const std::vector<double>& values, const TensorRef& t) {
 void write_read_backward(const WriteReadArgs& args, const TensorRef& grad_readings,
                          const TensorRef& grad_final_bank, const WriteReadGrads& grads,
                          const WriteReadOptions& options) {
-  const auto shape = core::validate_write_read(args, grad_readings, options, core::BankDTypes::reference);
+  const auto shape = core::validate_write_read(args, TensorRef{}, options, core::BankDTypes::reference);
   core::validate_write_read_backward(args, shape, grad_readings, grad_final_bank, grads);
   detail::require_cpu(args.memory);
   if (options.validate) core::check_write_read_indices(args, shape);
