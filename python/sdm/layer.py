@@ -141,8 +141,10 @@ class SparseDeltaMemory(nn.Module):
         B, T, _ = x3.shape
         H, hd, sph = self.num_heads, self.head_dim, self.slots_per_head
 
-        g = -torch.exp(self.A_log.float()) * F.softplus(self.a_proj(x3).float() + self.dt_bias.float())
-        beta = torch.sigmoid(self.b_proj(x3).float())
+        gate_dtype = torch.promote_types(x3.dtype, torch.float32)  # the op uses beta and g in f32
+        g = -torch.exp(self.A_log.to(gate_dtype)) * F.softplus(self.a_proj(x3).to(gate_dtype)
+                                                               + self.dt_bias.to(gate_dtype))
+        beta = torch.sigmoid(self.b_proj(x3).to(gate_dtype))
         v = self._split_heads(self.Wv_write(x3), hd)
         k_scores, k_idx = product_key_topk(self._addressing(self.Wk_write(x3), self.key_bn), self.num_keys,
                                            self.num_writes)

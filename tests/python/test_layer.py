@@ -1,0 +1,373 @@
+"""The SparseDeltaMemory layer (SPEC F, I.2-I.4, Z.9)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+import sdm
+import sdm.layer
+from conftest import rel_err
+
+
+def _args(**overrides) -> sdm.SparseDeltaMemoryArgs:
+    base = dict(dim=64, num_heads=2, slots_per_head=256, num_writes=8, num_reads=8, chunk_size=16,
+                backprop_on_memory=True)
+    base.update(overrides)
+    return sdm.SparseDeltaMemoryArgs(**base)
+
+
+def _layer(seed: int = 0, **overrides) -> sdm.SparseDeltaMemory:
+    torch.manual_seed(seed)
+    return sdm.SparseDeltaMemory(_args(**overrides), layer_id=0)
+
+
+# ---- SPEC I.4: forward + backward finite ---------------------------------------------------
+
+SMOKE_CONFIGS = {
+    "h1_minimal": dict(num_heads=1, backprop_on_memory=False),
+    "gate_and_readings_norm": dict(num_heads=1, backprop_on_memory=False, output_gate=True,
+                                   normalize_readings=True),
+    "h4": dict(num_heads=4, backprop_on_memory=False),
+    "query_batchnorm": dict(num_heads=1, backprop_on_memory=False, query_batchnorm=True),
+    "key_weighted_decay": dict(num_heads=1, backprop_on_memory=False, key_weighted_decay=True),
+    "learned_memory": dict(num_heads=1, backprop_on_memory=True),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("config", list(SMOKE_CONFIGS))
+def test_forward_backward_finite(config, dtype):
+    torch.manual_seed(0)
+    args = sdm.SparseDeltaMemoryArgs(dim=256, slots_per_head=1024, num_writes=8, num_reads=8, chunk_size=64,
+                                     **SMOKE_CONFIGS[config])
+    layer = sdm.SparseDeltaMemory(args, layer_id=0).to(dtype).train()
+    x = torch.randn(2, 128, 256, dtype=dtype, requires_grad=True)
+    out = layer(x)
+    assert out.shape == x.shape and out.dtype == dtype
+    assert torch.isfinite(out).all()
+    out.float().square().mean().backward()
+    assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+    for name, param in layer.named_parameters():
+        assert param.grad is not None, name
+        assert torch.isfinite(param.grad).all(), name
+    if args.backprop_on_memory:
+        assert layer.memory.grad.abs().sum() > 0
+
+
+# ---- gradients of the layer's parameters ---------------------------------------------------
+
+GRAD_CONFIG = dict(dim=8, num_heads=2, slots_per_head=16, num_writes=3, num_reads=3, chunk_size=3,
+                   output_gate=True, normalize_readings=True)
+
+
+@pytest.mark.parametrize("extra", [dict(key_weighted_decay=True, query_batchnorm=True),  # G = W
+                                   dict(key_weighted_decay=False)])  # G = 1
+def test_gradcheck_layer_parameters_float64(monkeypatch, extra):
+    """gradcheck in float64 of the whole layer, every parameter and the input, with the core
+    op computed by the float64 oracle (the engine takes bf16 / f32 banks only; the engine's
+    own gradients are compared with the oracle's in the next test and in test_autograd).
+    fast_mode checks a random projection of each Jacobian, which keeps it to seconds."""
+    monkeypatch.setattr(sdm.layer.functional, "write_read", sdm.reference.write_read)
+    torch.manual_seed(0)
+    layer = sdm.SparseDeltaMemory(sdm.SparseDeltaMemoryArgs(**GRAD_CONFIG, **extra)).double().train()
+    names = [name for name, _ in layer.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_() for p in layer.parameters())
+    x = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
+
+    def fn(x, *flat):
+        return torch.func.functional_call(layer, dict(zip(names, flat)), (x,))
+
+    assert torch.autograd.gradcheck(fn, (x, *params), eps=1e-6, atol=1e-7, rtol=1e-5, fast_mode=True)
+
+
+@pytest.mark.parametrize("key_weighted_decay", [False, True])
+def test_engine_layer_gradients_match_reference_layer(monkeypatch, key_weighted_decay):
+    """Same float32 layer, core op by the engine vs by the oracle: identical slot selections,
+    so the parameter gradients differ only by the op's rounding."""
+    torch.manual_seed(0)
+    layer = sdm.SparseDeltaMemory(sdm.SparseDeltaMemoryArgs(**{**GRAD_CONFIG, "dim": 16, "num_writes": 4,
+                                                               "num_reads": 5, "chunk_size": 4,
+                                                               "key_weighted_decay": key_weighted_decay}))
+    x = torch.randn(3, 11, 16)
+
+    def grads():
+        layer.zero_grad()
+        layer(x).square().sum().backward()
+        return {name: p.grad.clone() for name, p in layer.named_parameters()}
+
+    state = {k: v.clone() for k, v in layer.state_dict().items()}
+    engine = grads()
+    layer.load_state_dict(state)  # undo the BatchNorm running-stat update of the first pass
+    monkeypatch.setattr(sdm.layer.functional, "write_read", sdm.reference.write_read)
+    reference = grads()
+    for name in engine:
+        assert rel_err(engine[name], reference[name]) < 1e-4, name
+
+
+# ---- properties of the forward -------------------------------------------------------------
+
+@pytest.mark.parametrize("num_heads", [1, 2])
+def test_chunk_size_invariance(num_heads):
+    layer = _layer(num_heads=num_heads, normalize_readings=True, chunk_size=64).eval()
+    x = torch.randn(2, 100, 64)
+    with torch.no_grad():
+        reference = layer(x)
+        for chunk_size in (1, 7, 16, 128):
+            layer.chunk_size = chunk_size
+            assert rel_err(layer(x), reference) < 1e-4, chunk_size
+
+
+def test_train_and_eval_forward_agree():
+    layer = _layer(output_gate=True, normalize_readings=True)
+    x = torch.randn(2, 40, 64)
+    train_out = layer.train()(x)  # saving forward, autograd records
+    with torch.no_grad():
+        eval_out = layer.eval()(x)  # no-grad forward
+    assert torch.equal(train_out.detach(), eval_out)
+
+
+def test_eval_batchnorm_uses_running_statistics():
+    layer = _layer(query_batchnorm=True)
+    x = torch.randn(3, 20, 64)
+    layer.train()(x)  # updates the running statistics
+    with torch.no_grad():
+        layer.eval()
+        together = layer(x)
+        alone = layer(x[1:2])
+        train_alone = layer.train()(x[1:2])
+    assert rel_err(alone, together[1:2]) < 1e-5
+    assert rel_err(train_alone, together[1:2]) > 1e-3, "train mode must use batch statistics"
+
+
+@pytest.mark.parametrize("num_heads", [1, 2])
+def test_prefill_then_decode_equals_full_forward(num_heads):
+    """SPEC E.2 / I.3: f32, prefill 24 tokens then 16 single steps == one full forward."""
+    layer = _layer(num_heads=num_heads, output_gate=True, normalize_readings=True).eval()
+    x = torch.randn(2, 40, 64)
+    with torch.no_grad():
+        full = layer(x)
+        cache = layer.create_kv_cache(2, 0, torch.float32, "cpu")
+        pieces = [layer(x[:, :24], cache=cache)]
+        assert cache.cache_len == 24
+        pieces += [layer(x[:, t:t + 1], cache=cache) for t in range(24, 40)]
+        assert cache.cache_len == 40
+    assert rel_err(torch.cat(pieces, dim=1), full) < 1e-4
+
+
+def test_prefill_in_pieces_and_bfloat16_cache():
+    layer = _layer(key_weighted_decay=True).eval()
+    x = torch.randn(2, 30, 64)
+    with torch.no_grad():
+        full = layer(x)
+        cache = layer.create_kv_cache(2, 0, torch.float32)
+        pieces = torch.cat([layer(x[:, :13], cache=cache), layer(x[:, 13:30], cache=cache)], dim=1)
+        bf16_cache = layer.create_kv_cache(2, 0, torch.bfloat16)
+        bf16 = torch.cat([layer(x[:, :20], cache=bf16_cache)] +
+                         [layer(x[:, t:t + 1], cache=bf16_cache) for t in range(20, 30)], dim=1)
+    assert rel_err(pieces, full) < 1e-4
+    assert bf16_cache.bank.dtype == torch.bfloat16
+    assert rel_err(bf16, full) < 3e-2
+
+
+def test_create_kv_cache():
+    layer = _layer(num_heads=2)
+    cache = layer.create_kv_cache(3, 0, torch.float32)
+    assert isinstance(cache, sdm.SparseDeltaMemoryCache)
+    assert cache.bank.shape == (3 * 2 * 256, 32) and cache.cache_len == 0
+    assert torch.equal(cache.bank, layer.memory.detach().repeat(3, 1))
+    cache.bank.add_(1)
+    assert not torch.equal(cache.bank[:512], layer.memory.detach()), "the cache owns a copy"
+    cache.reset()
+    assert cache.cache_len == 0 and cache.bank.abs().sum() == 0
+    no_memory = _layer(backprop_on_memory=False).create_kv_cache(2, 5, torch.bfloat16)
+    assert no_memory.bank.abs().sum() == 0 and no_memory.cache_len == 5
+    with pytest.raises(TypeError, match="dtype must be torch.bfloat16 or torch.float32"):
+        layer.create_kv_cache(1, 0, torch.float16)
+    with pytest.raises(ValueError, match="cache's bank"):
+        with torch.no_grad():
+            layer(torch.randn(2, 3, 64), cache=cache)
+
+
+def test_forward_with_cache_refuses_autograd():
+    layer = _layer()
+    cache = layer.create_kv_cache(1, 0, torch.float32)
+    with pytest.raises(RuntimeError, match=r"use the functional sdm\.write_read"):
+        layer(torch.randn(1, 4, 64), cache=cache)
+
+
+def test_two_dimensional_input():
+    layer = _layer(output_gate=True).eval()
+    x = torch.randn(3, 20, 64)
+    freqs_cis = torch.zeros(20, 16)
+    with torch.no_grad():
+        out3 = layer(x)
+        out2 = layer(x.reshape(60, 64), freqs_cis=freqs_cis)
+    assert out2.shape == (60, 64)
+    assert torch.equal(out2, out3.reshape(60, 64))
+    with pytest.raises(ValueError, match="needs freqs_cis"):
+        layer(x.reshape(60, 64))
+    with pytest.raises(ValueError, match="not a multiple of freqs_cis rows"):
+        layer(x.reshape(60, 64), freqs_cis=torch.zeros(7, 16))
+
+
+def test_same_seed_same_parameters():
+    a, b, c = _layer(seed=3), _layer(seed=3), _layer(seed=4)
+    for (name, pa), (_, pb), (_, pc) in zip(a.named_parameters(), b.named_parameters(), c.named_parameters()):
+        assert torch.equal(pa, pb), name
+        if name not in ("readings_norm.weight", "readings_norm.bias") and "bias" not in name:
+            assert not torch.equal(pa, pc), name
+
+
+def test_init_weights_follows_spec():
+    layer = _layer(dim=64, num_heads=2, A_init_range=(1.0, 16.0))
+    sigma = 64 ** -0.5
+    for linear in (layer.Wq_read, layer.Wk_write, layer.Wv_write, layer.Wo):
+        assert linear.weight.abs().max() <= 3 * sigma and torch.equal(linear.bias, torch.zeros_like(linear.bias))
+        assert abs(linear.weight.std().item() - sigma) < 0.25 * sigma
+    A = layer.A_log.exp()
+    assert ((A >= 1.0 - 1e-6) & (A <= 16.0 + 1e-5)).all()
+    dt = torch.nn.functional.softplus(layer.dt_bias)
+    assert ((dt >= 1e-3 * (1 - 1e-5)) & (dt <= 0.1 * (1 + 1e-5))).all()
+    assert layer.memory.abs().max() <= 3 * sigma and layer.memory.abs().sum() > 0
+    assert layer.A_log._no_weight_decay and layer.dt_bias._no_weight_decay
+    assert layer.memory._is_memory_bank
+    layer.init_weights(init_std=0.02, factor=2.0)
+    assert layer.Wo.weight.abs().max() <= 0.03
+
+
+def test_state_dict_round_trip():
+    a = _layer(seed=1, query_batchnorm=True, output_gate=True, normalize_readings=True)
+    a.train()(torch.randn(2, 9, 64))  # non-trivial BatchNorm statistics
+    b = _layer(seed=2, query_batchnorm=True, output_gate=True, normalize_readings=True)
+    b.load_state_dict(a.state_dict(), strict=True)
+    x = torch.randn(2, 17, 64)
+    with torch.no_grad():
+        assert torch.equal(a.eval()(x), b.eval()(x))
+
+
+def _spec_state_dict(D, H, sph, output_gate, batchnorm, readings_norm, learned_memory):
+    """A state dict written from SPEC F.2's table (names and shapes), not from the module."""
+    n = math.isqrt(sph)
+    key_size, hd = H * 2 * n, D // H
+    shapes = {
+        "Wq_read.weight": (key_size, D), "Wq_read.bias": (key_size,),
+        "Wk_write.weight": (key_size, D), "Wk_write.bias": (key_size,),
+        "Wv_write.weight": (D, D), "Wv_write.bias": (D,),
+        "a_proj.weight": (H, D), "a_proj.bias": (H,),
+        "b_proj.weight": (H, D), "b_proj.bias": (H,),
+        "A_log": (H,), "dt_bias": (H,),
+        "Wo.weight": (D, D), "Wo.bias": (D,),
+    }
+    if output_gate:
+        shapes.update({"Wog.weight": (D, D), "Wog.bias": (D,)})
+    if batchnorm:
+        for bn in ("query_bn", "key_bn"):
+            shapes.update({f"{bn}.weight": (key_size,), f"{bn}.bias": (key_size,),
+                           f"{bn}.running_mean": (key_size,), f"{bn}.running_var": (key_size,)})
+    if learned_memory:
+        shapes["memory"] = (H * sph, hd)
+    if readings_norm:
+        shapes.update({"readings_norm.weight": (hd,), "readings_norm.bias": (hd,)})
+    state = {name: torch.randn(shape) for name, shape in shapes.items()}
+    if batchnorm:
+        for bn in ("query_bn", "key_bn"):
+            state[f"{bn}.running_var"] = state[f"{bn}.running_var"].abs()
+            state[f"{bn}.num_batches_tracked"] = torch.tensor(7)
+    return state
+
+
+@pytest.mark.parametrize("H,output_gate,batchnorm,readings_norm,learned_memory", [
+    (1, False, False, False, False),
+    (1, True, True, True, True),
+    (2, False, False, False, True),
+    (2, True, True, True, True),
+    (2, True, False, True, False),
+])
+def test_spec_state_dict_loads_strict(H, output_gate, batchnorm, readings_norm, learned_memory):
+    D, sph = 32, 64
+    state = _spec_state_dict(D, H, sph, output_gate, batchnorm, readings_norm, learned_memory)
+    layer = sdm.SparseDeltaMemory(sdm.SparseDeltaMemoryArgs(
+        dim=D, num_heads=H, slots_per_head=sph, num_writes=4, num_reads=4, output_gate=output_gate,
+        query_batchnorm=batchnorm, normalize_readings=readings_norm, backprop_on_memory=learned_memory))
+    layer.load_state_dict(state, strict=True)
+    for name, value in layer.state_dict().items():
+        assert torch.equal(value, state[name]), name
+    if learned_memory and H == 1:
+        assert layer.memory.shape == (sph, D)
+
+
+# ---- configuration ------------------------------------------------------------------------
+
+def test_defaults_follow_spec_z9():
+    args = sdm.SparseDeltaMemoryArgs()
+    assert (args.num_writes, args.num_reads, args.chunk_size) == (64, 64, 64)
+    assert args.read_act == args.write_act == "Softmax" and args.snapshot_quant == "none"
+    assert args.grad_bank_fp32 is False and args.A_init_range == (0.0, 16.0)
+
+
+def test_memory_block_size_alias():
+    with pytest.warns(DeprecationWarning, match="memory_block_size is deprecated"):
+        args = sdm.SparseDeltaMemoryArgs(memory_block_size=32)
+    assert args.chunk_size == 32
+    with pytest.warns(DeprecationWarning):
+        assert sdm.SparseDeltaMemoryArgs(chunk_size=32, memory_block_size=32).chunk_size == 32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sdm.SparseDeltaMemoryArgs(chunk_size=16).chunk_size == 16
+    with pytest.raises(ValueError, match=r"chunk_size \(16\) and its deprecated alias memory_block_size \(32\)"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            sdm.SparseDeltaMemoryArgs(chunk_size=16, memory_block_size=32)
+
+
+@pytest.mark.parametrize("overrides,error,message", [
+    (dict(dim=66, num_heads=4), ValueError, r"dim \(66\) must be divisible by num_heads \(4\)"),
+    (dict(slots_per_head=200), ValueError, r"slots_per_head \(200\) must be a perfect square"),
+    (dict(dim=-1), ValueError, "dim must be set"),
+    (dict(read_act="Swishy"), ValueError, r"read_act: unknown activation 'Swishy'"),
+    (dict(write_act="PReLU"), ValueError, r"write_act: activation 'PReLU' has parameters"),
+    (dict(slots_per_head=1024, num_writes=300), ValueError, r"num_writes must be in 1\.\.256"),
+    (dict(chunk_size=512), ValueError, r"chunk_size must be in 1\.\.256"),
+])
+def test_bad_layer_arguments(overrides, error, message):
+    with pytest.raises(error, match=message):
+        sdm.SparseDeltaMemory(_args(**overrides))
+
+
+def test_bad_snapshot_mode():
+    with pytest.raises(ValueError, match=r"snapshot_quant must be one of none, bf16, fp8, int4; got 'fp16'"):
+        _args(snapshot_quant="fp16")
+
+
+@pytest.mark.parametrize("act", ["l2_normalize", "ReLU", "Sigmoid"])
+def test_other_activations_run(act):
+    layer = _layer(read_act=act, write_act=act)
+    out = layer(torch.randn(2, 9, 64))
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(layer.Wq_read.weight.grad).all()
+
+
+def test_snapshot_quant_and_grad_bank_fp32_reach_the_op():
+    x = torch.randn(2, 16, 64)
+    outs = {}
+    for quant in ("none", "fp8"):
+        layer = _layer(snapshot_quant=quant, grad_bank_fp32=True).bfloat16()
+        out = layer(x.bfloat16())
+        out.float().square().sum().backward()
+        assert layer.memory.grad.dtype == torch.bfloat16 and torch.isfinite(layer.memory.grad).all()
+        # Read weights' gradients use the restored rows (SPEC C.2-8), which fp8 approximates.
+        outs[quant] = (out.detach(), layer.Wq_read.weight.grad.clone())
+    assert torch.equal(outs["none"][0], outs["fp8"][0]), "readings never depend on the snapshot mode"
+    assert not torch.equal(outs["none"][1], outs["fp8"][1]), "fp8 snapshots approximate the restored rows"
+    assert rel_err(outs["fp8"][1], outs["none"][1]) < 0.2
+
+
+def test_memory_stats_logging():
+    layer = _layer(log_memory_norms=True, log_memory_access_stats=True)
+    layer(torch.randn(2, 8, 64))
+    assert layer.memory_stats["memory_norm"] > 0
+    assert 0 < layer.memory_stats["written_fraction"] <= 1
