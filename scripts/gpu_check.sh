@@ -39,7 +39,7 @@ mkdir -p "$out"
 rm -rf "$build"
 
 {
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(git status --porcelain 2>/dev/null | grep -q . && echo '(dirty tree)')"
+  echo "commit: ${SDM_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1
   nvcc --version | tail -1
   cmake --version | head -1

@@ -5,10 +5,11 @@
 // Outputs: delta f32 (step rows, or chunk-token rows n*C + i in a saving call), readings E
 //          [P, T, hd] (valid tokens only), residual f32 [N*C, hd] (saving calls only).
 // Math:    res = rnd_E(v) - retrieved;  U = beta * res;  delta = X U;  readings = rnd_E(inter + QX U).
-// Parallel decomposition: one CTA per (chunk p of the step, 32-column tile), 32 x 8 threads.
-//   Thread (x, y) owns column x of the tile and rows y, y+8, y+16, ... (kMaxRows of them, in
-//   registers). U and 32-column slices of X and QX are staged in shared memory; the j loop runs
-//   in ascending order for every (i, column), so each output is one fixed-order f32 sum.
+// Parallel decomposition: one CTA per (16-column tile, chunk p of the step), 16 x 16 threads.
+//   Thread (x, y) owns column x of the tile and rows y, y+16, y+32, ... (kMaxRows of them, in
+//   registers; every per-row loop is unrolled so its loads are in flight together). U and
+//   16-column slices of X and QX are staged in shared memory; the j loop runs in ascending
+//   order for every (i, column), so each output is one fixed-order f32 sum.
 // Numerics: f32 throughout; the arithmetic of readings is identical in no-grad and saving calls
 //   (the saving call only stores more), so their readings are bitwise equal.
 #include <algorithm>
@@ -20,8 +21,8 @@
 namespace sdm::cuda {
 namespace {
 
-constexpr int kCols = 32;
-constexpr int kRowGroups = 8;
+constexpr int kCols = 16;
+constexpr int kRowGroups = 16;
 
 template <typename E, int kMaxRows>
 __global__ void __launch_bounds__(kCols * kRowGroups)
@@ -29,15 +30,17 @@ __global__ void __launch_bounds__(kCols * kRowGroups)
   extern __shared__ float smem[];
   const std::int64_t C = geo.C, hd = geo.hd;
   float* U = smem;              // [C][kCols]
-  float* Xs = U + C * kCols;    // [C][kCols] columns jt .. jt+31 of X
+  float* Xs = U + C * kCols;    // [C][kCols] columns jt .. jt+kCols-1 of X
   float* QXs = Xs + C * kCols;  // [C][kCols] same of QX
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
-  const int tid = ty * kCols + tx;
-  const std::int64_t p = blockIdx.x, n = ti * geo.P + p;
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.y) * kCols + tx;
+  const std::int64_t p = blockIdx.y, n = ti * geo.P + p;
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kCols + tx;
   const bool bf16_bank = sb.bf16_bank;
 
-  for (std::int64_t i = ty; i < C; i += kRowGroups) {
+#pragma unroll
+  for (int m = 0; m < kMaxRows; ++m) {
+    const std::int64_t i = ty + kRowGroups * m;
+    if (i >= C) break;
     const std::int64_t t = ti * C + i;
     float u = 0.0f;
     if (c < hd) {
@@ -60,10 +63,12 @@ __global__ void __launch_bounds__(kCols * kRowGroups)
   const float* QX = p1.QX + n * C * C;
   for (std::int64_t jt = 0; jt < C; jt += kCols) {
     __syncthreads();  // U is complete / the previous slices are consumed
-    for (std::int64_t o = tid; o < C * kCols; o += kCols * kRowGroups) {
-      const std::int64_t i = o / kCols, j = jt + o % kCols;
-      Xs[o] = j < C ? X[i * C + j] : 0.0f;
-      QXs[o] = j < C ? QX[i * C + j] : 0.0f;
+#pragma unroll
+    for (int m = 0; m < kMaxRows; ++m) {
+      const std::int64_t i = ty + kRowGroups * m, j = jt + tx;
+      if (i >= C) break;
+      Xs[i * kCols + tx] = j < C ? X[i * C + j] : 0.0f;
+      QXs[i * kCols + tx] = j < C ? QX[i * C + j] : 0.0f;
     }
     __syncthreads();
     const int jn = static_cast<int>(C - jt < kCols ? C - jt : kCols);
@@ -103,7 +108,7 @@ void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, cons
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                "cudaFuncSetAttribute (dual_product shared memory)");
   }
-  const dim3 grid(static_cast<unsigned>(geo.P), static_cast<unsigned>((geo.hd + kCols - 1) / kCols));
+  const dim3 grid(static_cast<unsigned>((geo.hd + kCols - 1) / kCols), static_cast<unsigned>(geo.P));
   kernel<<<grid, dim3(kCols, kRowGroups), smem, stream>>>(geo, in, p1, sb, ti);
   check_launch("dual_product");
 }
@@ -112,11 +117,11 @@ void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, cons
 
 void launch_dual(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const StepBuffers& sb,
                  std::int64_t ti, cudaStream_t stream) {
-  const bool short_chunk = geo.C <= 8 * kRowGroups;  // at most 8 rows per thread
+  const bool short_chunk = geo.C <= 4 * kRowGroups;  // at most 4 rows per thread
   if (sb.bf16_bank) {
-    short_chunk ? launch<Bf16Bits, 8>(geo, in, p1, sb, ti, stream) : launch<Bf16Bits, 32>(geo, in, p1, sb, ti, stream);
+    short_chunk ? launch<Bf16Bits, 4>(geo, in, p1, sb, ti, stream) : launch<Bf16Bits, 16>(geo, in, p1, sb, ti, stream);
   } else {
-    short_chunk ? launch<float, 8>(geo, in, p1, sb, ti, stream) : launch<float, 32>(geo, in, p1, sb, ti, stream);
+    short_chunk ? launch<float, 4>(geo, in, p1, sb, ti, stream) : launch<float, 16>(geo, in, p1, sb, ti, stream);
   }
 }
 

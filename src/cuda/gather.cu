@@ -5,7 +5,8 @@
 // Math:    retrieved[i] = sum_w k_eff(i,w) M0[k_slot(i,w)];  inter[i] = sum_r q_w(i,r) M0[q_slot(i,r)].
 // Parallel decomposition: one CTA of 8 warps per (step row, column tile of 32*kVec columns).
 //   Lane l owns columns [l*kVec, l*kVec + kVec) of the tile (16-byte loads when kVec == 8);
-//   warp k sums the entries k, k+8, k+16, ... in that order, 4 row loads in flight at a time;
+//   warp k sums the entries k, k+8, k+16, ... in that order (their slots and weights loaded once,
+//   one per lane, then broadcast by shuffles), 8 row loads in flight at a time;
 //   the 8 warp partials are then added in warp order through shared memory.
 // Numerics: f32 accumulation; the order above is a function of (W, R, hd) only. Masked entries
 //   (slot -1: padding or an index outside the stream's rows) load nothing and add nothing.
@@ -17,26 +18,34 @@ namespace sdm::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kBatch = 4;
+constexpr int kBatch = 8;
 
+// Adds the entries warp, warp + 8, ... (< count, at most 32 of them since W, R <= 256) into acc,
+// in that order. Lane l first loads entry warp + 8 l's slot and weight; the rows then go
+// kBatch at a time, all their loads in flight together. Every lane runs the loop (shuffles);
+// only lanes with active columns load rows.
 template <typename E, int kVec>
 __device__ __forceinline__ void accumulate_rows(const E* __restrict__ bank, std::int64_t hd, std::int64_t c0,
-                                                const std::int32_t* __restrict__ slots,
+                                                bool active, const std::int32_t* __restrict__ slots,
                                                 const float* __restrict__ weights, std::int64_t count, int warp,
-                                                float (&acc)[kVec]) {
-  for (std::int64_t base = warp; base < count; base += kWarps * kBatch) {
+                                                int lane, float (&acc)[kVec]) {
+  const std::int64_t mine = warp + static_cast<std::int64_t>(kWarps) * lane;
+  const std::int32_t my_slot = mine < count ? slots[mine] : -1;
+  const float my_weight = mine < count ? weights[mine] : 0.0f;
+  const int entries = count > warp ? static_cast<int>((count - warp + kWarps - 1) / kWarps) : 0;
+  for (int base = 0; base < entries; base += kBatch) {
     float rows[kBatch][kVec];
     float wts[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const std::int64_t e = base + b * kWarps;
-      const std::int32_t slot = e < count ? slots[e] : -1;
-      wts[b] = 0.0f;
+      const std::int32_t slot = __shfl_sync(0xffffffffu, my_slot, (base + b) & 31);
+      wts[b] = __shfl_sync(0xffffffffu, my_weight, (base + b) & 31);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) rows[b][k] = 0.0f;
-      if (slot >= 0) {
-        wts[b] = weights[e];
+      if (base + b < entries && slot >= 0 && active) {
         load_row<kVec>(bank + static_cast<std::int64_t>(slot) * hd + c0, rows[b]);
+      } else {
+        wts[b] = 0.0f;
       }
     }
 #pragma unroll
@@ -58,13 +67,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t tile0 = static_cast<std::int64_t>(blockIdx.y) * kTile;
   const std::int64_t c0 = tile0 + lane * kVec;
+  const bool active = c0 < geo.hd;
   float ret[kVec] = {}, rd[kVec] = {};
-  if (c0 < geo.hd) {
-    accumulate_rows<E, kVec>(bank, geo.hd, c0, p1.k_slot + token * geo.W, p1.k_eff + token * geo.W, geo.W, warp,
-                             ret);
-    accumulate_rows<E, kVec>(bank, geo.hd, c0, p1.q_slot + token * geo.R, p1.q_w + token * geo.R, geo.R, warp,
-                             rd);
-  }
+  accumulate_rows<E, kVec>(bank, geo.hd, c0, active, p1.k_slot + token * geo.W, p1.k_eff + token * geo.W, geo.W,
+                           warp, lane, ret);
+  accumulate_rows<E, kVec>(bank, geo.hd, c0, active, p1.q_slot + token * geo.R, p1.q_w + token * geo.R, geo.R,
+                           warp, lane, rd);
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
     partial[warp][0][lane * kVec + k] = ret[k];

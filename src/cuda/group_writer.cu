@@ -7,7 +7,9 @@
 // Math:    M[s] = rnd_E( exp(Lambda_s) M0[s] + sum_{e in group(s)} wcoef_e delta[i_e] ).
 // Parallel decomposition: one warp per sorted write position of the step (P*C*W warps); the warp
 //   at a group's first entry is the group's only writer, the others exit at once. Lane l owns
-//   columns l*kVec + 32*kVec*k (16-byte accesses when kVec == 8).
+//   columns l*kVec + 32*kVec*k (16-byte accesses when kVec == 8). Groups of at most 32 entries
+//   (nearly all) keep their tokens and coefficients in lane registers (one coalesced load, then
+//   shuffles); longer groups read them from memory. Both sum in the same order.
 // Numerics: per element, f32 in group order (ascending token) starting from exp(Lambda) M0, one
 //   rounding to E per chunk. A single writer per row makes the in-place update safe and
 //   deterministic; padding and masked entries (local slot == sps) form no group.
@@ -33,26 +35,53 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (local == geo.sps) return;
   if (q > 0 && geo.keys.local_slot(p1.keys[e - 1]) == local) return;
 
-  E* row = static_cast<E*>(sb.bank) + (p * geo.sps + local) * geo.hd;
-  E* snapshot = sb.snapshot != nullptr ? static_cast<E*>(sb.snapshot) + e * geo.hd : nullptr;
-  const float* delta = sb.delta + (sb.delta_per_chunk ? n * geo.C : p * geo.C) * geo.hd;
+  E* __restrict__ row = static_cast<E*>(sb.bank) + (p * geo.sps + local) * geo.hd;
+  E* __restrict__ snapshot = sb.snapshot != nullptr ? static_cast<E*>(sb.snapshot) + e * geo.hd : nullptr;
+  const float* __restrict__ delta = sb.delta + (sb.delta_per_chunk ? n * geo.C : p * geo.C) * geo.hd;
   const float decay = p1.gdecay[e];
-  for (std::int64_t c0 = lane * kVec; c0 < geo.hd; c0 += 32 * kVec) {
-    float base[kVec], acc[kVec];
-    load_row<kVec>(row + c0, base);
-    if (snapshot != nullptr) store_row<kVec>(snapshot + c0, base);
+
+  // Lane l holds the group's entry l (token and coefficient) when the group has at most 32.
+  const std::int64_t mine = e + lane;
+  const std::uint64_t my_key = mine < chunk_end ? p1.keys[mine] : 0;
+  const bool member = mine < chunk_end && geo.keys.local_slot(my_key) == local;
+  const unsigned members = __ballot_sync(0xffffffffu, member);  // lanes 0 .. count-1 (groups are contiguous)
+  const int count = members == 0xffffffffu ? 32 : __ffs(~members) - 1;
+  const bool longer = count == 32 && e + 32 < chunk_end && geo.keys.local_slot(p1.keys[e + 32]) == local;
+  const std::int64_t my_token = member ? geo.keys.token(my_key) : 0;
+  const float my_coef = member ? p1.wcoef[mine] : 0.0f;
+
+  // Every lane runs every column step (the shuffles need the whole warp); inactive lanes
+  // (columns beyond hd) load and store nothing.
+  const std::int64_t steps = (geo.hd + 32 * kVec - 1) / (32 * kVec);
+  for (std::int64_t step = 0; step < steps; ++step) {
+    const std::int64_t c0 = step * 32 * kVec + lane * kVec;
+    const bool active = c0 < geo.hd;
+    float base[kVec] = {}, acc[kVec];
+    if (active) load_row<kVec>(row + c0, base);
+    if (active && snapshot != nullptr) store_row<kVec>(snapshot + c0, base);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) acc[k] = decay * base[k];
-    for (std::int64_t s = e; s < chunk_end; ++s) {
-      const std::uint64_t key = p1.keys[s];
-      if (geo.keys.local_slot(key) != local) break;
-      const float coef = p1.wcoef[s];
-      float dv[kVec];
-      load_row<kVec>(delta + geo.keys.token(key) * geo.hd + c0, dv);
+    if (!longer) {
+      for (int k = 0; k < count; ++k) {
+        const std::int64_t token = __shfl_sync(0xffffffffu, my_token, k);
+        const float coef = __shfl_sync(0xffffffffu, my_coef, k);
+        float dv[kVec] = {};
+        if (active) load_row<kVec>(delta + token * geo.hd + c0, dv);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) acc[k] = fmaf(coef, dv[k], acc[k]);
+        for (int x = 0; x < kVec; ++x) acc[x] = fmaf(coef, dv[x], acc[x]);
+      }
+    } else if (active) {
+      for (std::int64_t s = e; s < chunk_end; ++s) {
+        const std::uint64_t key = p1.keys[s];
+        if (geo.keys.local_slot(key) != local) break;
+        const float coef = p1.wcoef[s];
+        float dv[kVec];
+        load_row<kVec>(delta + geo.keys.token(key) * geo.hd + c0, dv);
+#pragma unroll
+        for (int x = 0; x < kVec; ++x) acc[x] = fmaf(coef, dv[x], acc[x]);
+      }
     }
-    store_row<kVec>(row + c0, acc);
+    if (active) store_row<kVec>(row + c0, acc);
   }
 }
 

@@ -4,7 +4,8 @@
 //
 // Per config: the chunked op's no-grad forward and saving forward (validate=False, chunk 64,
 // bf16 bank, bf16 k_val / v / q_val, f32 beta / g, int32 indices, inputs drawn on the device),
-// or the decode step (eager through the public API, and replayed from a CUDA graph of 100 steps).
+// each eager through the public API and replayed from a CUDA graph (the no-grad forward; 100 steps
+// of the decode step), which shows the time without host launch overhead.
 // Reports the median of N timed runs (CUDA events, after one warm-up), tokens/s, the bytes that
 // must move (per token: W rows read + W rows written + R rows read, plus W snapshot rows written
 // in a saving call) and that traffic's bandwidth as a fraction of the device-to-device copy
@@ -153,6 +154,27 @@ double copy_bandwidth() {
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
 }
 
+// Median time of one replay of a CUDA graph holding what `record(stream)` enqueues.
+template <typename F>
+double graph_replay_ms(int reps, F&& record) {
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaGraph_t graph;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  record(stream);
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec;
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  const double ms = median_ms(reps, [&] {
+    cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  });
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return ms;
+}
+
 struct Row {
   std::string config, mode;
   double ms, tokens_per_s, gbytes, fraction;
@@ -174,6 +196,10 @@ void bench_chunked(const Config& c, int reps, double copy_bw, std::vector<Row>& 
   const WriteReadArgs args = in.args();
   rows.push_back(make_row(c, "forward no-grad", median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }),
                           false, copy_bw));
+  rows.push_back(make_row(c, "forward no-grad, graph replay", graph_replay_ms(reps, [&](cudaStream_t stream) {
+    const core::WriteReadShape shape = core::validate_write_read(args, in.readings.ref(), opt, core::BankDTypes::engine);
+    cuda::write_read_forward_on_stream(args, in.readings.ref(), nullptr, shape, opt, stream);
+  }), false, copy_bw));
   opt.validate = true;
   rows.push_back(make_row(c, "forward no-grad, validate",
                           median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }), false, copy_bw));
@@ -196,23 +222,11 @@ void bench_decode(const Config& c, int reps, double copy_bw, std::vector<Row>& r
   });
   rows.push_back(make_row(c, "decode step, eager", eager / kSteps, false, copy_bw));
 
-  cudaStream_t stream;
-  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   const core::DecodeShape shape = core::validate_decode(args, in.readings.ref(), opt, core::BankDTypes::engine);
-  cudaGraph_t graph;
-  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  for (int s = 0; s < kSteps; ++s) cuda::decode_step_on_stream(args, in.readings.ref(), shape, opt, stream);
-  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec;
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  const double graphed = median_ms(reps, [&] {
-    cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-    cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  const double graphed = graph_replay_ms(reps, [&](cudaStream_t stream) {
+    for (int s = 0; s < kSteps; ++s) cuda::decode_step_on_stream(args, in.readings.ref(), shape, opt, stream);
   });
   rows.push_back(make_row(c, "decode step, graph replay", graphed / kSteps, false, copy_bw));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 }  // namespace
