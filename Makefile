@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test clean
+.PHONY: deps configure build test test-cpp clean python-deps python-install test-python
 
 deps:
 	bash scripts/install_deps.sh
@@ -14,8 +14,33 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+test: test-cpp test-python
+
+test-cpp: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
+# ---- Python: the `sdm` package and its tests ------------------------------------------------
+# A virtualenv under .venv (ignored by git) rather than the user's python: Debian's system
+# python refuses pip installs (PEP 668, externally managed), and a venv keeps the pinned CPU
+# torch apart from whatever else the machine has; its pip still reads the machine's pip
+# configuration. torch is installed first and pinned (TORCH_VERSION, a CPU build available
+# locally); the package is then built against it without build isolation, in the kept
+# build-python/ directory, so a reinstall only recompiles what changed.
+PYTHON ?= python3
+VENV ?= .venv
+VENV_PY := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+
+python-deps: deps
+	test -x $(VENV_PY) || $(PYTHON) -m venv $(VENV)
+	$(VENV_PY) -m pip install -q torch==$(TORCH_VERSION)
+	$(VENV_PY) -m pip install -q pytest numpy "scikit-build-core>=0.10"
+
+python-install: python-deps
+	$(VENV_PY) -m pip install -q --no-build-isolation .
+
+test-python: python-install
+	$(VENV_PY) -m pytest tests/python -q -p no:cacheprovider
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-python
