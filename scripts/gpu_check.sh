@@ -8,7 +8,8 @@
 #                        [--profile CONFIG]
 #
 # --profile CONFIG: Nsight Compute (ncu, clocks left alone) times every kernel of one forward
-# (or 400 decode steps) of that benchmark config and prints the per-kernel summary.
+# (or 400 decode steps) of that benchmark config and prints the per-kernel summary, then the
+# speed-of-light, occupancy and warp-state numbers of the first launch of each engine kernel.
 #
 # The C++ GoogleTest suite and the torch extension are not built here (the GPU image has no
 # GoogleTest; the extension has its own check).
@@ -68,8 +69,13 @@ if [ -n "$profile" ]; then
   echo "== ncu kernel times, config $profile"
   timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --launch-count 420 --print-summary per-kernel \
     "$build/tests/gpu/sdm_gpu_bench" --configs "$profile" --reps 1 >"$out/profile.log" 2>&1
-  grep -v "^==PROF==" "$out/profile.log" | grep -E "^  [a-zA-Z_]|gpu__time_duration" | cut -c1-140 |
-    tee "$out/profile_summary.txt" | tail -60
+  grep -v "^==PROF==" "$out/profile.log" | grep -E "^  [a-zA-Z_]|gpu__time_duration" | cut -c1-140 | tail -60
+  echo "== ncu details: the first pair_products, solve, gather, dual and group writer of config $profile"
+  timeout 300 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section WarpStateStats -k 'regex:pair_products|solve|gather_rows|dual_product|write_groups' --launch-count 5 \
+    "$build/tests/gpu/sdm_gpu_bench" --configs "$profile" --reps 1 >>"$out/profile.log" 2>&1
+  grep -E "^  [a-zA-Z_].*\(|^    (Duration|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|DRAM Throughput|Registers Per Thread|Waves Per SM|Warp Cycles Per Issued|Block Limit Registers|Compute \(SM\) Throughput)" \
+    "$out/profile.log" | tail -60 | cut -c1-130
 fi
 
 sanitizer_summary=""

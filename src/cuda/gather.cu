@@ -6,7 +6,8 @@
 // Parallel decomposition: one CTA of 8 warps per (step row, column tile of 32*kVec columns).
 //   Lane l owns columns [l*kVec, l*kVec + kVec) of the tile (16-byte loads when kVec == 8);
 //   warp k sums the entries k, k+8, k+16, ... in that order (their slots and weights loaded once,
-//   one per lane, then broadcast by shuffles), 8 row loads in flight at a time;
+//   one per lane, then broadcast by shuffles), 4 row loads in flight at a time (more costs
+//   registers, hence occupancy: a single wave of CTAs needs <= 64 registers);
 //   the 8 warp partials are then added in warp order through shared memory.
 // Numerics: f32 accumulation; the order above is a function of (W, R, hd) only. Masked entries
 //   (slot -1: padding or an index outside the stream's rows) load nothing and add nothing.
@@ -18,7 +19,7 @@ namespace sdm::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kBatch = 8;
+constexpr int kBatch = 4;
 
 // Adds the entries warp, warp + 8, ... (< count, at most 32 of them since W, R <= 256) into acc,
 // in that order. Lane l first loads entry warp + 8 l's slot and weight; the rows then go

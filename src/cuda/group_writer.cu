@@ -23,7 +23,7 @@ namespace {
 constexpr int kWarps = 8;
 
 template <typename E, int kVec>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, 5)
     write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti) {
   const std::int64_t CW = geo.C * geo.W;
   const std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;

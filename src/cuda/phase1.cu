@@ -171,6 +171,9 @@ __global__ void pair_products(Geometry geo, Phase1Buffers buf) {
 // Chunks up to this size keep their X in shared memory during the solve (C*C*4 bytes).
 constexpr std::int64_t kSolveSharedMaxC = 128;
 
+// Thread k only ever reads its own column of X: kSharedX keeps that working copy in shared
+// memory (C <= kSolveSharedMaxC), else X itself is the working copy.
+template <bool kSharedX>
 __global__ void solve(Geometry geo, Inputs in, Phase1Buffers buf) {
   extern __shared__ float x_shared[];
   const std::int64_t n = blockIdx.x, k = threadIdx.x;
@@ -181,31 +184,22 @@ __global__ void solve(Geometry geo, Inputs in, Phase1Buffers buf) {
   const float* __restrict__ QK = buf.QK + n * C * C;
   float* __restrict__ X = buf.X + n * C * C;
   float* __restrict__ QX = buf.QX + n * C * C;
-  // Thread k only ever reads its own column of X: the working copy lives in shared memory when
-  // it fits, else in X itself. The j loops run from 0 for every thread (so A[i][j] and QK[i][j]
-  // are warp-wide broadcasts) and skip j < k, where X[j][k] is 0 by definition.
-  float* Xw = C <= kSolveSharedMaxC ? x_shared : X;
+  float* Xw = kSharedX ? x_shared : X;
   // Column k of X: X[i, k] = [i == k] - beta_i sum_{j in [k, i)} A[i, j] X[j, k].
   for (std::int64_t i = 0; i < C; ++i) {
     float x = i == k ? 1.0f : 0.0f;
-    if (t0 + i < geo.T) {
+    if (i > k && t0 + i < geo.T) {
       float s = 0.0f;
-#pragma unroll 8
-      for (std::int64_t j = 0; j < i; ++j) {
-        if (j >= k) s = fmaf(A[i * C + j], Xw[j * C + k], s);
-      }
-      if (i > k) x = -load_input(in.beta, in.beta_dtype, p * geo.T + t0 + i) * s;
+      for (std::int64_t j = k; j < i; ++j) s = fmaf(A[i * C + j], Xw[j * C + k], s);
+      x = -load_input(in.beta, in.beta_dtype, p * geo.T + t0 + i) * s;
     }
-    Xw[i * C + k] = x;
+    if (kSharedX) Xw[i * C + k] = x;
     X[i * C + k] = x;
   }
   // Column k of QX = tril(QK) X: QX[i, k] = sum_{j in [k, i]} QK[i, j] X[j, k].
   for (std::int64_t i = 0; i < C; ++i) {
     float s = 0.0f;
-#pragma unroll 8
-    for (std::int64_t j = 0; j <= i; ++j) {
-      if (j >= k) s = fmaf(QK[i * C + j], Xw[j * C + k], s);
-    }
+    for (std::int64_t j = k; j <= i; ++j) s = fmaf(QK[i * C + j], Xw[j * C + k], s);
     QX[i * C + k] = s;
   }
 }
@@ -257,10 +251,15 @@ void run_phase1(const Geometry& geo, const Inputs& in, bool bf16_bank, const Pha
   const std::size_t solve_shared =
       geo.C <= kSolveSharedMaxC ? static_cast<std::size_t>(geo.C * geo.C) * sizeof(float) : 0;
   if (solve_shared > 48 * 1024) {
-    check_cuda(cudaFuncSetAttribute(solve, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(solve_shared)),
+    check_cuda(cudaFuncSetAttribute(solve<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(solve_shared)),
                "cudaFuncSetAttribute (solve shared memory)");
   }
-  solve<<<static_cast<unsigned>(geo.N), chunk_threads, solve_shared, stream>>>(geo, in, buf);
+  if (solve_shared > 0) {
+    solve<true><<<static_cast<unsigned>(geo.N), chunk_threads, solve_shared, stream>>>(geo, in, buf);
+  } else {
+    solve<false><<<static_cast<unsigned>(geo.N), chunk_threads, 0, stream>>>(geo, in, buf);
+  }
   check_launch("solve");
 }
 
