@@ -34,10 +34,10 @@ TORCH_VERSION ?= 2.13.0
 python-deps: deps
 	test -x $(VENV_PY) || $(PYTHON) -m venv $(VENV)
 	$(VENV_PY) -m pip install -q torch==$(TORCH_VERSION)
-	$(VENV_PY) -m pip install -q pytest numpy "scikit-build-core>=0.10"
+	$(VENV_PY) -m pip install -q "scikit-build-core>=0.10"
 
 python-install: python-deps
-	$(VENV_PY) -m pip install -q --no-build-isolation .
+	$(VENV_PY) -m pip install -q --no-build-isolation ".[test,demo]"
 
 test-python: python-install
 	$(VENV_PY) -m pytest tests/python -q -p no:cacheprovider
