@@ -10,8 +10,7 @@
 //                    before its token (reads come after the token's writes), Lq and q_w
 //   pair_products    one thread per chunk row i: A[i, :] (strictly lower) and QK[i, :] (lower incl.
 //                    diagonal) by walking the slot groups backwards from token i's entries
-//   solve            one thread per chunk column k: forward substitution for column k of X (kept in
-//                    shared memory for C <= 128), then QX
+//   solve            one thread per chunk column k: forward substitution for column k of X, then QX
 #include "phase1.hpp"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -168,14 +167,7 @@ __global__ void pair_products(Geometry geo, Phase1Buffers buf) {
   }
 }
 
-// Chunks up to this size keep their X in shared memory during the solve (C*C*4 bytes).
-constexpr std::int64_t kSolveSharedMaxC = 128;
-
-// Thread k only ever reads its own column of X: kSharedX keeps that working copy in shared
-// memory (C <= kSolveSharedMaxC), else X itself is the working copy.
-template <bool kSharedX>
 __global__ void solve(Geometry geo, Inputs in, Phase1Buffers buf) {
-  extern __shared__ float x_shared[];
   const std::int64_t n = blockIdx.x, k = threadIdx.x;
   if (k >= geo.C) return;
   const std::int64_t C = geo.C;
@@ -184,22 +176,21 @@ __global__ void solve(Geometry geo, Inputs in, Phase1Buffers buf) {
   const float* __restrict__ QK = buf.QK + n * C * C;
   float* __restrict__ X = buf.X + n * C * C;
   float* __restrict__ QX = buf.QX + n * C * C;
-  float* Xw = kSharedX ? x_shared : X;
-  // Column k of X: X[i, k] = [i == k] - beta_i sum_{j in [k, i)} A[i, j] X[j, k].
+  // Column k of X: X[i, k] = [i == k] - beta_i sum_{j in [k, i)} A[i, j] X[j, k]. Thread k
+  // reads back only its own column.
   for (std::int64_t i = 0; i < C; ++i) {
     float x = i == k ? 1.0f : 0.0f;
     if (i > k && t0 + i < geo.T) {
       float s = 0.0f;
-      for (std::int64_t j = k; j < i; ++j) s = fmaf(A[i * C + j], Xw[j * C + k], s);
+      for (std::int64_t j = k; j < i; ++j) s = fmaf(A[i * C + j], X[j * C + k], s);
       x = -load_input(in.beta, in.beta_dtype, p * geo.T + t0 + i) * s;
     }
-    if (kSharedX) Xw[i * C + k] = x;
     X[i * C + k] = x;
   }
   // Column k of QX = tril(QK) X: QX[i, k] = sum_{j in [k, i]} QK[i, j] X[j, k].
   for (std::int64_t i = 0; i < C; ++i) {
     float s = 0.0f;
-    for (std::int64_t j = k; j <= i; ++j) s = fmaf(QK[i * C + j], Xw[j * C + k], s);
+    for (std::int64_t j = k; j <= i; ++j) s = fmaf(QK[i * C + j], X[j * C + k], s);
     QX[i * C + k] = s;
   }
 }
@@ -248,18 +239,7 @@ void run_phase1(const Geometry& geo, const Inputs& in, bool bf16_bank, const Pha
   const unsigned chunk_threads = static_cast<unsigned>((geo.C + 31) / 32 * 32);
   pair_products<<<static_cast<unsigned>(geo.N), chunk_threads, 0, stream>>>(geo, buf);
   check_launch("pair_products");
-  const std::size_t solve_shared =
-      geo.C <= kSolveSharedMaxC ? static_cast<std::size_t>(geo.C * geo.C) * sizeof(float) : 0;
-  if (solve_shared > 48 * 1024) {
-    check_cuda(cudaFuncSetAttribute(solve<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(solve_shared)),
-               "cudaFuncSetAttribute (solve shared memory)");
-  }
-  if (solve_shared > 0) {
-    solve<true><<<static_cast<unsigned>(geo.N), chunk_threads, solve_shared, stream>>>(geo, in, buf);
-  } else {
-    solve<false><<<static_cast<unsigned>(geo.N), chunk_threads, 0, stream>>>(geo, in, buf);
-  }
+  solve<<<static_cast<unsigned>(geo.N), chunk_threads, 0, stream>>>(geo, in, buf);
   check_launch("solve");
 }
 
