@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test test-cpp clean python-deps python-install test-python
+.PHONY: deps configure build test test-cpp clean python-deps python-install test-python demo
 
 deps:
 	bash scripts/install_deps.sh
@@ -41,6 +41,12 @@ python-install: python-deps
 
 test-python: python-install
 	$(VENV_PY) -m pytest tests/python -q -p no:cacheprovider
+
+# The main job: train two small SDM models on associative recall on the CPU (python -m
+# sdm.demo; DEMO_ARGS passes flags, e.g. DEMO_ARGS="--steps 200"). Writes to out/.
+DEMO_ARGS ?=
+demo: python-install
+	$(VENV_PY) -m sdm.demo $(DEMO_ARGS)
 
 clean:
 	rm -rf $(BUILD) build-python
