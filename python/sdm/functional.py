@@ -22,10 +22,9 @@ from torch import Tensor
 
 from . import _ops  # noqa: F401  (loads the operators)
 
-_SNAPSHOT_MODES = ("none", "bf16", "fp8", "int4")
 
-
-def _records_grad(*tensors: Tensor) -> bool:
+def records_grad(*tensors: Tensor) -> bool:
+    """True when autograd would record an op on these tensors."""
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
@@ -46,7 +45,7 @@ def write_read(memory: Tensor, k_idx: Tensor, k_val: Tensor, v: Tensor, beta: Te
     """
     options = dict(slots_per_stream=slots_per_stream, chunk_size=chunk_size, snapshot_quant=snapshot_quant,
                    grad_bank_fp32=grad_bank_fp32, validate=validate)
-    if _records_grad(memory, k_val, v, beta, g, q_val):
+    if records_grad(memory, k_val, v, beta, g, q_val):
         readings, final_bank, _saved = torch.ops.sdm.write_read(memory, k_idx, k_val, v, beta, g, q_idx, q_val,
                                                                 **options)
         return readings, final_bank

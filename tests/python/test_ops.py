@@ -153,8 +153,8 @@ def test_decode_step_matches_reference(G, bank_dtype, tol):
     ref_readings, ref_bank = sdm.reference.write_read(*p.tensors(), slots_per_stream=16)
     q = p.cast(bank_dtype, torch.float32)
     bank = q.memory.clone()
-    lead = lambda t: t.view(3, *t.shape[2:])  # noqa: E731  streams as the leading dim
-    readings = sdm.decode_step(bank, *(lead(t) for t in q.tensors()[1:]), slots_per_stream=16)
+    per_stream = [t.view(3, *t.shape[2:]) for t in q.tensors()[1:]]  # streams as the leading dim
+    readings = sdm.decode_step(bank, *per_stream, slots_per_stream=16)
     assert readings.shape == (3, 9) and readings.dtype == bank_dtype
     assert rel_err(readings, ref_readings.view(3, 9)) < tol
     assert rel_err(bank, ref_bank) < tol
