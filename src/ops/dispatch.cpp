@@ -19,10 +19,12 @@ namespace {
 
 bool on_cpu(const TensorRef& memory) { return memory.device.type == DeviceType::cpu; }
 
+#if !defined(SDM_WITH_CUDA)
 [[noreturn]] void no_cuda(const TensorRef& memory) {
   throw ValueError("memory", "memory is on " + device_name(memory.device) +
                                  " but this build of sdm has no CUDA support (SDM_ENABLE_CUDA=OFF)");
 }
+#endif
 
 void check_saved(const TensorRef& saved, std::size_t expected, const TensorRef& memory) {
   if (saved.dtype != DType::u8) {
