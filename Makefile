@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test test-cpp clean python-deps python-install test-python demo
+.PHONY: deps configure build build-cuda test test-cpp clean python-deps python-install test-python demo
 
 deps:
 	bash scripts/install_deps.sh
@@ -15,6 +15,14 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: test-cpp test-python
+
+# Compile the CUDA engine and the GPU tests with nvcc (sm_90 unless SDM_CUDA_ARCHS says
+# otherwise); nothing CUDA runs without a GPU. CI runs it after `make test`.
+CUDA_BUILD ?= build-cuda
+build-cuda: deps
+	cmake -S . -B $(CUDA_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DSDM_WERROR=ON -DSDM_ENABLE_CUDA=ON \
+	  -DSDM_BUILD_TESTS=OFF -DSDM_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build $(CUDA_BUILD) -j $(JOBS)
 
 test-cpp: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
@@ -49,4 +57,4 @@ demo: python-install
 	$(VENV_PY) -m sdm.demo $(DEMO_ARGS)
 
 clean:
-	rm -rf $(BUILD) build-python
+	rm -rf $(BUILD) $(CUDA_BUILD) build-python
