@@ -33,21 +33,6 @@ struct BackwardCase {
   DType grad_memory = DType::f32;
 };
 
-ProblemSpec spec_of(std::int64_t P, std::int64_t T, std::int64_t W, std::int64_t R, std::int64_t hd,
-                    std::int64_t sps, std::int64_t G, DType bank, std::uint64_t seed) {
-  ProblemSpec s;
-  s.P = P;
-  s.T = T;
-  s.W = W;
-  s.R = R;
-  s.hd = hd;
-  s.slots_per_stream = sps;
-  s.G = G;
-  s.bank = bank;
-  s.seed = seed;
-  return s;
-}
-
 std::vector<BackwardCase> backward_cases() {
   std::vector<BackwardCase> cases;
   auto add = [&](std::string name, ProblemSpec spec, std::int64_t chunk, bool final_bank_grad) {

@@ -28,21 +28,6 @@ struct ForwardCase {
   std::int64_t chunk = 64;
 };
 
-ProblemSpec spec_of(std::int64_t P, std::int64_t T, std::int64_t W, std::int64_t R, std::int64_t hd,
-                    std::int64_t sps, std::int64_t G, DType bank, std::uint64_t seed) {
-  ProblemSpec s;
-  s.P = P;
-  s.T = T;
-  s.W = W;
-  s.R = R;
-  s.hd = hd;
-  s.slots_per_stream = sps;
-  s.G = G;
-  s.bank = bank;
-  s.seed = seed;
-  return s;
-}
-
 std::vector<ForwardCase> forward_cases() {
   std::vector<ForwardCase> cases;
   auto add = [&](std::string name, ProblemSpec spec, std::int64_t chunk) {

@@ -18,21 +18,6 @@
 namespace sdm::testing {
 namespace {
 
-ProblemSpec spec_of(std::int64_t P, std::int64_t T, std::int64_t W, std::int64_t R, std::int64_t hd,
-                    std::int64_t sps, std::int64_t G, DType bank, std::uint64_t seed) {
-  ProblemSpec s;
-  s.P = P;
-  s.T = T;
-  s.W = W;
-  s.R = R;
-  s.hd = hd;
-  s.slots_per_stream = sps;
-  s.G = G;
-  s.bank = bank;
-  s.seed = seed;
-  return s;
-}
-
 WriteReadOptions options_for(const ProblemSpec& spec, std::int64_t chunk) {
   WriteReadOptions o;
   o.slots_per_stream = spec.slots_per_stream;

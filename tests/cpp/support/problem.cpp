@@ -60,6 +60,21 @@ Problem make_problem(const ProblemSpec& s) {
   return pb;
 }
 
+ProblemSpec spec_of(std::int64_t P, std::int64_t T, std::int64_t W, std::int64_t R, std::int64_t hd,
+                    std::int64_t slots_per_stream, std::int64_t G, DType bank, std::uint64_t seed) {
+  ProblemSpec s;
+  s.P = P;
+  s.T = T;
+  s.W = W;
+  s.R = R;
+  s.hd = hd;
+  s.slots_per_stream = slots_per_stream;
+  s.G = G;
+  s.bank = bank;
+  s.seed = seed;
+  return s;
+}
+
 WriteReadArgs Problem::args() const {
   WriteReadArgs a;
   a.memory = memory.ref();

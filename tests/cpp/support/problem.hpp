@@ -36,4 +36,8 @@ struct Problem {
 
 Problem make_problem(const ProblemSpec& spec);
 
+// A spec from the fields engine tests vary most (the others keep their defaults).
+ProblemSpec spec_of(std::int64_t P, std::int64_t T, std::int64_t W, std::int64_t R, std::int64_t hd,
+                    std::int64_t slots_per_stream, std::int64_t G, DType bank, std::uint64_t seed);
+
 }  // namespace sdm::testing
