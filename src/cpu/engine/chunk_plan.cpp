@@ -37,28 +37,40 @@ void stage_entries(const WriteReadArgs& args, const core::WriteReadShape& shape,
   }
 }
 
+// Orders the unmasked entries [0, count) of `rows` by (row, entry index) into `order` and
+// calls on_run(begin, end, row) for each run of equal rows. Entry indices are token-major
+// (e = i*width + lane), so the order is (row, token, lane).
+template <typename OnRun>
+void sort_into_groups(const std::vector<std::int64_t>& rows, std::int64_t count, std::vector<std::int32_t>& order,
+                      OnRun&& on_run) {
+  order.clear();
+  for (std::int32_t e = 0; e < count; ++e) {
+    if (rows[at(e)] != kMaskedRow) order.push_back(e);
+  }
+  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return rows[at(a)] != rows[at(b)] ? rows[at(a)] < rows[at(b)] : a < b;
+  });
+  const auto sorted = static_cast<std::int32_t>(order.size());
+  for (std::int32_t begin = 0; begin < sorted;) {
+    const std::int64_t row = rows[at(order[at(begin)])];
+    std::int32_t end = begin + 1;
+    while (end < sorted && rows[at(order[at(end)])] == row) ++end;
+    on_run(begin, end, row);
+    begin = end;
+  }
+}
+
 // Sorts the valid write entries by (row, token, lane), cuts them into groups and runs the
 // per-group scans (L, P, Lambda) and the effective weights.
 void group_writes(ChunkPlan& plan) {
   const std::int64_t entries = plan.n * plan.W;
-  plan.write_order.clear();
-  for (std::int32_t e = 0; e < entries; ++e) {
-    plan.k_group[at(e)] = -1;
-    if (plan.k_row[at(e)] != kMaskedRow) plan.write_order.push_back(e);
-  }
-  // e = i*W + w, so ordering by (row, e) is ordering by (row, token, lane).
-  std::sort(plan.write_order.begin(), plan.write_order.end(), [&](std::int32_t a, std::int32_t b) {
-    const std::int64_t ra = plan.k_row[at(a)], rb = plan.k_row[at(b)];
-    return ra != rb ? ra < rb : a < b;
-  });
+  for (std::int64_t e = 0; e < entries; ++e) plan.k_group[at(e)] = -1;
   plan.groups.clear();
-  const auto sorted = static_cast<std::int32_t>(plan.write_order.size());
-  for (std::int32_t begin = 0; begin < sorted;) {
+  sort_into_groups(plan.k_row, entries, plan.write_order, [&](std::int32_t begin, std::int32_t end, std::int64_t row) {
     WriteGroup group;
     group.begin = begin;
-    group.row = plan.k_row[at(plan.write_order[at(begin)])];
-    group.end = begin + 1;
-    while (group.end < sorted && plan.k_row[at(plan.write_order[at(group.end)])] == group.row) ++group.end;
+    group.end = end;
+    group.row = row;
     const auto index = static_cast<std::int32_t>(plan.groups.size());
     float running = 0.0f;
     for (std::int32_t s = group.begin; s < group.end; ++s) {
@@ -80,8 +92,7 @@ void group_writes(ChunkPlan& plan) {
       plan.coef[e] = plan.kappa[e] * std::exp(plan.P[e]);
     }
     plan.groups.push_back(group);
-    begin = group.end;
-  }
+  });
 }
 
 // The write group of `row`, or -1.
@@ -200,27 +211,15 @@ void build_chunk_plan(const WriteReadArgs& args, const core::WriteReadShape& sha
 }
 
 void build_read_groups(ChunkPlan& plan) {
-  plan.read_order.clear();
-  const std::int64_t reads = plan.n * plan.R;
-  for (std::int32_t q = 0; q < reads; ++q) {
-    if (plan.q_row[at(q)] != kMaskedRow) plan.read_order.push_back(q);
-  }
-  std::sort(plan.read_order.begin(), plan.read_order.end(), [&](std::int32_t a, std::int32_t b) {
-    const std::int64_t ra = plan.q_row[at(a)], rb = plan.q_row[at(b)];
-    return ra != rb ? ra < rb : a < b;
-  });
   plan.read_groups.clear();
-  const auto sorted = static_cast<std::int32_t>(plan.read_order.size());
-  for (std::int32_t begin = 0; begin < sorted;) {
+  sort_into_groups(plan.q_row, plan.n * plan.R, plan.read_order, [&](std::int32_t begin, std::int32_t end, std::int64_t row) {
     ReadGroup group;
     group.begin = begin;
-    group.row = plan.q_row[at(plan.read_order[at(begin)])];
-    group.end = begin + 1;
-    while (group.end < sorted && plan.q_row[at(plan.read_order[at(group.end)])] == group.row) ++group.end;
-    group.write_group = find_group(plan, group.row);
+    group.end = end;
+    group.row = row;
+    group.write_group = find_group(plan, row);
     plan.read_groups.push_back(group);
-    begin = group.end;
-  }
+  });
 }
 
 }  // namespace sdm::cpu
