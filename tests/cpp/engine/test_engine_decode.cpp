@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/validate.hpp"
+#include "cpu/engine/decode.hpp"
 #include "sdm/sdm.hpp"
 #include "support/host_tensor.hpp"
 #include "support/problem.hpp"
@@ -229,25 +231,60 @@ TEST(DecodeSteps, EqualTheReferenceForward) {
   }
 }
 
-// hd = 200 makes 4 column tiles per stream, so 1, 2 and 4 threads split the work differently.
-TEST(DecodeSteps, BitwiseIndependentOfThreadCount) {
+// Runs every token of `pb` on `bank` through the engine with exactly `threads` workers.
+HostTensor run_decode_steps_on_threads(const Problem& pb, HostTensor& bank, const DecodeOptions& options,
+                                       int threads) {
+  const auto& s = pb.spec;
+  HostTensor all(s.bank, {s.P, s.T, s.hd});
+  for (std::int64_t t = 0; t < s.T; ++t) {
+    const TokenInputs tok = token_inputs(pb, t);
+    HostTensor readings = step_readings(pb, s.bank);
+    const WriteReadArgs args = tok.args(bank.ref());
+    const core::DecodeShape shape = core::validate_decode(args, readings.ref(), options, core::BankDTypes::engine);
+    cpu::decode_step_on_threads(args, readings.ref(), shape, options, threads);
+    for (std::int64_t p = 0; p < s.P; ++p) {
+      for (std::int64_t c = 0; c < s.hd; ++c) all.set((p * s.T + t) * s.hd + c, readings.get(p * s.hd + c));
+    }
+  }
+  return all;
+}
+
+// hd = 200 makes 4 column tiles per stream, 12 items in all, which 1, 2, 3, 4 and 7
+// workers split differently.
+TEST(DecodeSteps, BitwiseIndependentOfWorkerCount) {
   for (DType bank_dtype : {DType::f32, DType::bf16}) {
     const Problem pb = make_problem(spec_of(3, 4, 6, 5, 200, 16, 6, bank_dtype, DType::i32, DType::f32, 31));
     DecodeOptions options;
     options.slots_per_stream = pb.spec.slots_per_stream;
-    std::optional<HostTensor> first_bank, first_readings;
-    for (const char* threads : {"1", "2", "4"}) {
-      ScopedThreadsEnv env(threads);
+    HostTensor first_bank = pb.memory;
+    const HostTensor first_readings = run_decode_steps_on_threads(pb, first_bank, options, 1);
+    for (int threads : {2, 3, 4, 7}) {
       HostTensor bank = pb.memory;
-      const HostTensor readings = run_decode_steps(pb, bank, options);
-      if (!first_bank) {
-        first_bank = bank;
-        first_readings = readings;
-        continue;
-      }
-      EXPECT_TRUE(bank.bitwise_equal(*first_bank)) << dtype_name(bank_dtype) << " threads=" << threads;
-      EXPECT_TRUE(readings.bitwise_equal(*first_readings)) << dtype_name(bank_dtype) << " threads=" << threads;
+      const HostTensor readings = run_decode_steps_on_threads(pb, bank, options, threads);
+      EXPECT_TRUE(bank.bitwise_equal(first_bank)) << dtype_name(bank_dtype) << " threads=" << threads;
+      EXPECT_TRUE(readings.bitwise_equal(first_readings)) << dtype_name(bank_dtype) << " threads=" << threads;
     }
+  }
+}
+
+// Through the public entry point: a step large enough (4 streams x 192 rows of 1 KiB) to
+// be split over the configured threads gives the same bits for SDM_NUM_THREADS 1, 2, 4.
+TEST(DecodeSteps, BitwiseIndependentOfSdmNumThreads) {
+  const Problem pb = make_problem(spec_of(4, 2, 64, 64, 256, 256, 1, DType::f32, DType::i64, DType::f32, 32));
+  DecodeOptions options;
+  options.slots_per_stream = pb.spec.slots_per_stream;
+  std::optional<HostTensor> first_bank, first_readings;
+  for (const char* threads : {"1", "2", "4"}) {
+    ScopedThreadsEnv env(threads);
+    HostTensor bank = pb.memory;
+    const HostTensor readings = run_decode_steps(pb, bank, options);
+    if (!first_bank) {
+      first_bank = bank;
+      first_readings = readings;
+      continue;
+    }
+    EXPECT_TRUE(bank.bitwise_equal(*first_bank)) << "SDM_NUM_THREADS=" << threads;
+    EXPECT_TRUE(readings.bitwise_equal(*first_readings)) << "SDM_NUM_THREADS=" << threads;
   }
 }
 
