@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # gpu_check.sh - run on the GPU machine from a clean checkout: builds the library with CUDA
-# (SDM_CUDA_ARCHS, default 90), runs the GPU tests, compute-sanitizer (memcheck, racecheck,
-# initcheck) on the small tests, and the GPU benchmark; prints a summary table last. Logs and
-# JSON go to $OUT (default out/gpu_check).
+# (SDM_CUDA_ARCHS, default 90) together with the PyTorch extension against the torch found there,
+# installs the `sdm` package with CUDA on, runs the C++ GPU tests, the Python GPU tests
+# (tests/python_gpu), compute-sanitizer (memcheck, racecheck, initcheck) on the small C++ tests,
+# the C++ GPU benchmark and the Python decode-latency benchmark; prints a summary table last.
+# Logs and JSON go to $OUT (default out/gpu_check); each phase prints its start time.
 #
 #   scripts/gpu_check.sh [--configs small,readme,...] [--reps N] [--no-tests] [--no-sanitizer] [--no-bench]
-#                        [--profile CONFIG]
+#                        [--no-torch] [--profile CONFIG]
 #
+# --no-torch: C++ only (no extension, no Python tests or Python benchmark).
 # --profile CONFIG: Nsight Compute (ncu, clocks left alone) times every kernel of one forward
 # (or 400 decode steps) of that benchmark config and prints the per-kernel summary, then the
 # speed-of-light, occupancy and warp-state numbers of the first launch of each engine kernel.
 #
-# The C++ GoogleTest suite and the torch extension are not built here (the GPU image has no
-# GoogleTest; the extension has its own check).
+# The package is installed with pip into a private target folder ($build/site, on PYTHONPATH for
+# the Python steps), reusing the CMake build folder, so the kernels compile once:
+#   pip install --no-build-isolation --no-deps -C build-dir=$build -C cmake.define.SDM_ENABLE_CUDA=ON .
+# If pip fails, the extension built by CMake is staged next to python/sdm instead (logged).
+# The C++ GoogleTest suite is not built here (the GPU image has no GoogleTest).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +27,7 @@ reps=5
 tests=1
 sanitizer=1
 bench=1
+torch=1
 profile=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -30,57 +37,97 @@ while [ $# -gt 0 ]; do
     --no-sanitizer) sanitizer=0; shift ;;
     --profile) profile="$2"; shift 2 ;;
     --no-bench) bench=0; shift ;;
+    --no-torch) torch=0; shift ;;
     *) echo "gpu_check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 
 out="${OUT:-$PWD/out/gpu_check}"
 build="${SDM_GPU_BUILD_DIR:-/tmp/sdm-gpu-build}"
+site="$build/site"
+python="${PYTHON:-python3}"
+archs="${SDM_CUDA_ARCHS:-90}"
 mkdir -p "$out"
 rm -rf "$build"
+t0=$(date +%s)
+phase() { echo "== $1 (t = $(( $(date +%s) - t0 )) s)"; }
 
 {
   echo "commit: ${SDM_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1
   nvcc --version | tail -1
   cmake --version | head -1
+  [ "$torch" = 1 ] && "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" 2>&1
 } | tee "$out/device.txt"
 
-echo "== build"
-start=$(date +%s)
-if ! { cmake -S . -B "$build" -G Ninja -DSDM_ENABLE_CUDA=ON -DSDM_CUDA_ARCHS="${SDM_CUDA_ARCHS:-90}" \
-         -DSDM_BUILD_TESTS=OFF -DSDM_BUILD_BENCH=OFF &&
-       cmake --build "$build" -j"$(nproc)" --target sdm_gpu_tests sdm_gpu_bench; } >"$out/build.log" 2>&1; then
+phase "build"
+configure() {  # $1: ON / OFF for the torch extension
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSDM_ENABLE_CUDA=ON -DSDM_CUDA_ARCHS="$archs" \
+    -DSDM_ENABLE_TORCH="$1" -DPython_EXECUTABLE="$(command -v "$python")" -DSDM_BUILD_TESTS=OFF -DSDM_BUILD_BENCH=OFF
+}
+targets="sdm_gpu_tests sdm_gpu_bench"
+if [ "$torch" = 1 ]; then
+  if configure ON >"$out/build.log" 2>&1; then
+    targets="$targets sdm_torch"
+  else
+    echo "gpu_check: configuring with the torch extension failed (see build.log); building C++ only"
+    torch=0
+    rm -rf "$build"
+  fi
+fi
+if ! { [ "$torch" = 1 ] || configure OFF >>"$out/build.log" 2>&1; } ||
+   ! cmake --build "$build" -j"$(nproc)" --target $targets >>"$out/build.log" 2>&1; then
   tail -40 "$out/build.log"
   echo "gpu_check: BUILD FAILED"
   exit 1
 fi
-echo "built in $(( $(date +%s) - start )) s"
 cuobjdump --dump-resource-usage "$build/libsdm_cuda.a" >"$out/resources.txt" 2>&1 || true
 
+package="not built"
+if [ "$torch" = 1 ]; then
+  phase "python package"
+  if "$python" -m pip install -q --no-build-isolation --no-deps --target "$site" -C build-dir="$build" \
+       -C cmake.define.SDM_ENABLE_CUDA=ON -C cmake.define.SDM_CUDA_ARCHS="$archs" . >"$out/pip.log" 2>&1; then
+    package="pip install (SDM_ENABLE_CUDA=ON)"
+  else
+    tail -20 "$out/pip.log"
+    echo "gpu_check: pip install failed (pip.log); staging the CMake-built extension instead"
+    rm -rf "$site" && mkdir -p "$site" && cp -r python/sdm "$site/" && cp "$build"/bindings/torch/_C*.so "$site/sdm/"
+    package="staged CMake build (pip failed)"
+  fi
+  echo "package: $package"
+fi
+
 tests_rc=0
+py_tests_rc=0
 if [ "$tests" = 1 ]; then
-  echo "== tests"
+  phase "C++ GPU tests"
   "$build/tests/gpu/sdm_gpu_tests" 2>&1 | tee "$out/tests.log"
   tests_rc=${PIPESTATUS[0]}
+  if [ "$torch" = 1 ]; then
+    phase "Python GPU tests"
+    PYTHONPATH="$site" PYTHONUNBUFFERED=1 timeout 300 "$python" -m pytest tests/python_gpu -q -rs -p no:cacheprovider \
+      2>&1 | tee "$out/python_tests.log"
+    py_tests_rc=${PIPESTATUS[0]}
+  fi
 fi
 
 if [ -n "$profile" ]; then
-  echo "== ncu kernel times, config $profile"
+  phase "ncu kernel times, config $profile"
   timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --launch-count 420 --print-summary per-kernel \
     "$build/tests/gpu/sdm_gpu_bench" --configs "$profile" --reps 1 >"$out/profile.log" 2>&1
   grep -v "^==PROF==" "$out/profile.log" | grep -E "^  [a-zA-Z_]|gpu__time_duration" | cut -c1-140 | tail -60
   echo "== ncu details: the first pair_products, solve, gather, dual and group writer of config $profile"
   timeout 300 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
-    --section WarpStateStats -k 'regex:pair_products|solve|gather_rows|dual_product|write_groups' --launch-count 5 \
-    "$build/tests/gpu/sdm_gpu_bench" --configs "$profile" --reps 1 >>"$out/profile.log" 2>&1
+    --section WarpStateStats -k 'regex:pair_products|solve|gather_rows|dual_product|write_groups|decode_token' \
+    --launch-count 6 "$build/tests/gpu/sdm_gpu_bench" --configs "$profile" --reps 1 >>"$out/profile.log" 2>&1
   grep -E "^  [a-zA-Z_].*\(|^    (Duration|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|DRAM Throughput|Registers Per Thread|Waves Per SM|Warp Cycles Per Issued|Block Limit Registers|Compute \(SM\) Throughput)" \
     "$out/profile.log" | tail -60 | cut -c1-130
 fi
 
 sanitizer_summary=""
 if [ "$sanitizer" = 1 ]; then
-  echo "== compute-sanitizer (small tests)"
+  phase "compute-sanitizer (small tests)"
   : >"$out/sanitizer.log"
   for tool in memcheck racecheck initcheck; do
     echo "---- $tool" >>"$out/sanitizer.log"
@@ -92,18 +139,30 @@ if [ "$sanitizer" = 1 ]; then
 fi
 
 bench_rc=0
+py_bench_rc=0
 if [ "$bench" = 1 ]; then
-  echo "== benchmark"
+  phase "benchmark"
   "$build/tests/gpu/sdm_gpu_bench" --json "$out/bench.json" --configs "$configs" --reps "$reps" 2>&1 | tee "$out/bench.log"
   bench_rc=${PIPESTATUS[0]}
+  if [ "$torch" = 1 ]; then
+    phase "Python decode latency"
+    PYTHONPATH="$site" PYTHONUNBUFFERED=1 timeout 120 "$python" tests/gpu/bench_torch_decode.py \
+      --json "$out/bench_torch_decode.json" 2>&1 | tee "$out/bench_torch_decode.log"
+    py_bench_rc=${PIPESTATUS[0]}
+  fi
 fi
 
 echo
-echo "== summary"
+phase "summary"
 echo "| step | result |"
 echo "|---|---|"
-[ "$tests" = 1 ] && echo "| tests | rc $tests_rc: $(tail -1 "$out/tests.log") |"
+echo "| python package | $package |"
+[ "$tests" = 1 ] && echo "| C++ GPU tests | rc $tests_rc: $(tail -1 "$out/tests.log") |"
+[ "$tests" = 1 ] && [ "$torch" = 1 ] && echo "| Python GPU tests | rc $py_tests_rc: $(tail -1 "$out/python_tests.log") |"
 printf "%s" "$sanitizer_summary"
-echo "| benchmark | rc $bench_rc |"
-[ "$bench" = 1 ] && grep '^| ' "$out/bench.log"
-[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ]
+echo "| benchmark | rc $bench_rc, Python decode rc $py_bench_rc |"
+if [ "$bench" = 1 ]; then
+  grep '^| ' "$out/bench.log"
+  [ "$torch" = 1 ] && grep '^| ' "$out/bench_torch_decode.log"
+fi
+[ "$tests_rc" = 0 ] && [ "$py_tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$py_bench_rc" = 0 ]

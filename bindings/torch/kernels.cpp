@@ -5,6 +5,7 @@
 
 #include <string_view>
 
+#include "device_context.hpp"
 #include "errors.hpp"
 #include "sdm/ops.hpp"
 #include "sdm/options.hpp"
@@ -15,8 +16,9 @@ namespace sdm::torch_bindings {
 namespace {
 
 WriteReadOptions make_options(int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
-                              bool grad_bank_fp32, bool validate) {
+                              bool grad_bank_fp32, bool validate, void* cuda_stream = nullptr) {
   WriteReadOptions options;
+  options.cuda_stream = cuda_stream;
   options.slots_per_stream = slots_per_stream;
   options.chunk_size = chunk_size;
   options.snapshot_quant = parse_snapshot_quant(std::string_view(snapshot_quant.data(), snapshot_quant.size()));
@@ -62,7 +64,9 @@ at::Tensor write_read_inplace(at::Tensor& memory, const at::Tensor& k_idx, const
                               int64_t chunk_size, c10::string_view snapshot_quant, bool grad_bank_fp32,
                               bool validate) {
   return translate_errors([&] {
-    const auto options = make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate);
+    const DeviceContext context(memory);
+    const auto options =
+        make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate, context.cuda_stream());
     const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
     auto readings = new_readings(memory, in.v);
     sdm::write_read_forward(make_args(memory, in), to_ref(readings, "readings"), options);
@@ -76,7 +80,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
     int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant, bool grad_bank_fp32,
     bool validate) {
   return translate_errors([&] {
-    const auto options = make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate);
+    const DeviceContext context(memory);
+    const auto options =
+        make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate, context.cuda_stream());
     const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
     auto final_bank = private_copy(memory);
     const auto args = make_args(final_bank, in);
@@ -118,7 +124,9 @@ GradTuple write_read_backward(const at::Tensor& final_bank, const at::Tensor& sa
                               int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
                               bool grad_bank_fp32, bool validate) {
   return translate_errors([&] {
-    const auto options = make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate);
+    const DeviceContext context(final_bank);
+    const auto options =
+        make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate, context.cuda_stream());
     const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
     // The backward restores its bank in place (ops.hpp): give it a private working copy.
     auto working_bank = private_copy(final_bank);
@@ -137,9 +145,11 @@ at::Tensor decode_step(at::Tensor& memory, const at::Tensor& k_idx, const at::Te
                        const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
                        const at::Tensor& q_val, int64_t slots_per_stream, bool validate) {
   return translate_errors([&] {
+    const DeviceContext context(memory);
     DecodeOptions options;
     options.slots_per_stream = slots_per_stream;
     options.validate = validate;
+    options.cuda_stream = context.cuda_stream();
     const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
     auto readings = new_readings(memory, in.v);
     sdm::decode_step(make_args(memory, in), to_ref(readings, "readings"), options);

@@ -1,8 +1,10 @@
 // kernels.hpp - the torch.ops.sdm kernels (schemas in schema.cpp).
 //
 // Each kernel converts its at::Tensors to sdm::TensorRefs and calls the public C++ API
-// (include/sdm/ops.hpp), which dispatches on the bank's device. The kernels never look at
-// the device themselves, so a CUDA build registers these same functions under the CUDA key.
+// (include/sdm/ops.hpp), which dispatches on the bank's device. For a CUDA bank the kernel
+// makes the bank's device current and passes torch's current stream on it as
+// options.cuda_stream (device_context.hpp, device-generic c10 calls, no CUDA header), so the
+// CPU and CUDA registrations (register_cpu.cpp, register_cuda.cpp) are these same functions.
 // sdm::Error is rethrown as ValueError / TypeError / RuntimeError (errors.hpp); inputs are
 // validated by the C++ API before anything caller-visible is written.
 #pragma once

@@ -20,6 +20,8 @@ struct WriteReadOptions {
   bool grad_bank_fp32 = false;        // bf16 bank: keep bank-gradient rows in f32 (SPEC Z.6)
   bool validate = true;               // check index ranges and distinct write slots (SPEC Z.3)
   int num_threads = 0;                // CPU threads; 0 = $SDM_NUM_THREADS, else the hardware's
+  void* cuda_stream = nullptr;        // CUDA banks: the cudaStream_t to run on (nullptr: the legacy
+                                      // default stream); ignored on the CPU. void*: no CUDA header needed.
 };
 
 struct DecodeOptions {
@@ -27,6 +29,7 @@ struct DecodeOptions {
   // >= 1: stream p's indices must lie in [p * slots_per_stream, (p + 1) * slots_per_stream).
   std::int64_t slots_per_stream = 0;
   bool validate = true;
+  void* cuda_stream = nullptr;  // as WriteReadOptions::cuda_stream
 };
 
 }  // namespace sdm

@@ -1,4 +1,4 @@
-// cuda_check.hpp - CUDA runtime errors as sdm::RuntimeError, and the device guard of a call.
+// cuda_check.hpp - CUDA runtime errors as sdm::RuntimeError, the device guard and the stream of a call.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,6 +33,11 @@ class DeviceGuard {
  private:
   int previous_ = 0;
 };
+
+// The stream of a call: options.cuda_stream, nullptr meaning the legacy default stream.
+inline cudaStream_t stream_of(void* cuda_stream) {
+  return cuda_stream != nullptr ? static_cast<cudaStream_t>(cuda_stream) : cudaStreamLegacy;
+}
 
 // True while `stream` is being captured into a CUDA graph (no host syncs allowed then).
 inline bool is_capturing(cudaStream_t stream) {

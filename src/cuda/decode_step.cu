@@ -19,7 +19,6 @@
 #include "cuda_check.hpp"
 #include "device_values.cuh"
 #include "index_check.hpp"
-#include "stream_api.hpp"
 #include "workspace.hpp"
 
 namespace sdm::cuda {
@@ -137,9 +136,10 @@ void launch(const DecodeParams& prm, cudaStream_t stream) {
 
 }  // namespace
 
-void decode_step_on_stream(const WriteReadArgs& args, const TensorRef& readings, const core::DecodeShape& shape,
-                           const DecodeOptions& options, cudaStream_t stream) {
+void decode_step(const WriteReadArgs& args, const TensorRef& readings, const core::DecodeShape& shape,
+                 const DecodeOptions& options) {
   const DeviceGuard guard(args.memory.device.index);
+  const cudaStream_t stream = stream_of(options.cuda_stream);
   DecodeParams prm;
   prm.bank = args.memory.data;
   prm.readings = readings.data;
@@ -163,11 +163,6 @@ void decode_step_on_stream(const WriteReadArgs& args, const TensorRef& readings,
   } else {
     vec8 ? launch<float, 8>(prm, stream) : launch<float, 1>(prm, stream);
   }
-}
-
-void decode_step(const WriteReadArgs& args, const TensorRef& readings, const core::DecodeShape& shape,
-                 const DecodeOptions& options) {
-  decode_step_on_stream(args, readings, shape, options, cudaStreamLegacy);
 }
 
 }  // namespace sdm::cuda

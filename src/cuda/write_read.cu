@@ -3,8 +3,10 @@
 //
 // One call: [device index check + one sync, if options.validate and not capturing] ->
 // Phase 1 for all chunks (phase1.cu) -> for each time step ti: gather -> dual -> group_writer
-// (step_kernels.hpp). Every launch goes to one stream (the legacy default stream for now) with
-// no host sync after the optional check, so the whole call can be captured in a CUDA graph.
+// (step_kernels.hpp). Every launch goes to one stream (options.cuda_stream: the PyTorch binding
+// passes torch's current stream) with no host sync after the optional check, so the whole call
+// can be captured in a CUDA graph; while the stream is capturing, the device index check is
+// skipped (SPEC Z.3) and out-of-range entries are masked.
 // Scratch comes from one stream-ordered allocation (workspace.hpp).
 #include <cstdint>
 #include <string>
@@ -15,7 +17,6 @@
 #include "phase1.hpp"
 #include "saved_layout.hpp"
 #include "step_kernels.hpp"
-#include "stream_api.hpp"
 #include "workspace.hpp"
 
 namespace sdm::cuda {
@@ -74,11 +75,11 @@ namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-}  // namespace
-
-void write_read_forward_on_stream(const WriteReadArgs& args, const TensorRef& readings, const TensorRef* saved,
-                    const core::WriteReadShape& shape, const WriteReadOptions& options, cudaStream_t stream) {
+// `saved` == nullptr: the no-grad forward; else the saving forward into *saved.
+void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorRef* saved,
+             const core::WriteReadShape& shape, const WriteReadOptions& options) {
   const DeviceGuard guard(args.memory.device.index);
+  const cudaStream_t stream = stream_of(options.cuda_stream);
   const Geometry geo = make_geometry(shape);
   const Inputs in = make_inputs(args);
   const bool check = options.validate && !is_capturing(stream);
@@ -123,9 +124,11 @@ void write_read_forward_on_stream(const WriteReadArgs& args, const TensorRef& re
   }
 }
 
+}  // namespace
+
 void write_read_forward(const WriteReadArgs& args, const TensorRef& readings, const core::WriteReadShape& shape,
                         const WriteReadOptions& options) {
-  write_read_forward_on_stream(args, readings, nullptr, shape, options, cudaStreamLegacy);
+  forward(args, readings, nullptr, shape, options);
 }
 
 std::size_t write_read_saved_bytes(const core::WriteReadShape& shape, const WriteReadOptions& options) {
@@ -134,7 +137,7 @@ std::size_t write_read_saved_bytes(const core::WriteReadShape& shape, const Writ
 
 void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings, const TensorRef& saved,
                                const core::WriteReadShape& shape, const WriteReadOptions& options) {
-  write_read_forward_on_stream(args, readings, &saved, shape, options, cudaStreamLegacy);
+  forward(args, readings, &saved, shape, options);
 }
 
 void write_read_backward(const WriteReadArgs&, const TensorRef&, const TensorRef&, const TensorRef&,

@@ -19,8 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "core/validate.hpp"
-#include "cuda/stream_api.hpp"
 #include "device_tensor.hpp"
 #include "sdm/ops.hpp"
 
@@ -197,8 +195,9 @@ void bench_chunked(const Config& c, int reps, double copy_bw, std::vector<Row>& 
   rows.push_back(make_row(c, "forward no-grad", median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }),
                           false, copy_bw));
   rows.push_back(make_row(c, "forward no-grad, graph replay", graph_replay_ms(reps, [&](cudaStream_t stream) {
-    const core::WriteReadShape shape = core::validate_write_read(args, in.readings.ref(), opt, core::BankDTypes::engine);
-    cuda::write_read_forward_on_stream(args, in.readings.ref(), nullptr, shape, opt, stream);
+    WriteReadOptions on_stream = opt;
+    on_stream.cuda_stream = stream;
+    write_read_forward(args, in.readings.ref(), on_stream);
   }), false, copy_bw));
   opt.validate = true;
   rows.push_back(make_row(c, "forward no-grad, validate",
@@ -222,9 +221,10 @@ void bench_decode(const Config& c, int reps, double copy_bw, std::vector<Row>& r
   });
   rows.push_back(make_row(c, "decode step, eager", eager / kSteps, false, copy_bw));
 
-  const core::DecodeShape shape = core::validate_decode(args, in.readings.ref(), opt, core::BankDTypes::engine);
   const double graphed = graph_replay_ms(reps, [&](cudaStream_t stream) {
-    for (int s = 0; s < kSteps; ++s) cuda::decode_step_on_stream(args, in.readings.ref(), shape, opt, stream);
+    DecodeOptions on_stream = opt;
+    on_stream.cuda_stream = stream;
+    for (int s = 0; s < kSteps; ++s) decode_step(args, in.readings.ref(), on_stream);
   });
   rows.push_back(make_row(c, "decode step, graph replay", graphed / kSteps, false, copy_bw));
 }

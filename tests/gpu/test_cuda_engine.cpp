@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "core/validate.hpp"
-#include "cuda/stream_api.hpp"
 #include "device_tensor.hpp"
 #include "host_tensor.hpp"
 #include "problem.hpp"
@@ -264,10 +263,11 @@ void test_bitwise() {
   // Capture one call (validate=True: the device check must be skipped while capturing), replay twice.
   cudaStream_t stream;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  const core::WriteReadShape shape = core::validate_write_read(graphed.args(), r4.ref(), opt, core::BankDTypes::engine);
+  WriteReadOptions on_stream = opt;
+  on_stream.cuda_stream = stream;
   cudaGraph_t graph;
   cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  cuda::write_read_forward_on_stream(graphed.args(), r4.ref(), nullptr, shape, opt, stream);
+  write_read_forward(graphed.args(), r4.ref(), on_stream);
   cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
   cudaGraphExec_t exec;
   cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");

@@ -1,0 +1,20 @@
+// register_cuda.cpp - CUDA registrations of the torch.ops.sdm kernels (compiled only when the
+// library is built with SDM_ENABLE_CUDA=ON). The kernels are those of the CPU registration: the
+// C++ API dispatches on the bank's device, and each kernel hands it torch's current CUDA stream
+// (device_context.hpp), so the ops run in stream order and can be captured into a CUDA graph.
+// The reference ops stay CPU-only; write_read_backward reaches the CUDA engine, which raises a
+// clear error until the CUDA backward exists (issue 7).
+#include <torch/library.h>
+
+#include "kernels.hpp"
+
+namespace sdm::torch_bindings {
+
+TORCH_LIBRARY_IMPL(sdm, CUDA, m) {
+  m.impl("write_read_", &write_read_inplace);
+  m.impl("write_read", &write_read_saving);
+  m.impl("write_read_backward", &write_read_backward);
+  m.impl("decode_step", &decode_step);
+}
+
+}  // namespace sdm::torch_bindings

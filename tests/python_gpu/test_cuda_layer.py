@@ -1,0 +1,88 @@
+"""The SparseDeltaMemory layer on CUDA, unchanged (issue 6): eval forward vs the same layer on the
+CPU, the saving forward (autograd on) == the no-grad forward bitwise, prefill + decode through a
+CUDA cache == one full forward, and training's backward raising the CUDA backward's clear error."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import sdm
+from conftest import bitwise_equal, rel_err
+
+CONFIGS = {
+    "plain": dict(num_heads=2),
+    "gate_norm_learned_memory": dict(num_heads=2, output_gate=True, normalize_readings=True,
+                                     backprop_on_memory=True),
+    "key_weighted_decay": dict(num_heads=1, key_weighted_decay=True),
+    "query_batchnorm": dict(num_heads=4, query_batchnorm=True),
+}
+
+
+def _layer(seed: int = 0, **overrides) -> sdm.SparseDeltaMemory:
+    base = dict(dim=128, num_heads=2, slots_per_head=1024, num_writes=16, num_reads=16, chunk_size=32,
+                backprop_on_memory=False)
+    base.update(overrides)
+    torch.manual_seed(seed)
+    return sdm.SparseDeltaMemory(sdm.SparseDeltaMemoryArgs(**base), layer_id=0)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_eval_forward_on_cuda_matches_cpu(config):
+    cpu_layer = _layer(**CONFIGS[config]).eval()
+    gpu_layer = copy.deepcopy(cpu_layer).cuda()
+    x = torch.randn(2, 75, 128)
+    with torch.no_grad():
+        want = cpu_layer(x)
+        got = gpu_layer(x.cuda())
+    assert got.device.type == "cuda" and got.shape == x.shape
+    assert rel_err(got, want) <= 1e-4
+
+
+def test_eval_forward_with_autograd_on_equals_no_grad_bitwise():
+    """With grad enabled the layer takes sdm.write_read's saving forward; readings are bitwise
+    those of the no-grad forward (SPEC Z.4), so the outputs are too."""
+    layer = _layer(output_gate=True, normalize_readings=True, backprop_on_memory=True).cuda().eval()
+    x = torch.randn(2, 50, 128, device="cuda")
+    recorded = layer(x)
+    assert recorded.requires_grad
+    with torch.no_grad():
+        plain = layer(x)
+    assert bitwise_equal(recorded.detach(), plain)
+
+
+@pytest.mark.parametrize("num_heads", [1, 2])
+def test_prefill_then_decode_on_cuda_equals_full_forward(num_heads):
+    layer = _layer(num_heads=num_heads, output_gate=True, normalize_readings=True,
+                   backprop_on_memory=True).cuda().eval()
+    x = torch.randn(2, 40, 128, device="cuda")
+    with torch.no_grad():
+        full = layer(x)
+        cache = layer.create_kv_cache(2, 0, torch.float32, "cuda")
+        pieces = [layer(x[:, :24], cache=cache)]
+        pieces += [layer(x[:, t:t + 1], cache=cache) for t in range(24, 40)]
+    assert cache.bank.device.type == "cuda" and cache.cache_len == 40
+    assert rel_err(torch.cat(pieces, dim=1), full) <= 1e-4
+
+
+def test_bfloat16_layer_and_cache_on_cuda():
+    layer = _layer(key_weighted_decay=True).cuda().eval()
+    x = torch.randn(2, 30, 128, device="cuda")
+    with torch.no_grad():
+        full = layer(x)
+        cache = layer.create_kv_cache(2, 0, torch.bfloat16, "cuda")
+        pieces = torch.cat([layer(x[:, :20], cache=cache)] +
+                           [layer(x[:, t:t + 1], cache=cache) for t in range(20, 30)], dim=1)
+        bf16_out = layer.to(torch.bfloat16)(x.to(torch.bfloat16))
+    assert cache.bank.dtype == torch.bfloat16
+    assert rel_err(pieces, full) <= 3e-2
+    assert bf16_out.dtype == torch.bfloat16 and bf16_out.shape == x.shape and torch.isfinite(bf16_out).all()
+
+
+def test_training_backward_on_cuda_raises_the_clear_error():
+    layer = _layer().cuda().train()
+    out = layer(torch.randn(1, 16, 128, device="cuda"))
+    with pytest.raises(RuntimeError, match=r"not implemented yet \(issue 7\)"):
+        out.square().mean().backward()
