@@ -2,11 +2,12 @@
 //
 //   sdm_bench [--config tiny|small|mid[,...]] [--pass fwd|fwd_save|fwd_bwd|decode|all[,...]]
 //             [--threads N] [--bank bf16|f32] [--snapshot none|bf16|fp8|int4]
-//             [--validate on|off] [--repeat N] [--warmup N] [--copy-mib N] [--json FILE]
+//             [--validate on|off] [--chunk C] [--repeat N] [--warmup N] [--copy-mib N]
+//             [--json FILE]
 //
 // Measures the DRAM copy bandwidth with the same thread count first, then times each
 // (config, pass): the median of --repeat runs after --warmup untimed runs. Prints a
-// markdown table (config, pass, bank, threads, ms, tokens/s, bytes moved, GB/s, fraction
+// markdown table (config, chunk size, pass, bank, threads, ms, tokens/s, bytes moved, GB/s, fraction
 // of the copy bandwidth, CPU time / wall time) and, with --json, writes the same rows as JSON. The bytes are
 // the minimum each pass must move (formula in bench_passes.cpp).
 #include <algorithm>
@@ -36,6 +37,7 @@ struct Cli {
   DType bank = DType::bf16;
   PassSettings settings;
   std::size_t copy_mib = 512;
+  int chunk = 0;  // > 0: overrides the configs' chunk size C
   std::string json;
 };
 
@@ -66,7 +68,8 @@ void print_usage() {
   std::puts(
       "usage: sdm_bench [--config tiny|small|mid[,...]] [--pass fwd|fwd_save|fwd_bwd|decode|all[,...]]\n"
       "                 [--threads N] [--bank bf16|f32] [--snapshot none|bf16|fp8|int4]\n"
-      "                 [--validate on|off] [--repeat N] [--warmup N] [--copy-mib N] [--json FILE]");
+      "                 [--validate on|off] [--chunk C] [--repeat N] [--warmup N] [--copy-mib N]\n"
+      "                 [--json FILE]");
 }
 
 Cli parse_cli(int argc, char** argv) {
@@ -102,6 +105,8 @@ Cli parse_cli(int argc, char** argv) {
     } else if (flag == "--validate") {
       if (value != "on" && value != "off") throw std::invalid_argument("--validate must be on or off, got \"" + value + "\"");
       cli.settings.validate = value == "on";
+    } else if (flag == "--chunk") {
+      cli.chunk = parse_positive(flag, value, 1);
     } else if (flag == "--repeat") {
       cli.settings.repeat = parse_positive(flag, value, 1);
     } else if (flag == "--warmup") {
@@ -164,13 +169,14 @@ int run(int argc, char** argv) {
   const CopyBandwidth copy = measure_copy_bandwidth(cli.copy_mib << 20, cli.settings.threads, 5);
   std::printf("copy bandwidth: %.2f GB/s (memcpy of %zu MiB, %d threads, best of %d, read + write bytes)\n\n",
               copy.gb_per_s, cli.copy_mib, copy.threads, copy.trials);
-  std::printf("| config | pass | bank | threads | ms | tokens/s | bytes moved (MB) | GB/s | fraction of copy | CPU/wall |\n");
-  std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| config | C | pass | bank | threads | ms | tokens/s | bytes moved (MB) | GB/s | fraction of copy | CPU/wall |\n");
+  std::printf("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
   std::fflush(stdout);
 
   std::vector<Row> rows;
   for (const auto& name : cli.configs) {
-    const BenchConfig& config = find_config(name);
+    BenchConfig config = find_config(name);
+    if (cli.chunk > 0) config.C = cli.chunk;
     const BenchInputs inputs = make_bench_inputs(config, cli.bank, 1234);
     for (Pass pass : cli.passes) {
       Row row{config, pass, run_pass(inputs, pass, cli.settings)};
@@ -179,8 +185,8 @@ int run(int argc, char** argv) {
       row.tokens_per_s = static_cast<double>(config.P * config.T) / seconds;
       row.gb_per_s = row.bytes / seconds / 1e9;
       row.fraction = row.gb_per_s / copy.gb_per_s;
-      std::printf("| %s | %s | %s | %d | %.2f | %.0f | %.1f | %.2f | %.3f | %.2f |\n", config.name.c_str(),
-                  pass_name(pass), cli.bank == DType::bf16 ? "bf16" : "f32", cli.settings.threads,
+      std::printf("| %s | %ld | %s | %s | %d | %.2f | %.0f | %.1f | %.2f | %.3f | %.2f |\n", config.name.c_str(),
+                  static_cast<long>(config.C), pass_name(pass), cli.bank == DType::bf16 ? "bf16" : "f32", cli.settings.threads,
                   row.timing.median_ms, row.tokens_per_s, row.bytes / 1e6, row.gb_per_s, row.fraction,
                   row.timing.cpu_per_wall);
       std::fflush(stdout);
