@@ -7,9 +7,9 @@
 //
 // Measures the DRAM copy bandwidth with the same thread count first, then times each
 // (config, pass): the median of --repeat runs after --warmup untimed runs. Prints a
-// markdown table (config, chunk size, pass, bank, threads, ms, tokens/s, bytes moved, GB/s, fraction
-// of the copy bandwidth, CPU time / wall time) and, with --json, writes the same rows as JSON. The bytes are
-// the minimum each pass must move (formula in bench_passes.cpp).
+// markdown table (config, chunk size, pass, bank, threads, ms, tokens/s, bytes moved,
+// GB/s, fraction of the copy bandwidth, CPU time / wall time) and, with --json, writes the
+// same rows as JSON. The bytes are the minimum each pass must move (bench_passes.cpp).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
