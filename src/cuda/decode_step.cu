@@ -11,8 +11,14 @@
 //   partials are added in warp order in shared memory. A CTA barrier orders the row stores
 //   before the row loads of the reads (read-after-write within the stream; no other CTA touches
 //   these columns of this stream's rows, streams' slots being private).
-// Numerics: f32 accumulation in an order fixed by (W, R, hd); entries outside the stream's rows
-//   (or the bank, with slots_per_stream == 0) are masked: no load, no write, no contribution.
+// Latency: the kernel moves little data, so its time is its chain of dependent memory round
+//   trips. Every lane record (index, kappa, decay, rho) and the thread's v / beta are fetched up
+//   front; the rows of a warp's first kHeld write lanes (all of them for W <= 64) are loaded in
+//   one round, kept in registers and stored from there (no reload), and the first kHeld read
+//   rows are loaded in one round. Lanes beyond kHeld (W or R > 64) take a reloading loop.
+// Numerics: f32 accumulation in an order fixed by (W, R, hd): per warp in ascending lane order,
+//   then warps in order; entries outside the stream's rows (or the bank, with
+//   slots_per_stream == 0) are masked: no load, no write, no contribution.
 #include <cstdint>
 
 #include "cuda/engine.hpp"
@@ -25,6 +31,7 @@ namespace sdm::cuda {
 namespace {
 
 constexpr int kWarps = 8;
+constexpr int kHeld = 8;  // write / read lanes per warp held in registers (W, R <= kWarps * kHeld: all)
 
 struct DecodeParams {
   void* bank = nullptr;
@@ -37,6 +44,7 @@ struct DecodeParams {
 template <typename E, int kVec>
 __global__ void __launch_bounds__(kWarps * 32) decode_token(DecodeParams prm) {
   constexpr int kTile = 32 * kVec;
+  static_assert(kTile <= kWarps * 32, "one thread per tile column in the reductions");
   __shared__ float partial[kWarps][kTile];
   __shared__ float delta[kTile];
   const Inputs& in = prm.in;
@@ -47,83 +55,140 @@ __global__ void __launch_bounds__(kWarps * 32) decode_token(DecodeParams prm) {
   const bool active = c0 < hd;
   const std::int64_t lo = prm.sps >= 1 ? s * prm.sps : 0, hi = prm.sps >= 1 ? lo + prm.sps : prm.S;
 
-  // Write lane w of this stream: its row (or nullptr when masked), kappa and decay.
-  const auto write_lane = [&](std::int64_t w, float& kappa, float& decay) -> E* {
+  // Write lane w of this stream: its bank row (-1 when masked), kappa and decay.
+  const auto write_lane = [&](std::int64_t w, float& kappa, float& decay) -> std::int64_t {
     const std::int64_t idx = load_index(in.k_idx, in.index64, s * prm.W + w);
-    if (idx < lo || idx >= hi) return nullptr;
+    if (idx < lo || idx >= hi) return -1;
     kappa = round_to_bank(load_input(in.k_val, in.k_val_dtype, s * prm.W + w), prm.bf16_bank);
     decay = expf(load_input(in.g, in.g_dtype, s * prm.G + (prm.G == 1 ? 0 : w)));
-    return bank + idx * hd;
+    return idx;
   };
+  // Read lane r of this stream: its bank row (-1 when masked) and rho.
+  const auto read_lane = [&](std::int64_t r, float& rho) -> std::int64_t {
+    const std::int64_t idx = load_index(in.q_idx, in.index64, s * prm.R + r);
+    if (idx < lo || idx >= hi) return -1;
+    rho = round_to_bank(load_input(in.q_val, in.q_val_dtype, s * prm.R + r), prm.bf16_bank);
+    return idx;
+  };
+  const auto piece = [&](std::int64_t row) { return bank + row * hd + c0; };
 
+  // Up front: the records of this warp's first kHeld write and read lanes (bank rows < 2^31,
+  // SPEC Z.11; -1: masked or no such lane), this thread's v and beta.
+  std::int32_t wrow[kHeld], rrow[kHeld];
+  float kappa[kHeld], decay[kHeld], rho[kHeld];
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) {
+    const std::int64_t w = warp + kWarps * k;
+    kappa[k] = 0.0f, decay[k] = 0.0f, rho[k] = 0.0f;
+    wrow[k] = static_cast<std::int32_t>(w < prm.W ? write_lane(w, kappa[k], decay[k]) : -1);
+    rrow[k] = static_cast<std::int32_t>(w < prm.R ? read_lane(w, rho[k]) : -1);
+  }
+  const int col = static_cast<int>(threadIdx.x);
+  const bool owns_col = col < kTile && tile0 + col < hd;
+  float v_col = 0.0f, beta = 0.0f;
+  if (owns_col) {
+    v_col = round_to_bank(load_input(in.v, in.v_dtype, s * hd + tile0 + col), prm.bf16_bank);
+    beta = load_input(in.beta, in.beta_dtype, s);
+  }
+
+  // retrieved = sum_w kappa_w exp(g_w) M[k_w]: held rows in one round (kept packed), then any
+  // further lanes.
+  PackedRow<E, kVec> held[kHeld] = {};
   float acc[kVec] = {};
   if (active) {
-#pragma unroll 4
-    for (std::int64_t w = warp; w < prm.W; w += kWarps) {
-      float kappa = 0.0f, decay = 0.0f;
-      const E* row = write_lane(w, kappa, decay);
-      if (row == nullptr) continue;
-      float x[kVec];
-      load_row<kVec>(row + c0, x);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) acc[k] = fmaf(kappa, decay * x[k], acc[k]);
+    for (int k = 0; k < kHeld; ++k) {
+      if (wrow[k] >= 0) load_packed(piece(wrow[k]), held[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kHeld; ++k) {
+      if (wrow[k] < 0) continue;
+      float x[kVec];
+      unpack(held[k], x);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) acc[e] = fmaf(kappa[k], decay[k] * x[e], acc[e]);
+    }
+#pragma unroll 4
+    for (std::int64_t w = warp + kWarps * kHeld; w < prm.W; w += kWarps) {
+      float kap = 0.0f, dec = 0.0f;
+      const std::int64_t row = write_lane(w, kap, dec);
+      if (row < 0) continue;
+      float x[kVec];
+      load_row<kVec>(piece(row), x);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) acc[e] = fmaf(kap, dec * x[e], acc[e]);
     }
   }
 #pragma unroll
-  for (int k = 0; k < kVec; ++k) partial[warp][lane * kVec + k] = acc[k];
+  for (int e = 0; e < kVec; ++e) partial[warp][lane * kVec + e] = acc[e];
   __syncthreads();
-  for (int col = static_cast<int>(threadIdx.x); col < kTile; col += kWarps * 32) {
-    const std::int64_t c = tile0 + col;
+  if (col < kTile) {
     float ret = partial[0][col];
 #pragma unroll
     for (int k = 1; k < kWarps; ++k) ret += partial[k][col];
-    float d = 0.0f;
-    if (c < hd) {
-      const float v = round_to_bank(load_input(in.v, in.v_dtype, s * hd + c), prm.bf16_bank);
-      d = load_input(in.beta, in.beta_dtype, s) * (v - ret);
-    }
-    delta[col] = d;
+    delta[col] = owns_col ? beta * (v_col - ret) : 0.0f;
   }
   __syncthreads();
 
+  // M[k_w] = rnd(exp(g_w) M[k_w] + kappa_w delta): held rows from registers, further lanes reloaded.
   if (active) {
-    for (std::int64_t w = warp; w < prm.W; w += kWarps) {
-      float kappa = 0.0f, decay = 0.0f;
-      E* row = write_lane(w, kappa, decay);
-      if (row == nullptr) continue;
-      float x[kVec];
-      load_row<kVec>(row + c0, x);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) x[k] = fmaf(kappa, delta[lane * kVec + k], decay * x[k]);
-      store_row<kVec>(row + c0, x);
+    for (int k = 0; k < kHeld; ++k) {
+      if (wrow[k] < 0) continue;
+      float x[kVec];
+      unpack(held[k], x);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) x[e] = fmaf(kappa[k], delta[lane * kVec + e], decay[k] * x[e]);
+      store_row<kVec>(piece(wrow[k]), x);
+    }
+    for (std::int64_t w = warp + kWarps * kHeld; w < prm.W; w += kWarps) {
+      float kap = 0.0f, dec = 0.0f;
+      const std::int64_t row = write_lane(w, kap, dec);
+      if (row < 0) continue;
+      float x[kVec];
+      load_row<kVec>(piece(row), x);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) x[e] = fmaf(kap, delta[lane * kVec + e], dec * x[e]);
+      store_row<kVec>(piece(row), x);
     }
   }
   __syncthreads();  // the rows written above are read below, possibly by other warps
 
+  // readings = rnd(sum_r rho_r M[q_r]): held read rows in one round, then any further lanes.
   float rd[kVec] = {};
   if (active) {
-#pragma unroll 4
-    for (std::int64_t r = warp; r < prm.R; r += kWarps) {
-      const std::int64_t idx = load_index(in.q_idx, in.index64, s * prm.R + r);
-      if (idx < lo || idx >= hi) continue;
-      const float rho = round_to_bank(load_input(in.q_val, in.q_val_dtype, s * prm.R + r), prm.bf16_bank);
-      float x[kVec];
-      load_row<kVec>(bank + idx * hd + c0, x);
+    PackedRow<E, kVec> got[kHeld] = {};
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) rd[k] = fmaf(rho, x[k], rd[k]);
+    for (int k = 0; k < kHeld; ++k) {
+      if (rrow[k] >= 0) load_packed(piece(rrow[k]), got[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kHeld; ++k) {
+      if (rrow[k] < 0) continue;
+      float x[kVec];
+      unpack(got[k], x);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) rd[e] = fmaf(rho[k], x[e], rd[e]);
+    }
+#pragma unroll 4
+    for (std::int64_t r = warp + kWarps * kHeld; r < prm.R; r += kWarps) {
+      float rh = 0.0f;
+      const std::int64_t row = read_lane(r, rh);
+      if (row < 0) continue;
+      float x[kVec];
+      load_row<kVec>(piece(row), x);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) rd[e] = fmaf(rh, x[e], rd[e]);
     }
   }
 #pragma unroll
-  for (int k = 0; k < kVec; ++k) partial[warp][lane * kVec + k] = rd[k];
+  for (int e = 0; e < kVec; ++e) partial[warp][lane * kVec + e] = rd[e];
   __syncthreads();
-  E* readings = static_cast<E*>(prm.readings);
-  for (int col = static_cast<int>(threadIdx.x); col < kTile; col += kWarps * 32) {
-    const std::int64_t c = tile0 + col;
-    if (c >= hd) continue;
+  if (owns_col) {
     float y = partial[0][col];
 #pragma unroll
     for (int k = 1; k < kWarps; ++k) y += partial[k][col];
-    readings[s * hd + c] = from_f32<E>(y);
+    static_cast<E*>(prm.readings)[s * hd + tile0 + col] = from_f32<E>(y);
   }
 }
 
