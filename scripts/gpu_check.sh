@@ -10,14 +10,18 @@
 #                        [--no-torch] [--profile CONFIG]
 #
 # --no-torch: C++ only (no extension, no Python tests or Python benchmark).
+# The benchmark also runs small and readme with SDM_CUDA_PDL=0 (no programmatic dependent launch)
+# for an A/B of the launch gaps; failing C++ GPU tests are rerun with SDM_CUDA_PDL=0.
 # --profile CONFIG: Nsight Compute (ncu, clocks left alone) times every kernel of one forward
 # (or 400 decode steps) of that benchmark config and prints the per-kernel summary, then the
 # speed-of-light, occupancy and warp-state numbers of the first launch of each engine kernel.
 #
-# The package is installed with pip into a private target folder ($build/site, on PYTHONPATH for
-# the Python steps), reusing the CMake build folder, so the kernels compile once:
-#   pip install --no-build-isolation --no-deps -C build-dir=$build -C cmake.define.SDM_ENABLE_CUDA=ON .
-# If pip fails, the extension built by CMake is staged next to python/sdm instead (logged).
+# The package is built and installed with pip into a private target folder ($build/site, on
+# PYTHONPATH for the Python steps); the same CMake run builds the GPU tests, so the kernels
+# compile once:
+#   pip install --no-build-isolation --no-deps --target $build/site -C build-dir=$build \
+#       -C cmake.define.SDM_ENABLE_CUDA=ON -C cmake.define.SDM_CUDA_ARCHS=90 .
+# If pip fails, CMake builds the extension and it is staged next to python/sdm instead (logged).
 # The C++ GoogleTest suite is not built here (the GPU image has no GoogleTest).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -61,42 +65,45 @@ phase() { echo "== $1 (t = $(( $(date +%s) - t0 )) s)"; }
 } | tee "$out/device.txt"
 
 phase "build"
-configure() {  # $1: ON / OFF for the torch extension
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSDM_ENABLE_CUDA=ON -DSDM_CUDA_ARCHS="$archs" \
-    -DSDM_ENABLE_TORCH="$1" -DPython_EXECUTABLE="$(command -v "$python")" -DSDM_BUILD_TESTS=OFF -DSDM_BUILD_BENCH=OFF
-}
+# With the extension: pip builds everything (its CMake run also builds the GPU tests and benchmark,
+# SDM_BUILD_GPU_TESTS is on by default) into $build and installs the package into $site; the
+# cmake --build below then has nothing left to do. Without it, or if pip fails: plain CMake.
+package="not built"
 targets="sdm_gpu_tests sdm_gpu_bench"
 if [ "$torch" = 1 ]; then
-  if configure ON >"$out/build.log" 2>&1; then
-    targets="$targets sdm_torch"
+  if "$python" -m pip install --no-build-isolation --no-deps --target "$site" -C build-dir="$build" \
+       -C cmake.define.SDM_ENABLE_CUDA=ON -C cmake.define.SDM_CUDA_ARCHS="$archs" . >"$out/build.log" 2>&1; then
+    package="pip install (SDM_ENABLE_CUDA=ON)"
   else
-    echo "gpu_check: configuring with the torch extension failed (see build.log); building C++ only"
-    torch=0
+    tail -20 "$out/build.log"
+    echo "gpu_check: pip install failed (build.log); building with CMake and staging the extension"
     rm -rf "$build"
+    if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSDM_ENABLE_CUDA=ON -DSDM_CUDA_ARCHS="$archs" \
+         -DSDM_ENABLE_TORCH=ON -DPython_EXECUTABLE="$(command -v "$python")" -DSDM_BUILD_TESTS=OFF \
+         -DSDM_BUILD_BENCH=OFF >>"$out/build.log" 2>&1; then
+      targets="$targets sdm_torch"
+      package="staged CMake build (pip failed)"
+    else
+      echo "gpu_check: configuring with the torch extension failed too; C++ only"
+      torch=0
+      rm -rf "$build"
+    fi
   fi
 fi
-if ! { [ "$torch" = 1 ] || configure OFF >>"$out/build.log" 2>&1; } ||
-   ! cmake --build "$build" -j"$(nproc)" --target $targets >>"$out/build.log" 2>&1; then
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSDM_ENABLE_CUDA=ON -DSDM_CUDA_ARCHS="$archs" \
+    -DSDM_BUILD_TESTS=OFF -DSDM_BUILD_BENCH=OFF >>"$out/build.log" 2>&1
+fi
+if ! cmake --build "$build" -j"$(nproc)" --target $targets >>"$out/build.log" 2>&1; then
   tail -40 "$out/build.log"
   echo "gpu_check: BUILD FAILED"
   exit 1
 fi
-cuobjdump --dump-resource-usage "$build/libsdm_cuda.a" >"$out/resources.txt" 2>&1 || true
-
-package="not built"
-if [ "$torch" = 1 ]; then
-  phase "python package"
-  if "$python" -m pip install -q --no-build-isolation --no-deps --target "$site" -C build-dir="$build" \
-       -C cmake.define.SDM_ENABLE_CUDA=ON -C cmake.define.SDM_CUDA_ARCHS="$archs" . >"$out/pip.log" 2>&1; then
-    package="pip install (SDM_ENABLE_CUDA=ON)"
-  else
-    tail -20 "$out/pip.log"
-    echo "gpu_check: pip install failed (pip.log); staging the CMake-built extension instead"
-    rm -rf "$site" && mkdir -p "$site" && cp -r python/sdm "$site/" && cp "$build"/bindings/torch/_C*.so "$site/sdm/"
-    package="staged CMake build (pip failed)"
-  fi
-  echo "package: $package"
+if [ "$package" = "staged CMake build (pip failed)" ]; then
+  rm -rf "$site" && mkdir -p "$site" && cp -r python/sdm "$site/" && cp "$build"/bindings/torch/_C*.so "$site/sdm/"
 fi
+echo "package: $package"
+cuobjdump --dump-resource-usage "$build/libsdm_cuda.a" >"$out/resources.txt" 2>&1 || true
 
 tests_rc=0
 py_tests_rc=0
@@ -104,38 +111,17 @@ if [ "$tests" = 1 ]; then
   phase "C++ GPU tests"
   "$build/tests/gpu/sdm_gpu_tests" 2>&1 | tee "$out/tests.log"
   tests_rc=${PIPESTATUS[0]}
+  if [ "$tests_rc" != 0 ]; then
+    echo "gpu_check: C++ GPU tests failed; again without programmatic dependent launch (SDM_CUDA_PDL=0)"
+    SDM_CUDA_PDL=0 "$build/tests/gpu/sdm_gpu_tests" >"$out/tests_no_pdl.log" 2>&1
+    echo "without PDL: rc $? ($(tail -1 "$out/tests_no_pdl.log"))"
+  fi
   if [ "$torch" = 1 ]; then
     phase "Python GPU tests"
-    PYTHONPATH="$site" PYTHONUNBUFFERED=1 timeout 300 "$python" -m pytest tests/python_gpu -q -rs -p no:cacheprovider \
+    PYTHONPATH="$site" PYTHONUNBUFFERED=1 timeout 180 "$python" -m pytest tests/python_gpu -q -rs -p no:cacheprovider \
       2>&1 | tee "$out/python_tests.log"
     py_tests_rc=${PIPESTATUS[0]}
   fi
-fi
-
-if [ -n "$profile" ]; then
-  phase "ncu kernel times, config $profile"
-  timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --launch-count 420 --print-summary per-kernel \
-    "$build/tests/gpu/sdm_gpu_bench" --configs "$profile" --reps 1 >"$out/profile.log" 2>&1
-  grep -v "^==PROF==" "$out/profile.log" | grep -E "^  [a-zA-Z_]|gpu__time_duration" | cut -c1-140 | tail -60
-  echo "== ncu details: the first pair_products, solve, gather, dual and group writer of config $profile"
-  timeout 300 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
-    --section WarpStateStats -k 'regex:pair_products|solve|gather_rows|dual_product|write_groups|decode_token' \
-    --launch-count 6 "$build/tests/gpu/sdm_gpu_bench" --configs "$profile" --reps 1 >>"$out/profile.log" 2>&1
-  grep -E "^  [a-zA-Z_].*\(|^    (Duration|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|DRAM Throughput|Registers Per Thread|Waves Per SM|Warp Cycles Per Issued|Block Limit Registers|Compute \(SM\) Throughput)" \
-    "$out/profile.log" | tail -60 | cut -c1-130
-fi
-
-sanitizer_summary=""
-if [ "$sanitizer" = 1 ]; then
-  phase "compute-sanitizer (small tests)"
-  : >"$out/sanitizer.log"
-  for tool in memcheck racecheck initcheck; do
-    echo "---- $tool" >>"$out/sanitizer.log"
-    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_tests" masking index unimplemented \
-      >>"$out/sanitizer.log" 2>&1
-    rc=$?
-    sanitizer_summary+="| compute-sanitizer $tool | rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer.log" | tail -1) |"$'\n'
-  done
 fi
 
 bench_rc=0
@@ -144,12 +130,41 @@ if [ "$bench" = 1 ]; then
   phase "benchmark"
   "$build/tests/gpu/sdm_gpu_bench" --json "$out/bench.json" --configs "$configs" --reps "$reps" 2>&1 | tee "$out/bench.log"
   bench_rc=${PIPESTATUS[0]}
+  echo "-- the same, without programmatic dependent launch (SDM_CUDA_PDL=0): small, readme"
+  SDM_CUDA_PDL=0 "$build/tests/gpu/sdm_gpu_bench" --json "$out/bench_no_pdl.json" --configs small,readme --reps "$reps" \
+    2>&1 | sed 's/^| \([a-z0-9]*\) | /| \1 | no PDL: /' | tee "$out/bench_no_pdl.log"
   if [ "$torch" = 1 ]; then
     phase "Python decode latency"
     PYTHONPATH="$site" PYTHONUNBUFFERED=1 timeout 120 "$python" tests/gpu/bench_torch_decode.py \
       --json "$out/bench_torch_decode.json" 2>&1 | tee "$out/bench_torch_decode.log"
     py_bench_rc=${PIPESTATUS[0]}
   fi
+fi
+
+sanitizer_summary=""
+if [ "$sanitizer" = 1 ]; then
+  phase "compute-sanitizer (small tests)"
+  : >"$out/sanitizer.log"
+  for tool in memcheck racecheck initcheck; do
+    echo "---- $tool" >>"$out/sanitizer.log"
+    timeout 75 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_tests" masking index \
+      unimplemented "decode step vs" >>"$out/sanitizer.log" 2>&1
+    rc=$?
+    sanitizer_summary+="| compute-sanitizer $tool | rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer.log" | tail -1) |"$'\n'
+  done
+fi
+
+if [ -n "$profile" ]; then
+  phase "ncu kernel times, config $profile"
+  timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --launch-count 420 --print-summary per-kernel \
+    "$build/tests/gpu/sdm_gpu_bench" --configs "$profile" --reps 1 >"$out/profile.log" 2>&1
+  grep -v "^==PROF==" "$out/profile.log" | grep -E "^  [a-zA-Z_]|gpu__time_duration" | cut -c1-140 | tail -60
+  echo "== ncu details: the first pair_products, solve, gather, dual and group writer of config $profile"
+  timeout 90 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section WarpStateStats -k 'regex:pair_products|solve|gather_rows|dual_product|write_groups|decode_token' \
+    --launch-count 6 "$build/tests/gpu/sdm_gpu_bench" --configs "$profile" --reps 1 >>"$out/profile.log" 2>&1
+  grep -E "^  [a-zA-Z_].*\(|^    (Duration|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|DRAM Throughput|Registers Per Thread|Waves Per SM|Warp Cycles Per Issued|Block Limit Registers|Compute \(SM\) Throughput)" \
+    "$out/profile.log" | tail -60 | cut -c1-130
 fi
 
 echo
@@ -163,6 +178,7 @@ printf "%s" "$sanitizer_summary"
 echo "| benchmark | rc $bench_rc, Python decode rc $py_bench_rc |"
 if [ "$bench" = 1 ]; then
   grep '^| ' "$out/bench.log"
+  grep '^| [a-z0-9]* | no PDL' "$out/bench_no_pdl.log"
   [ "$torch" = 1 ] && grep '^| ' "$out/bench_torch_decode.log"
 fi
 [ "$tests_rc" = 0 ] && [ "$py_tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$py_bench_rc" = 0 ]

@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "cuda_check.hpp"
+#include "dependent_launch.cuh"
 #include "device_values.cuh"
 #include "step_kernels.hpp"
 
@@ -31,6 +32,8 @@ template <typename E, int kMaxRows>
 __global__ void __launch_bounds__(kThreads)
     dual_product(Geometry geo, Inputs in, Phase1Buffers p1, StepBuffers sb, std::int64_t ti) {
   extern __shared__ float smem[];
+  wait_for_predecessor();
+  allow_dependent_launch();
   const int C = static_cast<int>(geo.C);
   const std::int64_t hd = geo.hd;
   float* U = smem;              // [C][kCols]
@@ -114,8 +117,7 @@ void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, cons
                "cudaFuncSetAttribute (dual_product shared memory)");
   }
   const dim3 grid(static_cast<unsigned>((geo.hd + kCols - 1) / kCols), static_cast<unsigned>(geo.P));
-  kernel<<<grid, dim3(kCols, kRowGroups), smem, stream>>>(geo, in, p1, sb, ti);
-  check_launch("dual_product");
+  launch_dependent(kernel, grid, dim3(kCols, kRowGroups), smem, stream, "dual_product", geo, in, p1, sb, ti);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 // Numerics: f32 accumulation; the order above is a function of (W, R, hd) only. Masked entries
 //   (slot -1: padding or an index outside the stream's rows) load nothing and add nothing.
 #include "cuda_check.hpp"
+#include "dependent_launch.cuh"
 #include "device_values.cuh"
 #include "step_kernels.hpp"
 
@@ -63,6 +64,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                 float* __restrict__ retrieved, float* __restrict__ inter) {
   constexpr int kTile = 32 * kVec;
   __shared__ float partial[kWarps][2][kTile];
+  wait_for_predecessor();
+  allow_dependent_launch();
   const std::int64_t row = blockIdx.x;                     // step row p*C + i
   const std::int64_t token = ti * geo.P * geo.C + row;     // chunk-token n*C + i
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -95,9 +98,8 @@ template <typename E, int kVec>
 void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
             cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(geo.P * geo.C), static_cast<unsigned>((geo.hd + 32 * kVec - 1) / (32 * kVec)));
-  gather_rows<E, kVec><<<grid, kWarps * 32, 0, stream>>>(geo, static_cast<const E*>(sb.bank), p1, ti, sb.retrieved,
-                                                          sb.inter);
-  check_launch("gather_rows");
+  launch_dependent(gather_rows<E, kVec>, grid, dim3(kWarps * 32), 0, stream, "gather_rows", geo,
+                   static_cast<const E*>(sb.bank), p1, ti, sb.retrieved, sb.inter);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 //   rounding to E per chunk. A single writer per row makes the in-place update safe and
 //   deterministic; padding and masked entries (local slot == sps) form no group.
 #include "cuda_check.hpp"
+#include "dependent_launch.cuh"
 #include "device_values.cuh"
 #include "step_kernels.hpp"
 
@@ -25,6 +26,8 @@ constexpr int kWarps = 8;
 template <typename E, int kVec>
 __global__ void __launch_bounds__(kWarps * 32, 5)
     write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti) {
+  wait_for_predecessor();
+  allow_dependent_launch();
   const std::int64_t CW = geo.C * geo.W;
   const std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -89,9 +92,8 @@ template <typename E, int kVec>
 void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
             cudaStream_t stream) {
   const std::int64_t warps = geo.P * geo.C * geo.W;
-  write_groups<E, kVec><<<static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(geo, p1, sb,
-                                                                                                          ti);
-  check_launch("write_groups");
+  launch_dependent(write_groups<E, kVec>, dim3(static_cast<unsigned>((warps + kWarps - 1) / kWarps)),
+                   dim3(kWarps * 32), 0, stream, "write_groups", geo, p1, sb, ti);
 }
 
 }  // namespace
