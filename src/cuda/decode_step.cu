@@ -12,10 +12,11 @@
 //   before the row loads of the reads (read-after-write within the stream; no other CTA touches
 //   these columns of this stream's rows, streams' slots being private).
 // Latency: the kernel moves little data, so its time is its chain of dependent memory round
-//   trips. Every lane record (index, kappa, decay, rho) and the thread's v / beta are fetched up
-//   front; the rows of a warp's first kHeld write lanes (all of them for W <= 64) are loaded in
-//   one round, kept in registers and stored from there (no reload), and the first kHeld read
-//   rows are loaded in one round. Lanes beyond kHeld (W or R > 64) take a reloading loop.
+//   trips and each warp's instruction count. The lane records (index, kappa, decay, rho) are
+//   fetched up front, one per thread and shuffled across the warp, with v / beta; the rows of
+//   a warp's first kHeld write lanes (all of them for W <= 64) are loaded in one round, kept in
+//   registers and stored from there (no reload), and the first kHeld read rows are loaded in
+//   one round. Lanes beyond kHeld (W or R > 64) take a reloading loop.
 // Numerics: f32 accumulation in an order fixed by (W, R, hd): per warp in ascending lane order,
 //   then warps in order; entries outside the stream's rows (or the bank, with
 //   slots_per_stream == 0) are masked: no load, no write, no contribution.
@@ -32,6 +33,7 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kHeld = 8;  // write / read lanes per warp held in registers (W, R <= kWarps * kHeld: all)
+static_assert(2 * kHeld <= 32, "one lane record per thread of a warp");
 
 struct DecodeParams {
   void* bank = nullptr;
@@ -55,33 +57,50 @@ __global__ void __launch_bounds__(kWarps * 32) decode_token(DecodeParams prm) {
   const bool active = c0 < hd;
   const std::int64_t lo = prm.sps >= 1 ? s * prm.sps : 0, hi = prm.sps >= 1 ? lo + prm.sps : prm.S;
 
-  // Write lane w of this stream: its bank row (-1 when masked), kappa and decay.
+  // Write lane w of this stream: its bank row (-1 when masked), kappa and decay. The three loads
+  // are independent (one round trip); a masked lane's kappa and decay are not used.
   const auto write_lane = [&](std::int64_t w, float& kappa, float& decay) -> std::int64_t {
     const std::int64_t idx = load_index(in.k_idx, in.index64, s * prm.W + w);
+    const float k_val = load_input(in.k_val, in.k_val_dtype, s * prm.W + w);
+    const float g = load_input(in.g, in.g_dtype, s * prm.G + (prm.G == 1 ? 0 : w));
     if (idx < lo || idx >= hi) return -1;
-    kappa = round_to_bank(load_input(in.k_val, in.k_val_dtype, s * prm.W + w), prm.bf16_bank);
-    decay = expf(load_input(in.g, in.g_dtype, s * prm.G + (prm.G == 1 ? 0 : w)));
+    kappa = round_to_bank(k_val, prm.bf16_bank);
+    decay = expf(g);
     return idx;
   };
   // Read lane r of this stream: its bank row (-1 when masked) and rho.
   const auto read_lane = [&](std::int64_t r, float& rho) -> std::int64_t {
     const std::int64_t idx = load_index(in.q_idx, in.index64, s * prm.R + r);
+    const float q_val = load_input(in.q_val, in.q_val_dtype, s * prm.R + r);
     if (idx < lo || idx >= hi) return -1;
-    rho = round_to_bank(load_input(in.q_val, in.q_val_dtype, s * prm.R + r), prm.bf16_bank);
+    rho = round_to_bank(q_val, prm.bf16_bank);
     return idx;
   };
   const auto piece = [&](std::int64_t row) { return bank + row * hd + c0; };
 
   // Up front: the records of this warp's first kHeld write and read lanes (bank rows < 2^31,
-  // SPEC Z.11; -1: masked or no such lane), this thread's v and beta.
+  // SPEC Z.11; -1: masked or no such lane), one per thread: lane l < kHeld fetches write lane
+  // warp + kWarps*l, lane kHeld + l read lane warp + kWarps*l; shuffles hand them to the warp.
+  // Also this thread's v and beta.
+  std::int64_t my_row = -1;
+  float my_coef = 0.0f, my_decay = 0.0f;
+  if (lane < kHeld) {
+    const std::int64_t w = warp + kWarps * lane;
+    if (w < prm.W) my_row = write_lane(w, my_coef, my_decay);
+  } else if (lane < 2 * kHeld) {
+    const std::int64_t r = warp + kWarps * (lane - kHeld);
+    if (r < prm.R) my_row = read_lane(r, my_coef);
+  }
+  const std::int32_t my_row32 = static_cast<std::int32_t>(my_row);
   std::int32_t wrow[kHeld], rrow[kHeld];
   float kappa[kHeld], decay[kHeld], rho[kHeld];
 #pragma unroll
   for (int k = 0; k < kHeld; ++k) {
-    const std::int64_t w = warp + kWarps * k;
-    kappa[k] = 0.0f, decay[k] = 0.0f, rho[k] = 0.0f;
-    wrow[k] = static_cast<std::int32_t>(w < prm.W ? write_lane(w, kappa[k], decay[k]) : -1);
-    rrow[k] = static_cast<std::int32_t>(w < prm.R ? read_lane(w, rho[k]) : -1);
+    wrow[k] = __shfl_sync(0xffffffffu, my_row32, k);
+    kappa[k] = __shfl_sync(0xffffffffu, my_coef, k);
+    decay[k] = __shfl_sync(0xffffffffu, my_decay, k);
+    rrow[k] = __shfl_sync(0xffffffffu, my_row32, kHeld + k);
+    rho[k] = __shfl_sync(0xffffffffu, my_coef, kHeld + k);
   }
   const int col = static_cast<int>(threadIdx.x);
   const bool owns_col = col < kTile && tile0 + col < hd;

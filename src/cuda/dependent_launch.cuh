@@ -1,11 +1,13 @@
 // dependent_launch.cuh - programmatic dependent launch (PDL, sm_90) of the per-step kernels.
 //
 // A chunked call runs 3 kernels per time step on one stream, each depending on the one before.
-// Launched with PDL, a kernel is scheduled while its predecessor is still running (once every
-// predecessor CTA has called allow_dependent_launch() or exited), and its CTAs then wait in
-// wait_for_predecessor() until the predecessor has completed and its memory is visible. That
-// hides the launch latency between dependent kernels (eager and in CUDA graphs) without
-// changing what any kernel computes: every memory access of a PDL kernel comes after the wait.
+// Launched with PDL, a kernel's launch is processed while its predecessor is still running (its
+// CTAs start as the predecessor's CTAs exit), and they wait in wait_for_predecessor() until the
+// predecessor has completed and its memory is visible. That hides part of the launch latency
+// between dependent kernels without changing what any kernel computes: every memory access of
+// a PDL kernel comes after the wait. The predecessors trigger nothing early: an early trigger
+// (griddepcontrol.launch_dependents at kernel start) was measured slower at readme (6.99 ms vs
+// 6.02 without PDL, H200; cause not established, waiting CTAs holding SM slots is a guess).
 //
 // SDM_CUDA_PDL=0 in the environment launches them normally instead (read once per process; for
 // A/B measurements: PDL only changes when a kernel is scheduled, never what it computes).
@@ -25,13 +27,6 @@ namespace sdm::cuda {
 __device__ __forceinline__ void wait_for_predecessor() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// Lets the next kernel of the stream be scheduled (its CTAs still wait for this grid to finish).
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 

@@ -33,7 +33,6 @@ __global__ void __launch_bounds__(kThreads)
     dual_product(Geometry geo, Inputs in, Phase1Buffers p1, StepBuffers sb, std::int64_t ti) {
   extern __shared__ float smem[];
   wait_for_predecessor();
-  allow_dependent_launch();
   const int C = static_cast<int>(geo.C);
   const std::int64_t hd = geo.hd;
   float* U = smem;              // [C][kCols]

@@ -65,7 +65,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kTile = 32 * kVec;
   __shared__ float partial[kWarps][2][kTile];
   wait_for_predecessor();
-  allow_dependent_launch();
   const std::int64_t row = blockIdx.x;                     // step row p*C + i
   const std::int64_t token = ti * geo.P * geo.C + row;     // chunk-token n*C + i
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;

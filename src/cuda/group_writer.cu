@@ -27,7 +27,6 @@ template <typename E, int kVec>
 __global__ void __launch_bounds__(kWarps * 32, 5)
     write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti) {
   wait_for_predecessor();
-  allow_dependent_launch();
   const std::int64_t CW = geo.C * geo.W;
   const std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
