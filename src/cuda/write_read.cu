@@ -1,5 +1,5 @@
 // write_read.cu - the CUDA chunked op: entry points of engine.hpp for the forward (no-grad and
-// saving), the saved-buffer size, and the backward (not implemented yet).
+// saving) and the saved-buffer size; the backward is in backward.cu.
 //
 // One call: [device index check + one sync, if options.validate and not capturing] ->
 // Phase 1 for all chunks (phase1.cu) -> for each time step ti: gather -> dual -> group_writer
@@ -138,13 +138,6 @@ std::size_t write_read_saved_bytes(const core::WriteReadShape& shape, const Writ
 void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings, const TensorRef& saved,
                                const core::WriteReadShape& shape, const WriteReadOptions& options) {
   forward(args, readings, &saved, shape, options);
-}
-
-void write_read_backward(const WriteReadArgs&, const TensorRef&, const TensorRef&, const TensorRef&,
-                         const WriteReadGrads&, const core::WriteReadShape&, const WriteReadOptions&) {
-  throw RuntimeError(
-      "the CUDA backward of write_read is not implemented yet (issue 7); run the backward on a CPU bank "
-      "or use the float64 reference");
 }
 
 }  // namespace sdm::cuda

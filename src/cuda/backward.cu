@@ -1,0 +1,119 @@
+// backward.cu - the CUDA backward of the chunked op: cuda::write_read_backward (engine.hpp; the
+// contract is sdm::write_read_backward's in include/sdm/ops.hpp, the math SPEC C.2, C.3, Z.6).
+//
+// On entry args.memory holds the FINAL bank; it is the working bank, restored in place chunk by
+// chunk to the initial bank (exactly: snapshot "none" is a bit copy). `saved` comes from the CUDA
+// saving forward with the same args and options (saved_layout.hpp); it and every other input are
+// only read. One call:
+//   [device index check + one host sync, if options.validate and the stream is not capturing]
+//   Phase 1 again (phase1.cu: the same kernels on the same inputs, hence bit-identical records,
+//     L, k_eff, wcoef, q_w, A, QK, X), then the read records (backward_reads.cu)
+//   G = grad_final_bank or 0 (backward_grad_bank.cu)
+//   for ti = Nt-1 .. 0: token side (backward_tokens.cu), then slot side (backward_slots.cu)
+//   per-entry gradients of all chunks (backward_entries.cu); grad_memory from G
+// Every launch goes to options.cuda_stream with no host sync after the optional check, so the
+// call can be captured in a CUDA graph. Deterministic by construction: one writer per gradient
+// element and per G / bank row, every f32 sum in an order fixed by the shape (the kernel headers
+// state them), no atomics; results do not depend on the SM count or on pointer alignment.
+//
+// Memory: the workspace holds Phase 1 (as in the forward), the read records, per-chunk C x C dMs
+// and dQK, per-entry scalars (about 7 floats per write entry and 2 per read entry), four
+// step-sized f32 buffers ([P*C, hd] x 3 and the [P*C*W, hd] stash of G'), and, unless grad_memory
+// has the row dtype (then G lives in it), an owned G of P*sps rows.
+#include <cstdint>
+
+#include "backward.hpp"
+#include "cuda/engine.hpp"
+#include "cuda_check.hpp"
+#include "index_check.hpp"
+#include "saved_layout.hpp"
+
+namespace sdm::cuda {
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+AnyFloat any_float(const TensorRef& t) { return t.defined() ? AnyFloat{t.data, t.dtype} : AnyFloat{}; }
+
+void plan_step_and_entry_buffers(const Geometry& geo, Workspace& ws, BackwardBuffers& bb) {
+  const std::int64_t step_rows = geo.P * geo.C * geo.hd;
+  ws.plan(&bb.dy, step_rows);
+  ws.plan(&bb.dw, step_rows);
+  ws.plan(&bb.du, step_rows);
+  ws.plan(&bb.stash, step_rows * geo.W);
+  const std::int64_t cc = geo.N * geo.C * geo.C, ew = geo.write_entries(), er = geo.read_entries();
+  ws.plan(&bb.dms, cc);
+  ws.plan(&bb.dqk, cc);
+  ws.plan(&bb.rdot, geo.N * geo.C);
+  for (float** entry : {&bb.dk_eff, &bb.dc, &bb.dL, &bb.dP, &bb.dlambda, &bb.dgamma}) ws.plan(entry, ew);
+  ws.plan(&bb.dq_w, er);
+  ws.plan(&bb.dLq, er);
+}
+
+}  // namespace
+
+void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, const TensorRef& grad_readings,
+                         const TensorRef& grad_final_bank, const WriteReadGrads& grads,
+                         const core::WriteReadShape& shape, const WriteReadOptions& options) {
+  const DeviceGuard guard(args.memory.device.index);
+  const cudaStream_t stream = stream_of(options.cuda_stream);
+  const Geometry geo = make_geometry(shape);
+  const Inputs in = make_inputs(args);
+  const SavedLayout layout = saved_layout(shape, options);
+  const bool check = options.validate && !is_capturing(stream);
+
+  BackwardBuffers bb;
+  bb.bank = args.memory.data;
+  bb.bf16_bank = shape.bank == DType::bf16;
+  bb.bf16_grad_rows = bb.bf16_bank && !options.grad_bank_fp32;
+  const DType row_dtype = bb.bf16_grad_rows ? DType::bf16 : DType::f32;
+  // G lives in grad_memory when that has the row dtype (all S rows), else in the workspace
+  // (the P*sps stream rows; finish_grad_bank converts them).
+  const bool direct = grads.memory.defined() && grads.memory.dtype == row_dtype;
+  const std::int64_t grad_rows = direct ? shape.S : geo.P * geo.sps;
+
+  Workspace ws(stream);
+  unsigned long long* check_word = nullptr;
+  if (check) ws.plan(&check_word, 1);
+  Phase1Buffers p1;
+  plan_phase1(geo, ws, p1);
+  plan_read_records(geo, ws, bb);
+  plan_step_and_entry_buffers(geo, ws, bb);
+  if (direct) {
+    bb.grad_rows = grads.memory.data;
+  } else {
+    ws.plan_bytes(&bb.grad_rows, static_cast<std::size_t>(grad_rows * geo.hd) * dtype_size(row_dtype));
+  }
+  ws.allocate();
+
+  if (check) {
+    const IndexCheck ic{geo.P, geo.T, geo.W, geo.R, geo.sps, shape.S, true};
+    check_indices_on_device(in, ic, check_word, stream);
+  }
+
+  const auto* base = static_cast<const unsigned char*>(saved.data);
+  bb.delta = reinterpret_cast<const float*>(base + layout.delta);
+  bb.residual = reinterpret_cast<const float*>(base + layout.residual);
+  bb.snapshot = base + layout.snapshot;
+  bb.grad_readings = any_float(grad_readings);
+  // 16-byte vector accesses need 16-byte aligned rows: bank, saved buffer, G (workspace pieces are
+  // 256-byte aligned). The access path never changes a result (backward_rows.cuh).
+  bb.vec8 = geo.hd % 8 == 0 && aligned16(args.memory.data) && aligned16(saved.data) && aligned16(bb.grad_rows);
+
+  run_phase1(geo, in, bb.bf16_bank, p1, stream);
+  sort_reads(geo, p1, bb, stream);
+  init_grad_bank(geo, bb, grad_rows, any_float(grad_final_bank), stream);
+  const AnyFloat grad_v = any_float(grads.v);
+  for (std::int64_t ti = geo.Nt - 1; ti >= 0; --ti) {
+    launch_token_side(geo, in, p1, bb, grad_v, ti, stream);
+    launch_slot_side(geo, in, p1, bb, ti, stream);
+  }
+  const TokenGrads token_grads{any_float(grads.k_val), grad_v, any_float(grads.beta), any_float(grads.g),
+                               any_float(grads.q_val)};
+  launch_entry_grads(geo, in, p1, bb, token_grads, stream);
+  if (!direct && grads.memory.defined()) {
+    finish_grad_bank(geo, bb, shape.S, any_float(grad_final_bank), any_float(grads.memory), stream);
+  }
+}
+
+}  // namespace sdm::cuda

@@ -1,0 +1,214 @@
+// backward_entries.cu - the per-entry gradients of the CUDA backward (SPEC C.2 steps 9-11), batched
+// over all N chunks after the reverse loop. Inputs: Phase 1 (sorted keys, L, kappa, wcoef, k_eff,
+// q_pos, q_rho, q_w, A), the read records, and what the steps left: dMs, dQK, rdot, dk_eff, dc,
+// dlambda, dq_w. With da(i, j) = beta_i dMs[i][j] and E(x, y) = exp(x - y). Kernels, in order:
+//
+//   write_entry_grads  one thread per sorted write entry e (token i, slot group of e):
+//       dkappa_e = sum_{e' in group, i' < i} da(i, i') kappa_e' E(L_e, L_e')
+//                + sum_{e' in group, i' > i} da(i', i) kappa_e' E(L_e', L_e)
+//                + sum_{reads q of the slot, token i_q >= i} dQK[i_q][i] rho_q E(Lq_q, L_e)
+//                + exp(L_e) dk_eff_e + exp(Lambda - L_e) dc_e
+//       dL_e     = the same pair terms times kappa_e, with signs + (i' < i), - (i' > i), - (reads)
+//                + k_eff_e dk_eff_e
+//       dP_e     = wcoef_e dc_e.  Group entries in sorted (token) order, then reads in sorted order.
+//       Writes grad_k_val (0 for masked entries) and dL, dP; dgamma = 0 for masked entries.
+//   read_entry_grads   one thread per read entry q (token i, seeing the group's writes up to q_pos):
+//       drho_q = sum_{e' in group, pos <= q_pos} dQK[i][i_e'] kappa_e' E(Lq, L_e') + exp(Lq) dq_w
+//       dLq_q  = sum (same) rho_q kappa_e' E(Lq, L_e') + q_w dq_w.   Writes grad_q_val, dLq.
+//   group_scans        one thread per write group (its first entry), the CPU engine's scans:
+//       dgamma_e = (sum_{e' >= e} dL_e' + sum_{reads at tokens >= i_e} dLq) + sum_{e' < e} dP_e'
+//                  + dLambda, the first sum built from the group's last entry backwards.
+//   token_grads        one thread per token: grad_beta = rdot_i + sum_{j<i} A[i][j] dMs[i][j]
+//                      (j ascending); grad_g = dgamma (G = W) or sum_w dgamma_(i,w) (w ascending).
+// Every sum has one thread and a fixed order; no atomics.
+#include "backward.hpp"
+#include "backward_rows.cuh"
+#include "cuda_check.hpp"
+
+namespace sdm::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+unsigned blocks_for(std::int64_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
+
+struct EntryPlace {
+  std::int64_t n, p, t, token;  // chunk, stream, time in the stream, flat token p*T + t
+};
+
+__device__ __forceinline__ EntryPlace place(const Geometry& geo, std::int64_t n, std::int64_t i) {
+  const std::int64_t p = n % geo.P, t = (n / geo.P) * geo.C + i;
+  return {n, p, t, p * geo.T + t};
+}
+
+__global__ void write_entry_grads(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_k) {
+  const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= geo.write_entries()) return;
+  const std::int64_t C = geo.C, CW = C * geo.W, CR = C * geo.R;
+  const std::int64_t n = e / CW, chunk0 = n * CW, chunk_end = chunk0 + CW;
+  const std::uint64_t key = p1.keys[e];
+  const std::int64_t local = geo.keys.local_slot(key), i = geo.keys.token(key), w = geo.keys.lane(key);
+  const EntryPlace at = place(geo, n, i);
+  const std::int64_t entry = chunk0 + i * geo.W + w;
+  if (local == geo.sps) {  // padding or masked
+    bb.dgamma[entry] = 0.0f;
+    if (at.t < geo.T && grad_k.data != nullptr) store_any(grad_k.data, grad_k.dtype, at.token * geo.W + w, 0.0f);
+    return;
+  }
+  std::int64_t begin = e, end = e + 1;
+  while (begin > chunk0 && geo.keys.local_slot(p1.keys[begin - 1]) == local) --begin;
+  while (end < chunk_end && geo.keys.local_slot(p1.keys[end]) == local) ++end;
+
+  const float L_e = p1.L[e], kappa_e = p1.kappa[e];
+  const float beta_i = load_input(in.beta, in.beta_dtype, at.token);
+  const float* dms = bb.dms + n * C * C;
+  const float* dqk = bb.dqk + n * C * C;
+  float dkappa = 0.0f, dL = 0.0f;
+  for (std::int64_t s = begin; s < end; ++s) {
+    const std::int64_t j = geo.keys.token(p1.keys[s]);
+    if (j < i) {
+      const float da = beta_i * dms[i * C + j];
+      const float decay = expf(L_e - p1.L[s]);
+      dkappa += da * p1.kappa[s] * decay;
+      dL += da * kappa_e * p1.kappa[s] * decay;
+    } else if (j > i) {
+      const float da = load_input(in.beta, in.beta_dtype, at.token + (j - i)) * dms[j * C + i];
+      const float decay = expf(p1.L[s] - L_e);
+      dkappa += da * p1.kappa[s] * decay;
+      dL -= da * p1.kappa[s] * kappa_e * decay;
+    }
+  }
+  const std::uint64_t* reads = bb.read_keys + n * CR;
+  const KeyLayout& rl = bb.read_layout;
+  for (std::int64_t s = lower_bound_key(reads, CR, rl.encode(n, local, i, 0)); s < CR && rl.local_slot(reads[s]) == local;
+       ++s) {
+    const std::int64_t iq = rl.token(reads[s]);
+    const std::int64_t read = n * CR + iq * geo.R + rl.lane(reads[s]);
+    const float rho = p1.q_rho[read];
+    const float decay = expf(p1.L[chunk0 + p1.q_pos[read]] - L_e);
+    const float d = dqk[iq * C + i];
+    dkappa += d * rho * decay;
+    dL -= d * rho * kappa_e * decay;
+  }
+  const float dk_eff = bb.dk_eff[e], dc = bb.dc[e];
+  dkappa += expf(L_e) * dk_eff + expf(p1.L[end - 1] - L_e) * dc;
+  dL += p1.k_eff[entry] * dk_eff;
+  bb.dL[e] = dL;
+  bb.dP[e] = p1.wcoef[e] * dc;
+  if (grad_k.data != nullptr) store_any(grad_k.data, grad_k.dtype, at.token * geo.W + w, dkappa);
+}
+
+__global__ void read_entry_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_q) {
+  const std::int64_t read = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (read >= geo.read_entries()) return;
+  const std::int64_t C = geo.C, CW = C * geo.W, CR = C * geo.R;
+  const std::int64_t n = read / CR, i = (read % CR) / geo.R, r = read % geo.R;
+  const EntryPlace at = place(geo, n, i);
+  if (at.t >= geo.T) return;
+  float drho = 0.0f, dLq = 0.0f;
+  if (p1.q_slot[read] >= 0) {
+    const std::int64_t chunk0 = n * CW, pos = p1.q_pos[read];
+    const float rho = p1.q_rho[read];
+    float Lq = 0.0f;
+    if (pos >= 0) {
+      const std::int64_t local = geo.keys.local_slot(p1.keys[chunk0 + pos]);
+      std::int64_t begin = pos;
+      while (begin > 0 && geo.keys.local_slot(p1.keys[chunk0 + begin - 1]) == local) --begin;
+      Lq = p1.L[chunk0 + pos];
+      const float* dqk = bb.dqk + (n * C + i) * C;
+      for (std::int64_t s = chunk0 + begin; s <= chunk0 + pos; ++s) {
+        const float d = dqk[geo.keys.token(p1.keys[s])];
+        const float decay = expf(Lq - p1.L[s]);
+        drho += d * p1.kappa[s] * decay;
+        dLq += d * rho * p1.kappa[s] * decay;
+      }
+    }
+    const float dq_w = bb.dq_w[read];
+    drho += expf(Lq) * dq_w;
+    dLq += p1.q_w[read] * dq_w;
+  }
+  bb.dLq[read] = dLq;
+  if (grad_q.data != nullptr) store_any(grad_q.data, grad_q.dtype, at.token * geo.R + r, drho);
+}
+
+__global__ void group_scans(Geometry geo, Phase1Buffers p1, BackwardBuffers bb) {
+  const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= geo.write_entries()) return;
+  const std::int64_t CW = geo.C * geo.W, CR = geo.C * geo.R;
+  const std::int64_t n = e / CW, chunk0 = n * CW, chunk_end = chunk0 + CW;
+  const std::int64_t local = geo.keys.local_slot(p1.keys[e]);
+  if (local == geo.sps) return;
+  if (e > chunk0 && geo.keys.local_slot(p1.keys[e - 1]) == local) return;
+  std::int64_t end = e + 1;
+  while (end < chunk_end && geo.keys.local_slot(p1.keys[end]) == local) ++end;
+
+  const std::uint64_t* reads = bb.read_keys + n * CR;
+  const KeyLayout& rl = bb.read_layout;
+  const std::int64_t read_begin = lower_bound_key(reads, CR, rl.encode(n, local, 0, 0));
+  std::int64_t read = read_begin;
+  while (read < CR && rl.local_slot(reads[read]) == local) ++read;
+  --read;  // the slot's last read (reads are in token order)
+  const auto entry_of = [&](std::int64_t s) {
+    const std::uint64_t key = p1.keys[s];
+    return chunk0 + geo.keys.token(key) * geo.W + geo.keys.lane(key);
+  };
+
+  float suffix = 0.0f;
+  for (std::int64_t s = end - 1; s >= e; --s) {
+    const std::int64_t i = geo.keys.token(p1.keys[s]);
+    suffix += bb.dL[s];
+    for (; read >= read_begin && rl.token(reads[read]) >= i; --read) {
+      suffix += bb.dLq[n * CR + rl.token(reads[read]) * geo.R + rl.lane(reads[read])];
+    }
+    bb.dgamma[entry_of(s)] = suffix;
+  }
+  const float dlambda = bb.dlambda[e];
+  float prefix = 0.0f;
+  for (std::int64_t s = e; s < end; ++s) {
+    const std::int64_t entry = entry_of(s);
+    bb.dgamma[entry] = bb.dgamma[entry] + prefix + dlambda;
+    prefix += bb.dP[s];
+  }
+}
+
+__global__ void token_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_beta, AnyFloat grad_g) {
+  const std::int64_t ci = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // n*C + i
+  if (ci >= geo.N * geo.C) return;
+  const std::int64_t C = geo.C, n = ci / C, i = ci % C;
+  const EntryPlace at = place(geo, n, i);
+  if (at.t >= geo.T) return;
+  if (grad_beta.data != nullptr) {
+    const float* a = p1.A + ci * C;
+    const float* dms = bb.dms + ci * C;
+    float a_dms = 0.0f;
+    for (std::int64_t j = 0; j < i; ++j) a_dms += a[j] * dms[j];
+    store_any(grad_beta.data, grad_beta.dtype, at.token, bb.rdot[ci] + a_dms);
+  }
+  if (grad_g.data != nullptr) {
+    const float* dgamma = bb.dgamma + ci * geo.W;
+    if (geo.G == 1) {
+      float sum = 0.0f;
+      for (std::int64_t w = 0; w < geo.W; ++w) sum += dgamma[w];
+      store_any(grad_g.data, grad_g.dtype, at.token, sum);
+    } else {
+      for (std::int64_t w = 0; w < geo.W; ++w) store_any(grad_g.data, grad_g.dtype, at.token * geo.W + w, dgamma[w]);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_entry_grads(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
+                        const TokenGrads& out, cudaStream_t stream) {
+  const std::int64_t writes = geo.write_entries(), reads = geo.read_entries(), tokens = geo.N * geo.C;
+  write_entry_grads<<<blocks_for(writes), kThreads, 0, stream>>>(geo, in, p1, bb, out.k_val);
+  check_launch("write_entry_grads");
+  read_entry_grads<<<blocks_for(reads), kThreads, 0, stream>>>(geo, p1, bb, out.q_val);
+  check_launch("read_entry_grads");
+  group_scans<<<blocks_for(writes), kThreads, 0, stream>>>(geo, p1, bb);
+  check_launch("group_scans");
+  token_grads<<<blocks_for(tokens), kThreads, 0, stream>>>(geo, p1, bb, out.beta, out.g);
+  check_launch("token_grads");
+}
+
+}  // namespace sdm::cuda

@@ -1,0 +1,74 @@
+// backward_reads.cu - read records of the backward: the read entries of every chunk sorted by slot
+// (the single-writer read side, SPEC C.3 GDS, C.6).
+//
+// Input:  Phase 1's q_slot [N, C, R] (absolute row, -1 for padding / masked reads).
+// Output: read_keys u64 [N*C*R] sorted; key = chunk n | local slot (sps for padding / masked:
+//         after every real slot) | token i | lane r (chunk_plan.hpp's KeyLayout with R lanes).
+//         Chunk n's sorted reads are [n*C*R, (n+1)*C*R): slot groups in (token, lane) order.
+// make_read_keys: one thread per read entry; then one cub radix sort of unique keys on only the
+// bits the geometry needs (deterministic).
+#include <string>
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include "backward.hpp"
+#include "cuda_check.hpp"
+#include "sdm/error.hpp"
+
+namespace sdm::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void make_read_keys(Geometry geo, KeyLayout layout, const std::int32_t* __restrict__ q_slot,
+                               std::uint64_t* __restrict__ keys) {
+  const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= geo.read_entries()) return;
+  const std::int64_t CR = geo.C * geo.R;
+  const std::int64_t n = e / CR, i = (e % CR) / geo.R, r = e % geo.R;
+  const std::int32_t slot = q_slot[e];
+  const std::int64_t local = slot < 0 ? geo.sps : slot - (n % geo.P) * geo.sps;
+  keys[e] = layout.encode(n, local, i, r);
+}
+
+}  // namespace
+
+KeyLayout read_key_layout(const Geometry& geo) {
+  KeyLayout layout;
+  layout.lane_bits = bits_for(static_cast<std::uint64_t>(geo.R - 1));
+  layout.token_bits = bits_for(static_cast<std::uint64_t>(geo.C - 1));
+  layout.slot_bits = bits_for(static_cast<std::uint64_t>(geo.sps));
+  layout.chunk_bits = bits_for(static_cast<std::uint64_t>(geo.N - 1));
+  if (layout.total_bits() > 64) {
+    throw RuntimeError("sdm CUDA backward: this call needs a " + std::to_string(layout.total_bits()) +
+                       "-bit read key (chunks " + std::to_string(geo.N) + ", slots_per_stream " +
+                       std::to_string(geo.sps) + ", R " + std::to_string(geo.R) +
+                       "), more than the 64 bits supported on CUDA so far; split the call over time or streams");
+  }
+  return layout;
+}
+
+void plan_read_records(const Geometry& geo, Workspace& ws, BackwardBuffers& bb) {
+  const std::int64_t count = geo.read_entries();
+  bb.read_layout = read_key_layout(geo);
+  ws.plan(&bb.read_keys_unsorted, count);
+  ws.plan(&bb.read_keys, count);
+  bb.read_sort_temp_bytes = 0;
+  check_cuda(cub::DeviceRadixSort::SortKeys(nullptr, bb.read_sort_temp_bytes, bb.read_keys_unsorted, bb.read_keys,
+                                            count, 0, bb.read_layout.total_bits()),
+             "cub::DeviceRadixSort::SortKeys (read records, size query)");
+  ws.plan_bytes(&bb.read_sort_temp, bb.read_sort_temp_bytes);
+}
+
+void sort_reads(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuffers& bb, cudaStream_t stream) {
+  const std::int64_t count = geo.read_entries();
+  make_read_keys<<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      geo, bb.read_layout, p1.q_slot, bb.read_keys_unsorted);
+  check_launch("make_read_keys");
+  std::size_t temp_bytes = bb.read_sort_temp_bytes;
+  check_cuda(cub::DeviceRadixSort::SortKeys(bb.read_sort_temp, temp_bytes, bb.read_keys_unsorted, bb.read_keys, count,
+                                            0, bb.read_layout.total_bits(), stream),
+             "cub::DeviceRadixSort::SortKeys (read records)");
+}
+
+}  // namespace sdm::cuda

@@ -1,0 +1,127 @@
+// backward_rows.cuh - row pieces, fixed-order warp dot products and any-dtype element access of
+// the CUDA backward.
+//
+// Column ownership (every backward kernel that walks a row with one warp): lane l owns the
+// columns c = 256 s + 8 l + k (k < 8, c < hd) of column step s. With kVec (hd % 8 == 0 and
+// 16-byte aligned rows) a piece of 8 is one or two 16-byte accesses; without it the same columns
+// are accessed one element at a time. The ownership, hence every reduction order below, depends
+// on hd only, never on the access path or on pointer alignment.
+//
+// warp_dot: lane partial = fmaf chain over its columns in ascending c (f32, RN), then a butterfly
+// over the 32 lanes combining lanes that differ in bit 4 first, then 3, 2, 1, 0. Every lane ends
+// with the same value.
+#pragma once
+
+#include <cstdint>
+
+#include "core/float_convert.hpp"
+#include "device_values.cuh"
+#include "sdm/types.hpp"
+
+namespace sdm::cuda {
+
+constexpr int kLaneCols = 8;
+constexpr int kWarpCols = 32 * kLaneCols;
+
+// Loads the piece of `row` at column c0 (c0 < hd) as f32; returns how many columns are real.
+template <bool kVec, typename E>
+__device__ __forceinline__ int load_piece(const E* row, std::int64_t c0, std::int64_t hd, float (&x)[kLaneCols]) {
+  if constexpr (kVec) {
+    load_row<kLaneCols>(row + c0, x);
+    return kLaneCols;
+  } else {
+    const int valid = hd - c0 < kLaneCols ? static_cast<int>(hd - c0) : kLaneCols;
+#pragma unroll
+    for (int k = 0; k < kLaneCols; ++k) x[k] = k < valid ? to_f32(row[c0 + k]) : 0.0f;
+    return valid;
+  }
+}
+
+// Stores the real columns of a piece, rounded once to E.
+template <bool kVec, typename E>
+__device__ __forceinline__ void store_piece(E* row, std::int64_t c0, std::int64_t hd, const float (&x)[kLaneCols]) {
+  if constexpr (kVec) {
+    store_row<kLaneCols>(row + c0, x);
+  } else {
+    const int valid = hd - c0 < kLaneCols ? static_cast<int>(hd - c0) : kLaneCols;
+#pragma unroll
+    for (int k = 0; k < kLaneCols; ++k) {
+      if (k < valid) row[c0 + k] = from_f32<E>(x[k]);
+    }
+  }
+}
+
+// Copies the real columns of a piece bit for bit (no conversion).
+template <bool kVec, typename E>
+__device__ __forceinline__ void copy_piece(const E* src, E* dst, std::int64_t c0, std::int64_t hd) {
+  if constexpr (kVec) {
+    constexpr int kWords = kLaneCols * static_cast<int>(sizeof(E)) / 16;
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) reinterpret_cast<uint4*>(dst + c0)[k] = reinterpret_cast<const uint4*>(src + c0)[k];
+  } else {
+    const int valid = hd - c0 < kLaneCols ? static_cast<int>(hd - c0) : kLaneCols;
+    for (int k = 0; k < valid; ++k) dst[c0 + k] = src[c0 + k];
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// sum_c (scale * a[c]) * b[c] over the hd columns (scale * a[c] rounded once), in the order of
+// the file header. Called by all 32 lanes of a warp.
+template <bool kVec, typename A, typename B>
+__device__ __forceinline__ float warp_dot_scaled(const A* a, float scale, const B* b, std::int64_t hd, int lane) {
+  float partial = 0.0f;
+  for (std::int64_t c0 = static_cast<std::int64_t>(lane) * kLaneCols; c0 < hd; c0 += kWarpCols) {
+    float x[kLaneCols], y[kLaneCols];
+    const int valid = load_piece<kVec>(a, c0, hd, x);
+    load_piece<kVec>(b, c0, hd, y);
+#pragma unroll
+    for (int k = 0; k < kLaneCols; ++k) {
+      if (k < valid) partial = fmaf(scale * x[k], y[k], partial);
+    }
+  }
+  return warp_sum(partial);
+}
+
+template <bool kVec, typename A, typename B>
+__device__ __forceinline__ float warp_dot(const A* a, const B* b, std::int64_t hd, int lane) {
+  return warp_dot_scaled<kVec>(a, 1.0f, b, hd, lane);
+}
+
+// One element of a float tensor of any dtype (f64 / f32 / bf16 / f16) as f32 (f64: rounded once).
+__device__ __forceinline__ float load_any(const void* data, DType dtype, std::int64_t i) {
+  switch (dtype) {
+    case DType::f64: return static_cast<float>(static_cast<const double*>(data)[i]);
+    case DType::bf16: return core::bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::f16: return core::f16_to_float(static_cast<const std::uint16_t*>(data)[i]);
+    default: return static_cast<const float*>(data)[i];
+  }
+}
+
+// Stores x into element i of a float tensor of any dtype (rounded once to it).
+__device__ __forceinline__ void store_any(void* data, DType dtype, std::int64_t i, float x) {
+  switch (dtype) {
+    case DType::f64: static_cast<double*>(data)[i] = x; break;
+    case DType::bf16: static_cast<std::uint16_t*>(data)[i] = core::bf16_from_float(x); break;
+    case DType::f16: static_cast<std::uint16_t*>(data)[i] = core::f16_from_float(x); break;
+    default: static_cast<float*>(data)[i] = x; break;
+  }
+}
+
+// First position in keys[0, count) whose key is >= bound (keys ascending).
+__device__ __forceinline__ std::int64_t lower_bound_key(const std::uint64_t* keys, std::int64_t count,
+                                                        std::uint64_t bound) {
+  std::int64_t lo = 0, hi = count;
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi) / 2;
+    if (keys[mid] < bound) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+}  // namespace sdm::cuda
