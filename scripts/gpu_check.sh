@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu_check.sh - run on the GPU machine from a clean checkout: builds the library with CUDA
 # (SDM_CUDA_ARCHS, default 90) together with the PyTorch extension against the torch found there,
-# installs the `sdm` package with CUDA on, runs the C++ GPU tests, the Python GPU tests
-# (tests/python_gpu), compute-sanitizer (memcheck, racecheck, initcheck) on the small C++ tests,
+# installs the `sdm` package with CUDA on, runs the C++ GPU tests (forward and backward), the Python
+# GPU tests (tests/python_gpu), compute-sanitizer (memcheck, racecheck, initcheck) on the small C++
+# tests (the summary's rc is forward/backward),
 # the C++ GPU benchmark and the Python decode-latency benchmark; prints a summary table last.
 # Logs and JSON go to $OUT (default out/gpu_check); each phase prints its start time.
 #
@@ -69,7 +70,7 @@ phase "build"
 # SDM_BUILD_GPU_TESTS is on by default) into $build and installs the package into $site; the
 # cmake --build below then has nothing left to do. Without it, or if pip fails: plain CMake.
 package="not built"
-targets="sdm_gpu_tests sdm_gpu_bench"
+targets="sdm_gpu_tests sdm_gpu_backward_tests sdm_gpu_bench"
 if [ "$torch" = 1 ]; then
   if "$python" -m pip install --no-build-isolation --no-deps --target "$site" -C build-dir="$build" \
        -C cmake.define.SDM_ENABLE_CUDA=ON -C cmake.define.SDM_CUDA_ARCHS="$archs" . >"$out/build.log" 2>&1; then
@@ -106,6 +107,7 @@ echo "package: $package"
 cuobjdump --dump-resource-usage "$build/libsdm_cuda.a" >"$out/resources.txt" 2>&1 || true
 
 tests_rc=0
+backward_rc=0
 py_tests_rc=0
 if [ "$tests" = 1 ]; then
   phase "C++ GPU tests"
@@ -115,6 +117,14 @@ if [ "$tests" = 1 ]; then
     echo "gpu_check: C++ GPU tests failed; again without programmatic dependent launch (SDM_CUDA_PDL=0)"
     SDM_CUDA_PDL=0 "$build/tests/gpu/sdm_gpu_tests" >"$out/tests_no_pdl.log" 2>&1
     echo "without PDL: rc $? ($(tail -1 "$out/tests_no_pdl.log"))"
+  fi
+  phase "C++ GPU backward tests"
+  "$build/tests/gpu/sdm_gpu_backward_tests" 2>&1 | tee "$out/backward_tests.log"
+  backward_rc=${PIPESTATUS[0]}
+  if [ "$backward_rc" != 0 ]; then
+    echo "gpu_check: C++ GPU backward tests failed; again without programmatic dependent launch (SDM_CUDA_PDL=0)"
+    SDM_CUDA_PDL=0 "$build/tests/gpu/sdm_gpu_backward_tests" >"$out/backward_tests_no_pdl.log" 2>&1
+    echo "without PDL: rc $? ($(tail -1 "$out/backward_tests_no_pdl.log"))"
   fi
   if [ "$torch" = 1 ]; then
     phase "Python GPU tests"
@@ -150,6 +160,9 @@ if [ "$sanitizer" = 1 ]; then
     timeout 75 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_tests" masking index \
       unimplemented "decode step vs" >>"$out/sanitizer.log" 2>&1
     rc=$?
+    timeout 75 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_backward_tests" \
+      "backward small" >>"$out/sanitizer.log" 2>&1
+    rc="$rc/$?"
     sanitizer_summary+="| compute-sanitizer $tool | rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer.log" | tail -1) |"$'\n'
   done
 fi
@@ -173,6 +186,7 @@ echo "| step | result |"
 echo "|---|---|"
 echo "| python package | $package |"
 [ "$tests" = 1 ] && echo "| C++ GPU tests | rc $tests_rc: $(tail -1 "$out/tests.log") |"
+[ "$tests" = 1 ] && echo "| C++ GPU backward tests | rc $backward_rc: $(tail -1 "$out/backward_tests.log") |"
 [ "$tests" = 1 ] && [ "$torch" = 1 ] && echo "| Python GPU tests | rc $py_tests_rc: $(tail -1 "$out/python_tests.log") |"
 printf "%s" "$sanitizer_summary"
 echo "| benchmark | rc $bench_rc, Python decode rc $py_bench_rc |"
@@ -181,4 +195,4 @@ if [ "$bench" = 1 ]; then
   grep '^| [a-z0-9]* | no PDL' "$out/bench_no_pdl.log"
   [ "$torch" = 1 ] && grep '^| ' "$out/bench_torch_decode.log"
 fi
-[ "$tests_rc" = 0 ] && [ "$py_tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$py_bench_rc" = 0 ]
+[ "$tests_rc" = 0 ] && [ "$backward_rc" = 0 ] && [ "$py_tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$py_bench_rc" = 0 ]

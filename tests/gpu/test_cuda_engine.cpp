@@ -493,20 +493,6 @@ void test_unimplemented_paths() {
     expect(got.find("not yet implemented on CUDA") != std::string::npos,
            std::string("snapshot_quant ") + snapshot_quant_name(mode) + " on an f32 bank: " + got);
   }
-  opt.snapshot_quant = SnapshotQuant::none;
-  DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(dp.args(), opt))});
-  DeviceTensor grad_readings(DType::f32, {1, 4, 8});
-  cuda_ok(cudaMemset(grad_readings.data(), 0, grad_readings.bytes()), "cudaMemset");
-  DeviceTensor grad_v(DType::f32, {1, 4, 8});
-  WriteReadGrads grads;
-  grads.v = grad_v.ref();
-  std::string got;
-  try {
-    write_read_backward(dp.args(), saved.ref(), grad_readings.ref(), TensorRef{}, grads, opt);
-  } catch (const RuntimeError& e) {
-    got = e.what();
-  }
-  expect(got.find("CUDA backward of write_read is not implemented yet") != std::string::npos, "backward: " + got);
 }
 
 // ---- CUDA vs the CPU engine ------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The torch.ops.sdm operators on CUDA tensors (issue 6): sdm.write_read_, sdm.write_read and
 sdm.decode_step against the CPU engine on the same inputs (f32 bank rel <= 1e-4, bf16 <= 2e-2),
-bitwise run-to-run determinism, torch's current stream honoured, CUDA-graph capture == eager,
-the device index check's errors, and the CUDA backward's clear error."""
+bitwise run-to-run determinism, torch's current stream honoured, CUDA-graph capture == eager and
+the device index check's errors. The backward on CUDA: test_cuda_backward.py."""
 
 from __future__ import annotations
 
@@ -59,14 +59,6 @@ def test_saving_forward_runs_and_equals_no_grad_bitwise():
     saving, saving_bank = sdm.write_read(gpu.memory, *inputs, **_options(gpu, 16))
     assert saving.requires_grad
     assert bitwise_equal(saving.detach(), plain) and bitwise_equal(saving_bank.detach(), plain_bank)
-
-
-def test_cuda_backward_raises_a_clear_error():
-    gpu = make_problem(P=1, T=9, W=2, R=2, hd=8, slots_per_stream=8, seed=4).to("cuda")
-    memory = gpu.memory.clone().requires_grad_(True)
-    readings, _ = sdm.write_read(memory, *gpu.inputs(), **_options(gpu, 4))
-    with pytest.raises(RuntimeError, match=r"CUDA backward of write_read is not implemented yet \(issue 7\)"):
-        readings.float().square().sum().backward()
 
 
 @pytest.mark.parametrize("bank", [torch.float32, torch.bfloat16])

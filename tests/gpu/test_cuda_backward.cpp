@@ -1,0 +1,356 @@
+// test_cuda_backward.cpp - GPU tests of the CUDA backward of the chunked op (issue 7). A plain
+// program like test_cuda_engine.cpp: each check prints its measured value and ok / FAIL; the exit
+// status is 1 if any check failed. Without a CUDA device it prints a message and exits 0.
+//
+// Each case: the CUDA saving forward, then the CUDA backward with the final bank as the working
+// bank, for the loss <readings, dy> + <final bank, dF> (dF present or absent). Oracles:
+//   - the float64 reference's exact gradients (sdm::reference::write_read_backward) and
+//   - the CPU engine's backward on the same inputs,
+// metric max|a - b| / max|b| per gradient; tolerance f32 bank 1e-4, bf16 bank 3e-2 (the CPU engine
+// measured <= 6e-3 against the reference in bf16, tests/cpp/engine/test_engine_backward.cpp);
+// the working bank is restored to the initial bank bitwise (snapshot "none").
+// Bitwise checks: two backward runs, a CUDA-graph replay vs eager, a call asking for only some
+// gradients vs one asking for all; `saved` and the inputs unchanged by the backward.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/validate.hpp"
+#include "device_tensor.hpp"
+#include "engine_run.hpp"
+#include "host_tensor.hpp"
+#include "problem.hpp"
+#include "sdm/error.hpp"
+#include "sdm/ops.hpp"
+
+namespace {
+
+using namespace sdm;
+using namespace sdm::testing;
+
+int g_checks = 0, g_failures = 0;
+
+void expect(bool ok, const std::string& what) {
+  ++g_checks;
+  std::printf("    %-60s %s\n", what.c_str(), ok ? "ok" : "FAIL");
+  if (!ok) ++g_failures;
+}
+
+void expect_error_at_most(double value, double bound, const std::string& what) {
+  const bool ok = value <= bound;  // NaN fails
+  std::printf("    %-44s %.3e  (<= %.0e) %s\n", what.c_str(), value, bound, ok ? "ok" : "FAIL");
+  ++g_checks;
+  if (!ok) ++g_failures;
+}
+
+double tolerance(DType bank) { return bank == DType::bf16 ? 3e-2 : 1e-4; }
+
+void sync() { cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+void poison(const DeviceTensor& t) { cuda_ok(cudaMemset(t.data(), 0xff, t.bytes()), "cudaMemset"); }
+
+std::string describe(const ProblemSpec& s, std::int64_t C) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "P%lld T%lld W%lld R%lld hd%lld sps%lld C%lld G%lld %s", static_cast<long long>(s.P),
+                static_cast<long long>(s.T), static_cast<long long>(s.W), static_cast<long long>(s.R),
+                static_cast<long long>(s.hd), static_cast<long long>(s.slots_per_stream), static_cast<long long>(C),
+                static_cast<long long>(s.G), dtype_name(s.bank));
+  return buf;
+}
+
+// ---- one CUDA forward + backward ----------------------------------------------------------
+
+// The six gradient buffers on the device (poisoned: unwritten elements show up as NaN).
+struct DeviceGrads {
+  DeviceTensor memory, k_val, v, beta, g, q_val;
+  DeviceGrads(const Problem& pb, DType memory_dtype, DType dtype)
+      : memory(memory_dtype, pb.memory.sizes()), k_val(dtype, pb.k_val.sizes()), v(dtype, pb.v.sizes()),
+        beta(dtype, pb.beta.sizes()), g(dtype, pb.g.sizes()), q_val(dtype, pb.q_val.sizes()) {
+    for (const DeviceTensor* t : {&memory, &k_val, &v, &beta, &g, &q_val}) poison(*t);
+  }
+  WriteReadGrads refs() const {
+    WriteReadGrads out;
+    out.memory = memory.ref(), out.k_val = k_val.ref(), out.v = v.ref();
+    out.beta = beta.ref(), out.g = g.ref(), out.q_val = q_val.ref();
+    return out;
+  }
+  GradRun to_host() const {
+    GradRun out;
+    out.memory = memory.to_host(), out.k_val = k_val.to_host(), out.v = v.to_host();
+    out.beta = beta.to_host(), out.g = g.to_host(), out.q_val = q_val.to_host();
+    return out;
+  }
+};
+
+// A problem after the CUDA saving forward: inputs, final bank (the working bank), saved buffer.
+struct CudaForward {
+  DeviceProblem dp;
+  DeviceTensor readings, saved, dy, d_final;
+  bool has_final;
+  CudaForward(const Problem& pb, const WriteReadOptions& opt, const HostTensor& dy_host, const HostTensor& d_final_host)
+      : dp(pb), readings(pb.spec.bank, {pb.spec.P, pb.spec.T, pb.spec.hd}), dy(dy_host),
+        has_final(d_final_host.defined()) {
+    saved = DeviceTensor(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(dp.args(), opt))});
+    if (has_final) d_final = DeviceTensor(d_final_host);
+    write_read_forward_saving(dp.args(), readings.ref(), saved.ref(), opt);
+    sync();
+  }
+  TensorRef final_ref() const { return has_final ? d_final.ref() : TensorRef{}; }
+  void backward(const WriteReadGrads& grads, const WriteReadOptions& opt) const {
+    write_read_backward(dp.args(), saved.ref(), dy.ref(), final_ref(), grads, opt);
+  }
+};
+
+struct GradView {
+  const char* name;
+  const HostTensor& tensor;
+};
+std::vector<GradView> views(const GradRun& r) {
+  return {{"memory", r.memory}, {"k_val", r.k_val}, {"v", r.v}, {"beta", r.beta}, {"g", r.g}, {"q_val", r.q_val}};
+}
+
+// ---- every gradient vs the float64 reference and the CPU engine ---------------------------
+
+struct Case {
+  ProblemSpec spec;
+  std::int64_t C;
+  bool final_grad = true;
+  bool grad_bank_fp32 = false;
+  DType grad_memory = DType::f32;
+};
+
+void backward_case(const Case& c) {
+  std::printf("  %s final-bank grad %s, grad_bank_fp32 %d, grad_memory %s\n", describe(c.spec, c.C).c_str(),
+              c.final_grad ? "on" : "off", c.grad_bank_fp32 ? 1 : 0, dtype_name(c.grad_memory));
+  const Problem pb = make_problem(c.spec);
+  WriteReadOptions opt;
+  opt.slots_per_stream = c.spec.slots_per_stream;
+  opt.chunk_size = c.C;
+  opt.grad_bank_fp32 = c.grad_bank_fp32;
+  const HostTensor dy = random_tensor({c.spec.P, c.spec.T, c.spec.hd}, 1.0, c.spec.seed + 100);
+  const HostTensor d_final = c.final_grad ? random_tensor({pb.bank_rows(), c.spec.hd}, 1.0, c.spec.seed + 200)
+                                          : HostTensor();
+
+  CudaForward fwd(pb, opt, dy, d_final);
+  const HostTensor final_bank = fwd.dp.memory.to_host();
+  DeviceGrads grads(pb, c.grad_memory, DType::f32);
+  fwd.backward(grads.refs(), opt);
+  sync();
+  const GradRun got = grads.to_host();
+
+  const GradRun want = reference_backward(pb, dy, d_final, opt);
+  const GradRun cpu = engine_backward(pb, engine_forward_saving(pb, opt), dy, d_final, opt, c.grad_memory);
+  const double tol = tolerance(c.spec.bank);
+  const auto got_v = views(got), want_v = views(want), cpu_v = views(cpu);
+  for (std::size_t k = 0; k < got_v.size(); ++k) {
+    expect_error_at_most(rel_error(got_v[k].tensor, want_v[k].tensor), tol,
+                         std::string("grad ") + got_v[k].name + " vs float64 reference");
+    expect_error_at_most(rel_error(got_v[k].tensor, cpu_v[k].tensor), tol,
+                         std::string("grad ") + got_v[k].name + " vs CPU engine");
+  }
+  expect(fwd.dp.memory.to_host().bitwise_equal(pb.memory), "working bank restored to the initial bank bitwise");
+  expect(!final_bank.bitwise_equal(pb.memory), "(the forward did change the bank)");
+}
+
+void test_backward_vs_reference() {
+  const DType f32 = DType::f32, bf16 = DType::bf16;
+  std::vector<Case> cases;
+  for (const DType bank : {f32, bf16}) {
+    cases.push_back({spec_of(2, 37, 3, 5, 13, 16, 1, bank, 11), 8, true});       // T % C != 0, odd hd, heavy reuse
+    cases.push_back({spec_of(3, 50, 4, 2, 20, 32, 4, bank, 12), 16, false});     // G = W, hd % 8 != 0, no dF
+    cases.push_back({spec_of(2, 200, 5, 3, 7, 24, 5, bank, 13), 7, true});       // C = 7, odd hd
+    cases.push_back({spec_of(1, 300, 2, 3, 9, 8, 1, bank, 14), 256, true});      // C = 256: hot slots
+    cases.push_back({spec_of(2, 33, 8, 8, 64, 64, 8, bank, 15), 1, false});      // C = 1
+    cases.push_back({spec_of(2, 150, 16, 12, 72, 128, 16, bank, 16), 64, true}); // vector path, W != R
+    cases.push_back({spec_of(1, 9, 256, 256, 3, 300, 1, bank, 17), 4, true});    // W = R = 256
+  }
+  cases.push_back({spec_of(2, 40, 64, 64, 768, 4096, 1, bf16, 18), 64, true});    // hd 768: 3 column steps
+  cases.push_back({spec_of(2, 40, 32, 16, 520, 512, 32, f32, 19), 16, true});    // hd 520: partial last step
+  cases.push_back({spec_of(3, 100, 3, 3, 9, 16, 1, bf16, 20), 16, true, true, f32});     // grad_bank_fp32
+  cases.push_back({spec_of(3, 100, 3, 3, 9, 16, 3, bf16, 21), 16, true, false, bf16});   // G rows are grad_memory
+  cases.push_back({spec_of(2, 64, 8, 8, 32, 32, 8, bf16, 22), 16, true, true, bf16});    // fp32 rows, bf16 out
+  Case mixed{spec_of(1, 64, 3, 4, 6, 12, 3, f32, 23), 16, true};                  // f16 inputs, i64, beta [P,T,1]
+  mixed.spec.index = DType::i64, mixed.spec.input = DType::f16, mixed.spec.beta_3d = true;
+  cases.push_back(mixed);
+  for (const Case& c : cases) backward_case(c);
+}
+
+// Two small cases for compute-sanitizer (scripts/gpu_check.sh): scalar and vector paths, both
+// G-row dtypes.
+void test_small() {
+  backward_case({spec_of(2, 37, 3, 5, 13, 16, 1, DType::f32, 31), 8, true});
+  backward_case({spec_of(2, 20, 4, 3, 16, 16, 4, DType::bf16, 32), 8, true});
+}
+
+// ---- bitwise: two runs, graph replay, partial requests; saved and inputs untouched ----------
+
+void test_bitwise(const ProblemSpec& spec, std::int64_t C) {
+  std::printf("  bitwise %s\n", describe(spec, C).c_str());
+  const Problem pb = make_problem(spec);
+  WriteReadOptions opt;
+  opt.slots_per_stream = spec.slots_per_stream;
+  opt.chunk_size = C;
+  const HostTensor dy = random_tensor({spec.P, spec.T, spec.hd}, 1.0, 501);
+  const HostTensor d_final = random_tensor({pb.bank_rows(), spec.hd}, 1.0, 502);
+  CudaForward fwd(pb, opt, dy, d_final);
+  const HostTensor final_bank = fwd.dp.memory.to_host(), saved_before = fwd.saved.to_host();
+
+  const auto run_eager = [&]() {
+    fwd.dp.memory.copy_from(final_bank);
+    DeviceGrads grads(pb, DType::f32, DType::f32);
+    fwd.backward(grads.refs(), opt);
+    sync();
+    GradRun out = grads.to_host();
+    out.bank_after = fwd.dp.memory.to_host();
+    return out;
+  };
+  const GradRun first = run_eager(), second = run_eager();
+  for (std::size_t k = 0; k < 6; ++k) {
+    expect(views(first)[k].tensor.bitwise_equal(views(second)[k].tensor),
+           std::string("two runs: grad ") + views(first)[k].name + " bitwise equal");
+  }
+  expect(first.bank_after.bitwise_equal(second.bank_after) && first.bank_after.bitwise_equal(pb.memory),
+         "two runs: restored bank bitwise equal to the initial bank");
+  expect(fwd.saved.to_host().bitwise_equal(saved_before), "saved buffer unchanged by the backward");
+  expect(fwd.dp.k_val.to_host().bitwise_equal(pb.k_val) && fwd.dp.v.to_host().bitwise_equal(pb.v) &&
+             fwd.dp.beta.to_host().bitwise_equal(pb.beta) && fwd.dp.g.to_host().bitwise_equal(pb.g) &&
+             fwd.dp.q_val.to_host().bitwise_equal(pb.q_val) && fwd.dp.k_idx.to_host().bitwise_equal(pb.k_idx) &&
+             fwd.dp.q_idx.to_host().bitwise_equal(pb.q_idx) && fwd.dy.to_host().bitwise_equal(dy) &&
+             fwd.d_final.to_host().bitwise_equal(d_final),
+         "inputs, grad_readings and grad_final_bank unchanged");
+
+  // Only k_val and g requested (grad_memory absent: G lives in the workspace): same bits.
+  {
+    fwd.dp.memory.copy_from(final_bank);
+    DeviceGrads grads(pb, DType::f32, DType::f32);
+    WriteReadGrads some;
+    some.k_val = grads.k_val.ref();
+    some.g = grads.g.ref();
+    fwd.backward(some, opt);
+    sync();
+    expect(grads.k_val.to_host().bitwise_equal(first.k_val) && grads.g.to_host().bitwise_equal(first.g),
+           "k_val and g alone: bitwise equal to the full request");
+    expect(fwd.dp.memory.to_host().bitwise_equal(pb.memory), "k_val and g alone: bank restored");
+  }
+
+  // Captured into a CUDA graph (validate=True: the device check is skipped while capturing).
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  WriteReadOptions on_stream = opt;
+  on_stream.cuda_stream = stream;
+  DeviceGrads graphed(pb, DType::f32, DType::f32);
+  fwd.dp.memory.copy_from(final_bank);
+  cudaGraph_t graph;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  fwd.backward(graphed.refs(), on_stream);
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec;
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  for (int replay = 0; replay < 2; ++replay) {
+    fwd.dp.memory.copy_from(final_bank);
+    for (const DeviceTensor* t : {&graphed.memory, &graphed.k_val, &graphed.v, &graphed.beta, &graphed.g,
+                                  &graphed.q_val}) {
+      poison(*t);
+    }
+    sync();
+    cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    const GradRun got = graphed.to_host();
+    bool equal = fwd.dp.memory.to_host().bitwise_equal(pb.memory);
+    for (std::size_t k = 0; k < 6; ++k) equal = equal && views(got)[k].tensor.bitwise_equal(views(first)[k].tensor);
+    expect(equal, "graph replay " + std::to_string(replay) + ": every gradient and the bank bitwise equal to eager");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+void test_bitwise_all() {
+  test_bitwise(spec_of(2, 130, 64, 64, 768, 2048, 1, DType::bf16, 51), 64);
+  test_bitwise(spec_of(3, 45, 5, 7, 13, 16, 5, DType::f32, 52), 8);
+}
+
+// ---- validate=True: the device check's error, nothing written ------------------------------
+
+void test_validation() {
+  ProblemSpec spec = spec_of(2, 10, 3, 2, 8, 16, 1, DType::f32, 71);
+  std::printf("  validate=True backward with q_idx[stream 1, token 9, lane 1] out of range\n");
+  Problem pb = make_problem(spec);
+  pb.q_idx.set((1 * 10 + 9) * 2 + 1, -5);
+  WriteReadOptions opt;
+  opt.slots_per_stream = spec.slots_per_stream;
+  opt.chunk_size = 4;
+  opt.validate = false;  // the forward masks the entry
+  const HostTensor dy = random_tensor({spec.P, spec.T, spec.hd}, 1.0, 72);
+  CudaForward fwd(pb, opt, dy, HostTensor());
+  const HostTensor bank_before = fwd.dp.memory.to_host();
+  DeviceGrads grads(pb, DType::f32, DType::f32);
+  const GradRun grads_before = grads.to_host();
+  opt.validate = true;
+  const core::WriteReadShape shape = core::validate_write_read(pb.args(), TensorRef{}, opt, core::BankDTypes::engine);
+  std::string want;
+  try {
+    core::check_write_read_indices(pb.args(), shape);
+  } catch (const ValueError& e) {
+    want = e.what();
+  }
+  std::string got = "(no error)";
+  try {
+    fwd.backward(grads.refs(), opt);
+  } catch (const ValueError& e) {
+    got = e.what();
+  }
+  sync();
+  std::printf("    device error: %s\n", got.c_str());
+  expect(!want.empty() && got == want, "message equals the host check's");
+  expect(got.find("q_idx[stream 1, token 9, lane 1]") != std::string::npos, "message names q_idx, stream, token, lane");
+  expect(fwd.dp.memory.to_host().bitwise_equal(bank_before), "working bank untouched after the error");
+  const GradRun after = grads.to_host();
+  bool untouched = true;
+  for (std::size_t k = 0; k < 6; ++k) untouched = untouched && views(after)[k].tensor.bitwise_equal(views(grads_before)[k].tensor);
+  expect(untouched, "gradients untouched after the error");
+}
+
+}  // namespace
+
+// Arguments: substrings of test names to run (all tests without arguments).
+int main(int argc, char** argv) {
+  if (!cuda_device_available()) {
+    std::printf("sdm_gpu_backward_tests: skipped (no CUDA device)\n");
+    return 0;
+  }
+  const struct {
+    const char* name;
+    void (*run)();
+  } tests[] = {
+      {"backward small", test_small},
+      {"backward vs float64 reference and CPU engine", test_backward_vs_reference},
+      {"backward bitwise: runs, partial, graph replay", test_bitwise_all},
+      {"backward device index check", test_validation},
+  };
+  int failed_tests = 0, ran = 0;
+  for (const auto& t : tests) {
+    bool selected = argc < 2;
+    for (int a = 1; a < argc; ++a) selected = selected || std::strstr(t.name, argv[a]) != nullptr;
+    if (!selected) continue;
+    ++ran;
+    std::printf("[ RUN  ] %s\n", t.name);
+    const int before = g_failures;
+    try {
+      t.run();
+    } catch (const std::exception& e) {
+      ++g_failures;
+      std::printf("    FAIL unexpected exception: %s\n", e.what());
+    }
+    const bool ok = g_failures == before;
+    failed_tests += ok ? 0 : 1;
+    std::printf("[ %s ] %s\n", ok ? " OK " : "FAIL", t.name);
+  }
+  std::printf("sdm_gpu_backward_tests: %d checks, %d failed, %d of %d tests failed\n", g_checks, g_failures,
+              failed_tests, ran);
+  return g_failures == 0 ? 0 : 1;
+}
