@@ -3,8 +3,8 @@
 # (SDM_CUDA_ARCHS, default 90) together with the PyTorch extension against the torch found there,
 # installs the `sdm` package with CUDA on, runs the C++ GPU tests (forward and backward), the Python
 # GPU tests (tests/python_gpu), compute-sanitizer (memcheck, racecheck, initcheck) on the small C++
-# tests (the summary's rc is forward/backward),
-# the C++ GPU benchmark and the Python decode-latency benchmark; prints a summary table last.
+# tests (summary rc: forward tests / backward tests), the C++ GPU benchmark and the Python
+# decode-latency benchmark; prints a summary table last.
 # Logs and JSON go to $OUT (default out/gpu_check); each phase prints its start time.
 #
 #   scripts/gpu_check.sh [--configs small,readme,...] [--reps N] [--no-tests] [--no-sanitizer] [--no-bench]

@@ -16,10 +16,10 @@
 // element and per G / bank row, every f32 sum in an order fixed by the shape (the kernel headers
 // state them), no atomics; results do not depend on the SM count or on pointer alignment.
 //
-// Memory: the workspace holds Phase 1 (as in the forward), the read records, per-chunk C x C dMs
-// and dQK, per-entry scalars (about 7 floats per write entry and 2 per read entry), four
-// step-sized f32 buffers ([P*C, hd] x 3 and the [P*C*W, hd] stash of G'), and, unless grad_memory
-// has the row dtype (then G lives in it), an owned G of P*sps rows.
+// Memory: the workspace holds Phase 1 (as in the forward), the read records (two 8-byte keys per
+// read entry), per-chunk C x C dMs and dQK, per-entry scalars (6 floats per write entry, 2 per read
+// entry), four step-sized f32 buffers ([P*C, hd] x 3 and the [P*C*W, hd] stash of G'), and, unless
+// grad_memory has the row dtype (then G lives in it), an owned G of P*sps rows.
 #include <cstdint>
 
 #include "backward.hpp"
