@@ -1,5 +1,5 @@
 // saved_layout.hpp - what the CUDA saving forward stores in the caller's `saved` buffer
-// (SPEC B.6), for the backward of issue 7. Offsets in bytes, each 256-byte aligned.
+// (SPEC B.6), for the backward (backward.cu, which recomputes Phase 1). Offsets in bytes, each 256-byte aligned.
 //
 //   delta     f32 [N*C, hd]    delta of chunk-token row n*C + i (time-major chunk n = ti*P + p);
 //                              rows of padding tokens are 0
