@@ -178,10 +178,19 @@ struct Row {
   double ms, tokens_per_s, gbytes, fraction;
 };
 
-Row make_row(const Config& c, const char* mode, double ms, bool snapshot, double copy_bw) {
+// Bank rows each token must move (bf16 rows of hd), by pass:
+//   forward: W rows read + W written + R read;  saving forward: + W snapshot rows written;
+//   saving forward + backward: + W snapshot rows read, W restored, R read, 2 (W + R) gradient
+//   rows (read and written).
+std::int64_t rows_per_token(const Config& c, bool snapshot, bool backward) {
+  std::int64_t rows = 2 * c.W + c.R + (snapshot ? c.W : 0);
+  if (backward) rows += 2 * c.W + c.R + 2 * (c.W + c.R);
+  return rows;
+}
+
+Row make_row(const Config& c, const char* mode, double ms, std::int64_t rows, double copy_bw) {
   const double tokens = static_cast<double>(c.P * c.T);
-  const double rows = static_cast<double>(2 * c.W + c.R + (snapshot ? c.W : 0));
-  const double bytes = tokens * rows * static_cast<double>(c.hd) * 2.0;
+  const double bytes = tokens * static_cast<double>(rows) * static_cast<double>(c.hd) * 2.0;
   return {c.name, mode, ms, tokens / (ms * 1e-3), bytes * 1e-9, bytes / (ms * 1e-3) / copy_bw};
 }
 
@@ -192,21 +201,48 @@ void bench_chunked(const Config& c, int reps, double copy_bw, std::vector<Row>& 
   opt.chunk_size = 64;
   opt.validate = false;
   const WriteReadArgs args = in.args();
+  const std::int64_t fwd_rows = rows_per_token(c, false, false);
   rows.push_back(make_row(c, "forward no-grad", median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }),
-                          false, copy_bw));
+                          fwd_rows, copy_bw));
   rows.push_back(make_row(c, "forward no-grad, graph replay", graph_replay_ms(reps, [&](cudaStream_t stream) {
     WriteReadOptions on_stream = opt;
     on_stream.cuda_stream = stream;
     write_read_forward(args, in.readings.ref(), on_stream);
-  }), false, copy_bw));
+  }), fwd_rows, copy_bw));
   opt.validate = true;
   rows.push_back(make_row(c, "forward no-grad, validate",
-                          median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }), false, copy_bw));
+                          median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }), fwd_rows,
+                          copy_bw));
   opt.validate = false;
   DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(args, opt))});
   rows.push_back(make_row(c, "forward saving",
                           median_ms(reps, [&] { write_read_forward_saving(args, in.readings.ref(), saved.ref(), opt); }),
-                          true, copy_bw));
+                          rows_per_token(c, true, false), copy_bw));
+
+  // A training step: the saving forward, then the backward of <readings, grad_readings>; the
+  // backward restores the bank, so every repetition starts from the same state. Extra device
+  // memory = the saved buffer + the peak the engine's stream-ordered scratch reached in the
+  // default memory pool (cudaMallocAsync), gradient outputs not counted.
+  const std::int64_t P = c.P, T = c.T;
+  DeviceTensor grad_readings(DType::f32, {P, T, c.hd});
+  fill(grad_readings, 9, -1.0f, 1.0f);
+  DeviceTensor grad_memory(DType::bf16, {P * c.sps, c.hd}), grad_k_val(DType::bf16, {P, T, c.W});
+  DeviceTensor grad_v(DType::bf16, {P, T, c.hd}), grad_beta(DType::f32, {P, T, 1}), grad_g(DType::f32, {P, T, 1});
+  DeviceTensor grad_q_val(DType::bf16, {P, T, c.R});
+  const WriteReadGrads grads{grad_memory.ref(), grad_k_val.ref(), grad_v.ref(), grad_beta.ref(), grad_g.ref(),
+                             grad_q_val.ref()};
+  cudaMemPool_t pool;
+  cuda_ok(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
+  std::uint64_t zero = 0, peak = 0;
+  cuda_ok(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero), "reset pool high-water mark");
+  rows.push_back(make_row(c, "forward saving + backward", median_ms(reps, [&] {
+    write_read_forward_saving(args, in.readings.ref(), saved.ref(), opt);
+    write_read_backward(args, saved.ref(), grad_readings.ref(), TensorRef{}, grads, opt);
+  }), rows_per_token(c, true, true), copy_bw));
+  cuda_ok(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &peak), "read pool high-water mark");
+  std::printf("%s training step: extra device memory %.3f GB (saved %.3f GB + scratch peak %.3f GB)\n", c.name,
+              static_cast<double>(saved.bytes() + peak) * 1e-9, static_cast<double>(saved.bytes()) * 1e-9,
+              static_cast<double>(peak) * 1e-9);
 }
 
 void bench_decode(const Config& c, int reps, double copy_bw, std::vector<Row>& rows) {
@@ -219,14 +255,14 @@ void bench_decode(const Config& c, int reps, double copy_bw, std::vector<Row>& r
   const double eager = median_ms(reps, [&] {
     for (int s = 0; s < kSteps; ++s) decode_step(args, in.readings.ref(), opt);
   });
-  rows.push_back(make_row(c, "decode step, eager", eager / kSteps, false, copy_bw));
+  rows.push_back(make_row(c, "decode step, eager", eager / kSteps, rows_per_token(c, false, false), copy_bw));
 
   const double graphed = graph_replay_ms(reps, [&](cudaStream_t stream) {
     DecodeOptions on_stream = opt;
     on_stream.cuda_stream = stream;
     for (int s = 0; s < kSteps; ++s) decode_step(args, in.readings.ref(), on_stream);
   });
-  rows.push_back(make_row(c, "decode step, graph replay", graphed / kSteps, false, copy_bw));
+  rows.push_back(make_row(c, "decode step, graph replay", graphed / kSteps, rows_per_token(c, false, false), copy_bw));
 }
 
 }  // namespace
