@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "row_kernels.hpp"
 #include "row_math.hpp"
 #include "snapshot_codec.hpp"
 
@@ -25,6 +26,8 @@ struct Rows {
 void size_scratch(const core::WriteReadShape& sh, BackwardScratch& ws) {
   const size_t tokens = at(sh.C * sh.hd);
   for (auto* v : {&ws.dy, &ws.delta, &ws.res, &ws.ddelta, &ws.du, &ws.dret}) v->resize(tokens);
+  ws.row_list.resize(at(sh.W));
+  ws.weight_list.resize(at(sh.W));
   ws.g_rows.resize(at(std::max<std::int64_t>(1, static_cast<std::int64_t>(ws.plan.groups.size())) * sh.hd));
   ws.row.resize(at(sh.hd));
   ws.acc.resize(at(sh.hd));
@@ -60,24 +63,24 @@ void solve_side(const BackwardJob& job, BackwardScratch& ws) {
       dret{ws.dret, hd}, g_rows{ws.g_rows, hd};
 
   for (size_t k = 0; k < plan.groups.size(); ++k) job.grad_bank.load(plan.groups[k].row, g_rows(at(k)));
-  float* acc = ws.acc.data();
+  // ddelta_j = sum_w coef_(j,w) G[s_(j,w)] (w ascending) + sum_{i>=j} QK[i][j] dy_i (i ascending).
+  triangular_product<false>(plan.QK.data(), C, ws.dy.data(), ws.dret.data(), n, hd);  // dret: scratch here
+  const float** rows = ws.row_list.data();
+  float* weights = ws.weight_list.data();
   for (std::int64_t j = 0; j < n; ++j) {
-    float* d = ddelta(j);
-    std::fill(d, d + hd, 0.0f);
+    std::int64_t terms = 0;
     for (std::int64_t w = 0; w < plan.W; ++w) {
       const size_t e = at(j * plan.W + w);
       if (plan.k_group[e] < 0) continue;
-      axpy(plan.coef[e], g_rows(plan.k_group[e]), d, hd);
+      rows[terms] = g_rows(plan.k_group[e]);
+      weights[terms++] = plan.coef[e];
     }
-    std::fill(acc, acc + hd, 0.0f);
-    for (std::int64_t i = j; i < n; ++i) axpy(plan.qk(i, j), dy(i), acc, hd);
-    for (std::int64_t c = 0; c < hd; ++c) d[c] += acc[c];
+    float* d = ddelta(j);
+    weighted_rows<float>(rows, weights, terms, nullptr, 0.0f, d, hd);
+    const float* qk_dy = dret(j);
+    for (std::int64_t c = 0; c < hd; ++c) d[c] += qk_dy[c];
   }
-  for (std::int64_t j = 0; j < n; ++j) {
-    float* u = du(j);
-    std::fill(u, u + hd, 0.0f);
-    for (std::int64_t i = j; i < n; ++i) axpy(plan.x(i, j), ddelta(i), u, hd);
-  }
+  triangular_product<false>(plan.X.data(), C, ws.ddelta.data(), ws.du.data(), n, hd);
   for (std::int64_t i = 0; i < n; ++i) {
     const float beta = plan.beta[at(i)];
     float* dr = dret(i);

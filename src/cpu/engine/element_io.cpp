@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "row_kernels.hpp"
 #include "sdm/error.hpp"
 
 namespace sdm::cpu {
@@ -34,7 +35,7 @@ float load_element(const TensorRef& t, std::int64_t i) {
 void load_elements(const TensorRef& t, std::int64_t offset, std::int64_t n, float* out) {
   switch (t.dtype) {
     case DType::f32: return widen<float>(t.data, offset, n, out, [](float x) { return x; });
-    case DType::bf16: return widen<std::uint16_t>(t.data, offset, n, out, core::bf16_to_float);
+    case DType::bf16: return load_row(static_cast<const std::uint16_t*>(t.data) + offset, out, n);
     case DType::f16: return widen<std::uint16_t>(t.data, offset, n, out, core::f16_to_float);
     case DType::f64:
       return widen<double>(t.data, offset, n, out, [](double x) { return static_cast<float>(x); });
@@ -45,7 +46,7 @@ void load_elements(const TensorRef& t, std::int64_t offset, std::int64_t n, floa
 void store_elements(const TensorRef& t, std::int64_t offset, std::int64_t n, const float* in) {
   switch (t.dtype) {
     case DType::f32: return narrow<float>(t.data, offset, n, in, [](float x) { return x; });
-    case DType::bf16: return narrow<std::uint16_t>(t.data, offset, n, in, core::bf16_from_float);
+    case DType::bf16: return store_row(static_cast<std::uint16_t*>(t.data) + offset, in, nullptr, n);
     case DType::f16: return narrow<std::uint16_t>(t.data, offset, n, in, core::f16_from_float);
     case DType::f64:
       return narrow<double>(t.data, offset, n, in, [](float x) { return static_cast<double>(x); });
@@ -55,14 +56,14 @@ void store_elements(const TensorRef& t, std::int64_t offset, std::int64_t n, con
 
 void RowMatrix::load(std::int64_t row, float* out) const {
   const std::int64_t offset = row * width;
-  if (dtype == DType::bf16) return widen<std::uint16_t>(data, offset, width, out, core::bf16_to_float);
-  return widen<float>(data, offset, width, out, [](float x) { return x; });
+  if (dtype == DType::bf16) return load_row(static_cast<const std::uint16_t*>(data) + offset, out, width);
+  return load_row(static_cast<const float*>(data) + offset, out, width);
 }
 
 void RowMatrix::store(std::int64_t row, const float* in) const {
   const std::int64_t offset = row * width;
-  if (dtype == DType::bf16) return narrow<std::uint16_t>(data, offset, width, in, core::bf16_from_float);
-  return narrow<float>(data, offset, width, in, [](float x) { return x; });
+  if (dtype == DType::bf16) return store_row(static_cast<std::uint16_t*>(data) + offset, in, nullptr, width);
+  return store_row(static_cast<float*>(data) + offset, in, nullptr, width);
 }
 
 }  // namespace sdm::cpu

@@ -17,6 +17,8 @@
 //     writer   per write group (one writer per row, groups are disjoint):
 //              M[s] = rnd_E(decay_s M0[s] + sum_{e in group, sorted} coef_e delta_{i_e})
 //              - one rounding to E per chunk (SPEC Z.5).
+//   The sums run in the register-blocked kernels of row_kernels.hpp (gathers and writer:
+//   weighted_rows; delta and y: triangular_product), in exactly the orders above.
 // Parallel decomposition: pass 1 over streams, pass 2 over (stream, column tile). Every
 // operation of pass 2 is column-separable (no sum runs across columns), so each element is
 // the same fixed sequence of f32 operations whatever the tiling; the tiling (more tiles
@@ -32,7 +34,7 @@
 #include "chunk_plan.hpp"
 #include "element_io.hpp"
 #include "engine.hpp"
-#include "row_math.hpp"
+#include "row_kernels.hpp"
 #include "saved_layout.hpp"
 #include "worker_split.hpp"
 
@@ -71,12 +73,18 @@ ColumnTiling column_tiling(const core::WriteReadShape& shape, int threads) {
   return t;
 }
 
-// Per-worker f32 scratch of pass 2, [C, width] each.
+// Per-worker scratch of pass 2: f32 [C, width] matrices and the row lists of one sum.
+template <typename Elem>
 struct ColumnScratch {
   std::vector<float> ret, inter, res, u, delta, acc;
-  void reserve(std::int64_t C, std::int64_t width) {
-    for (auto* v : {&ret, &inter, &res, &u, &delta}) v->assign(at(C * width), 0.0f);
-    acc.assign(at(width), 0.0f);
+  std::vector<const Elem*> bank_rows;
+  std::vector<const float*> token_rows;
+  std::vector<float> weights;
+  void reserve(std::int64_t C, std::int64_t width, std::int64_t terms) {
+    for (auto* v : {&ret, &inter, &res, &u, &delta, &acc}) v->assign(at(C * width), 0.0f);
+    bank_rows.resize(at(terms));
+    token_rows.resize(at(terms));
+    weights.resize(at(terms));
   }
 };
 
@@ -97,7 +105,7 @@ void save_snapshot(const ForwardJob& job, const ChunkPlan& plan, std::int64_t ti
 // Pass 2 on columns [col0, col0 + nc) of one chunk.
 template <typename Elem>
 void forward_columns(const ForwardJob& job, const ChunkPlan& plan, std::int64_t col0, std::int64_t nc,
-                     ColumnScratch& ws) {
+                     ColumnScratch<Elem>& ws) {
   using B = BankElem<Elem>;
   const auto& sh = job.shape;
   const std::int64_t n = plan.n, hd = sh.hd;
@@ -106,25 +114,20 @@ void forward_columns(const ForwardJob& job, const ChunkPlan& plan, std::int64_t 
   auto tile = [&](std::vector<float>& m, std::int64_t i) { return &m[at(i * nc)]; };
   const std::int64_t token0 = plan.stream * sh.T + plan.t0;
 
+  // sum_k weight_k * M0[row_k] over the unmasked entries [first, first + count), k ascending.
+  auto gather = [&](const std::vector<std::int64_t>& rows, const std::vector<float>& weight, std::int64_t first,
+                    std::int64_t count, float* out) {
+    std::int64_t terms = 0;
+    for (std::int64_t k = first; k < first + count; ++k) {
+      if (rows[at(k)] == kMaskedRow) continue;
+      ws.bank_rows[at(terms)] = bank_cols(rows[at(k)]);
+      ws.weights[at(terms++)] = weight[at(k)];
+    }
+    weighted_rows<Elem>(ws.bank_rows.data(), ws.weights.data(), terms, nullptr, 0.0f, out, nc);
+  };
   for (std::int64_t i = 0; i < n; ++i) {
-    float* ret = tile(ws.ret, i);
-    float* inter = tile(ws.inter, i);
-    std::fill(ret, ret + nc, 0.0f);
-    std::fill(inter, inter + nc, 0.0f);
-    for (std::int64_t w = 0; w < sh.W; ++w) {
-      const size_t e = at(i * sh.W + w);
-      if (plan.k_row[e] == kMaskedRow) continue;
-      const Elem* m = bank_cols(plan.k_row[e]);
-      const float k = plan.k_eff[e];
-      for (std::int64_t c = 0; c < nc; ++c) ret[c] += k * B::load(m[c]);
-    }
-    for (std::int64_t r = 0; r < sh.R; ++r) {
-      const size_t q = at(i * sh.R + r);
-      if (plan.q_row[q] == kMaskedRow) continue;
-      const Elem* m = bank_cols(plan.q_row[q]);
-      const float k = plan.q_w[q];
-      for (std::int64_t c = 0; c < nc; ++c) inter[c] += k * B::load(m[c]);
-    }
+    gather(plan.k_row, plan.k_eff, i * sh.W, sh.W, tile(ws.ret, i));
+    gather(plan.q_row, plan.q_w, i * sh.R, sh.R, tile(ws.inter, i));
   }
 
   for (std::int64_t i = 0; i < n; ++i) {
@@ -138,30 +141,24 @@ void forward_columns(const ForwardJob& job, const ChunkPlan& plan, std::int64_t 
       u[c] = beta * res[c];
     }
   }
-  for (std::int64_t i = 0; i < n; ++i) {
-    float* delta = tile(ws.delta, i);
-    std::fill(delta, delta + nc, 0.0f);
-    for (std::int64_t j = 0; j <= i; ++j) axpy(plan.x(i, j), tile(ws.u, j), delta, nc);
-  }
+  triangular_product<true>(plan.X.data(), plan.C, ws.u.data(), ws.delta.data(), n, nc);
+  triangular_product<true>(plan.QK.data(), plan.C, ws.delta.data(), ws.acc.data(), n, nc);
   Elem* readings = job.readings.data_as<Elem>();
   for (std::int64_t i = 0; i < n; ++i) {
-    float* acc = ws.acc.data();
-    std::fill(acc, acc + nc, 0.0f);
-    for (std::int64_t j = 0; j <= i; ++j) axpy(plan.qk(i, j), tile(ws.delta, j), acc, nc);
-    const float* inter = tile(ws.inter, i);
-    Elem* out = readings + (token0 + i) * hd + col0;
-    for (std::int64_t c = 0; c < nc; ++c) out[c] = B::store(inter[c] + acc[c]);
+    store_row(readings + (token0 + i) * hd + col0, tile(ws.inter, i), tile(ws.acc, i), nc);
   }
 
+  float* acc = ws.acc.data();  // free again: one row of the writer
   for (const WriteGroup& group : plan.groups) {
     Elem* m = bank_cols(group.row);
-    float* acc = ws.acc.data();
-    for (std::int64_t c = 0; c < nc; ++c) acc[c] = group.decay * B::load(m[c]);
+    std::int64_t terms = 0;
     for (std::int32_t s = group.begin; s < group.end; ++s) {
       const std::int32_t e = plan.write_order[at(s)];
-      axpy(plan.coef[at(e)], tile(ws.delta, plan.token_of_write(e)), acc, nc);
+      ws.token_rows[at(terms)] = tile(ws.delta, plan.token_of_write(e));
+      ws.weights[at(terms++)] = plan.coef[at(e)];
     }
-    for (std::int64_t c = 0; c < nc; ++c) m[c] = B::store(acc[c]);
+    weighted_rows<Elem>(ws.token_rows.data(), ws.weights.data(), terms, m, group.decay, acc, nc);
+    store_row(m, acc, nullptr, nc);
   }
 
   if (job.layout) {
@@ -181,8 +178,9 @@ void run_forward(const ForwardJob& job) {
   std::vector<ChunkPlan> plans(at(sh.P));
   const std::int64_t items = sh.P * tiling.tiles;
   const std::int64_t workers = worker_count(items, job.threads);
-  std::vector<ColumnScratch> scratch(at(workers));
-  for (auto& ws : scratch) ws.reserve(sh.C, tiling.width);
+  std::vector<ColumnScratch<Elem>> scratch(at(workers));
+  const std::int64_t terms = std::max({sh.W, sh.R, sh.C * sh.W});  // a group has <= C * W entries
+  for (auto& ws : scratch) ws.reserve(sh.C, tiling.width, terms);
 
   for (std::int64_t ti = 0; ti < sh.num_time_chunks(); ++ti) {
     parallel_for(sh.P, job.threads, [&](std::int64_t p) {

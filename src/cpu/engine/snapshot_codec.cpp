@@ -6,6 +6,7 @@
 
 #include "core/float_convert.hpp"
 #include "core/snapshot_quant.hpp"
+#include "row_kernels.hpp"
 
 namespace sdm::cpu {
 namespace {
@@ -64,8 +65,7 @@ void restore_snapshot_row(const SnapshotFormat& format, const unsigned char* pay
   if (format.mode == SnapshotQuant::none) {
     std::memcpy(row, payload, format.row_bytes);
   } else if (format.bank == DType::bf16) {
-    auto* bits = static_cast<std::uint16_t*>(row);
-    for (std::int64_t c = 0; c < format.hd; ++c) bits[c] = core::bf16_from_float(decoded[c]);
+    store_row(static_cast<std::uint16_t*>(row), decoded, nullptr, format.hd);
   } else {
     std::memcpy(row, decoded, count(format.hd) * sizeof(float));
   }

@@ -1,0 +1,225 @@
+// row_kernels.hpp - the register-blocked row kernels of the chunked engine.
+//
+// Every kernel is elementwise in the column index c: element c of an output is one fixed
+// sequence of f32 operations on element c of the inputs (the orders are stated per kernel),
+// whatever the blocking, the column strip or the column count. The kernels keep strips of
+// columns in 4-wide vectors (GCC/Clang vector extensions: SSE2 on baseline x86-64, scalar
+// code elsewhere) and finish the columns past the last whole strip with scalar code running
+// the same sequence, so results are bitwise identical for any width and any column split.
+// Products and sums are separate roundings (no fused multiply-add: the baseline x86-64 ISA
+// has none, and the scalar tails would not contract the same way if it had).
+//
+// Bank rows are bf16 (uint16 bits) or f32. bf16 -> f32 is exact; f32 -> bf16 rounds to
+// nearest even with NaN kept quiet, bit-identical to core::bf16_from_float (tested).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/float_convert.hpp"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace sdm::cpu {
+namespace vec {
+
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef std::uint32_t u32x4 __attribute__((vector_size(16)));
+typedef std::int32_t i32x4 __attribute__((vector_size(16)));
+typedef std::uint16_t u16x8 __attribute__((vector_size(16)));
+
+inline f32x4 load4(const float* p) {
+  f32x4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline void store4(float* p, f32x4 v) { std::memcpy(p, &v, sizeof v); }
+
+inline f32x4 splat(float x) { return f32x4{x, x, x, x}; }
+
+// Eight consecutive row elements as f32 (lo = elements 0..3, hi = 4..7).
+inline void load8(const float* p, f32x4& lo, f32x4& hi) {
+  lo = load4(p);
+  hi = load4(p + 4);
+}
+
+inline void load8(const std::uint16_t* p, f32x4& lo, f32x4& hi) {
+  u16x8 h;
+  std::memcpy(&h, p, sizeof h);
+  const u16x8 zero{};
+  // bf16 bits in the high half of each 32-bit lane, zeros in the low half (little endian).
+  lo = reinterpret_cast<f32x4>(__builtin_shufflevector(zero, h, 0, 8, 1, 9, 2, 10, 3, 11));
+  hi = reinterpret_cast<f32x4>(__builtin_shufflevector(zero, h, 4, 12, 5, 13, 6, 14, 7, 15));
+}
+
+// Four f32 values rounded to bf16, the bf16 bits in the high half of each lane: the lane
+// arithmetic of core::bf16_from_float (NaN -> quiet NaN, else round to nearest even).
+inline u32x4 bf16_round_high(f32x4 x) {
+  const u32x4 u = reinterpret_cast<u32x4>(x);
+  const u32x4 one{1u, 1u, 1u, 1u};
+  const u32x4 rounded = u + u32x4{0x7fffu, 0x7fffu, 0x7fffu, 0x7fffu} + ((u >> 16) & one);
+  const i32x4 magnitude = reinterpret_cast<i32x4>(u & u32x4{0x7fffffffu, 0x7fffffffu, 0x7fffffffu, 0x7fffffffu});
+  const u32x4 is_nan = reinterpret_cast<u32x4>(magnitude > i32x4{0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000});
+  const u32x4 quiet = u | u32x4{0x00400000u, 0x00400000u, 0x00400000u, 0x00400000u};
+  return (is_nan & quiet) | (~is_nan & rounded);
+}
+
+inline void store8(float* p, f32x4 lo, f32x4 hi) {
+  store4(p, lo);
+  store4(p + 4, hi);
+}
+
+inline void store8(std::uint16_t* p, f32x4 lo, f32x4 hi) {
+  const u32x4 a = bf16_round_high(lo), b = bf16_round_high(hi);
+#if defined(__SSE2__)
+  // Arithmetic shift: each high half sign-extended, so the signed saturating pack is exact.
+  const __m128i packed = _mm_packs_epi32(_mm_srai_epi32(reinterpret_cast<__m128i>(a), 16),
+                                         _mm_srai_epi32(reinterpret_cast<__m128i>(b), 16));
+  std::memcpy(p, &packed, sizeof packed);
+#else
+  for (int l = 0; l < 4; ++l) {
+    p[l] = static_cast<std::uint16_t>(a[l] >> 16);
+    p[l + 4] = static_cast<std::uint16_t>(b[l] >> 16);
+  }
+#endif
+}
+
+}  // namespace vec
+
+// One bank element as f32 and back (scalar tails of the kernels).
+inline float load_bank(float x) { return x; }
+inline float load_bank(std::uint16_t x) { return core::bf16_to_float(x); }
+inline void store_bank(float& out, float x) { out = x; }
+inline void store_bank(std::uint16_t& out, float x) { out = core::bf16_from_float(x); }
+
+// Columns per strip of the kernels below.
+inline constexpr std::int64_t kStrip = 8;
+
+// out[c] = f32(in[c]) for c < width (a bank row widened).
+template <typename Elem>
+void load_row(const Elem* in, float* out, std::int64_t width) {
+  std::int64_t c = 0;
+  for (; c + kStrip <= width; c += kStrip) {
+    vec::f32x4 lo, hi;
+    vec::load8(in + c, lo, hi);
+    vec::store8(out + c, lo, hi);
+  }
+  for (; c < width; ++c) out[c] = load_bank(in[c]);
+}
+
+// out[c] = rnd_Elem(a[c]) (b == nullptr) or rnd_Elem(a[c] + b[c]), c < width.
+template <typename Elem>
+void store_row(Elem* out, const float* a, const float* b, std::int64_t width) {
+  std::int64_t c = 0;
+  for (; c + kStrip <= width; c += kStrip) {
+    vec::f32x4 lo = vec::load4(a + c), hi = vec::load4(a + c + 4);
+    if (b) {
+      lo += vec::load4(b + c);
+      hi += vec::load4(b + c + 4);
+    }
+    vec::store8(out + c, lo, hi);
+  }
+  for (; c < width; ++c) store_bank(out[c], b ? a[c] + b[c] : a[c]);
+}
+
+// out[c] = init(c) + sum_{k < count} weight[k] * f32(rows[k][c]), k ascending, each
+// product and each sum rounded to f32; init(c) = +0 (base == nullptr) or
+// base_weight * f32(base[c]). Rows are read, out is written, once per element.
+template <typename Elem, typename Src>
+void weighted_rows(const Src* const* rows, const float* weight, std::int64_t count, const Elem* base,
+                   float base_weight, float* out, std::int64_t width) {
+  using vec::f32x4;
+  std::int64_t c = 0;
+  for (; c + 2 * kStrip <= width; c += 2 * kStrip) {
+    f32x4 a0{}, a1{}, a2{}, a3{};
+    if (base) {
+      const f32x4 d = vec::splat(base_weight);
+      vec::load8(base + c, a0, a1);
+      vec::load8(base + c + kStrip, a2, a3);
+      a0 = d * a0, a1 = d * a1, a2 = d * a2, a3 = d * a3;
+    }
+    for (std::int64_t k = 0; k < count; ++k) {
+      const f32x4 w = vec::splat(weight[k]);
+      f32x4 x0, x1, x2, x3;
+      vec::load8(rows[k] + c, x0, x1);
+      vec::load8(rows[k] + c + kStrip, x2, x3);
+      a0 += w * x0, a1 += w * x1, a2 += w * x2, a3 += w * x3;
+    }
+    vec::store8(out + c, a0, a1);
+    vec::store8(out + c + kStrip, a2, a3);
+  }
+  for (; c < width; ++c) {
+    float acc = base ? base_weight * load_bank(base[c]) : 0.0f;
+    for (std::int64_t k = 0; k < count; ++k) acc += weight[k] * load_bank(rows[k][c]);
+    out[c] = acc;
+  }
+}
+
+// The triangular products of the chunk, on [n, width] row-major f32 matrices in and out,
+// with coef a row-major matrix of leading dimension ldc:
+//   Lower = true:  out_i = sum_{j = 0 .. i}     coef[i][j] * in_j   (j ascending)
+//   Lower = false: out_j = sum_{i = j .. n - 1} coef[i][j] * in_i   (i ascending)
+// Each sum starts from +0 and rounds every product and every sum to f32. Blocked as 4 output
+// rows x 8 columns held in registers over the whole sum (one load of in per term for 4 rows,
+// no reload or store of the accumulators); leftover rows and columns run the same order.
+template <bool Lower>
+void triangular_product(const float* coef, std::int64_t ldc, const float* in, float* out, std::int64_t n,
+                        std::int64_t width) {
+  using vec::f32x4;
+  // Coefficient of term k in output row r, and the term range [first, last] of row r.
+  auto cf = [&](std::int64_t r, std::int64_t k) { return Lower ? coef[r * ldc + k] : coef[k * ldc + r]; };
+  auto first = [&](std::int64_t r) { return Lower ? std::int64_t{0} : r; };
+  auto last = [&](std::int64_t r) { return Lower ? r : n - 1; };
+  constexpr std::int64_t kRows = 4;
+  std::int64_t c = 0;
+  for (; c + kStrip <= width; c += kStrip) {
+    std::int64_t r0 = 0;
+    for (; r0 + kRows <= n; r0 += kRows) {
+      f32x4 lo[kRows] = {}, hi[kRows] = {};
+      auto term = [&](std::int64_t k, bool all) {
+        f32x4 xl, xh;
+        vec::load8(in + k * width + c, xl, xh);
+        for (std::int64_t r = 0; r < kRows; ++r) {
+          if (!all && (k < first(r0 + r) || k > last(r0 + r))) continue;
+          const f32x4 w = vec::splat(cf(r0 + r, k));
+          lo[r] += w * xl;
+          hi[r] += w * xh;
+        }
+      };
+      // Terms shared by all 4 rows run without per-row checks; the rest (the triangle at
+      // the block's diagonal) check each row's range. k ascending throughout.
+      const std::int64_t shared_begin = Lower ? 0 : r0 + kRows, shared_end = Lower ? r0 : n;
+      if (!Lower) {
+        for (std::int64_t k = r0; k < r0 + kRows; ++k) term(k, false);
+      }
+      for (std::int64_t k = shared_begin; k < shared_end; ++k) term(k, true);
+      if (Lower) {
+        for (std::int64_t k = r0; k < r0 + kRows; ++k) term(k, false);
+      }
+      for (std::int64_t r = 0; r < kRows; ++r) vec::store8(out + (r0 + r) * width + c, lo[r], hi[r]);
+    }
+    for (; r0 < n; ++r0) {
+      f32x4 lo{}, hi{};
+      for (std::int64_t k = first(r0); k <= last(r0); ++k) {
+        f32x4 xl, xh;
+        vec::load8(in + k * width + c, xl, xh);
+        const f32x4 w = vec::splat(cf(r0, k));
+        lo += w * xl;
+        hi += w * xh;
+      }
+      vec::store8(out + r0 * width + c, lo, hi);
+    }
+  }
+  for (; c < width; ++c) {
+    for (std::int64_t r = 0; r < n; ++r) {
+      float acc = 0.0f;
+      for (std::int64_t k = first(r); k <= last(r); ++k) acc += cf(r, k) * in[k * width + c];
+      out[r * width + c] = acc;
+    }
+  }
+}
+
+}  // namespace sdm::cpu

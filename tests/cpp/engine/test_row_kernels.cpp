@@ -1,0 +1,159 @@
+// The register-blocked row kernels (src/cpu/engine/row_kernels.hpp): every kernel must give
+// the bits of the plain scalar loop in its documented order, for any width (vector strips
+// plus scalar tails) and any row count (4-row blocks plus leftover rows); the bf16 vector
+// rounding must equal core::bf16_from_float bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/float_convert.hpp"
+#include "cpu/engine/row_kernels.hpp"
+
+namespace sdm::cpu {
+namespace {
+
+// Values over a wide exponent range, so that a changed summation order changes the bits.
+std::vector<float> wide_values(std::size_t count, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  std::vector<float> v(count);
+  for (auto& x : v) x = std::ldexp(mantissa(rng), exponent(rng));
+  return v;
+}
+
+std::vector<std::uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<std::uint16_t> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = core::bf16_from_float(v[i]);
+  return out;
+}
+
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(core::float_bits(got[i]), core::float_bits(want[i])) << "element " << i;
+  }
+}
+
+TEST(RowKernels, Bf16StoreMatchesScalarRoundingOnEveryHighHalf) {
+  // Every bf16 pattern as the high half, with low halves at the rounding boundaries (ties,
+  // just below / above), so the round-to-even, overflow to inf and NaN paths all run.
+  const std::uint32_t lows[] = {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xc000u, 0xffffu};
+  std::vector<float> in;
+  for (std::uint32_t high = 0; high < 0x10000u; ++high) {
+    for (std::uint32_t low : lows) in.push_back(core::bits_float((high << 16) | low));
+  }
+  for (const std::int64_t width : {static_cast<std::int64_t>(in.size()), std::int64_t{8 * 1001 + 5}}) {
+    std::vector<std::uint16_t> got(static_cast<std::size_t>(width));
+    store_row(got.data(), in.data(), nullptr, width);
+    for (std::int64_t c = 0; c < width; ++c) {
+      const std::uint16_t want = core::bf16_from_float(in[static_cast<std::size_t>(c)]);
+      ASSERT_EQ(got[static_cast<std::size_t>(c)], want) << "input bits " << std::hex
+                                                        << core::float_bits(in[static_cast<std::size_t>(c)]);
+    }
+  }
+}
+
+TEST(RowKernels, Bf16LoadAndSumStoreMatchScalar) {
+  std::vector<std::uint16_t> all(0x10000u + 3);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i * 40503u);
+  std::vector<float> got(all.size());
+  load_row(all.data(), got.data(), static_cast<std::int64_t>(all.size()));
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    ASSERT_EQ(core::float_bits(got[i]), core::float_bits(core::bf16_to_float(all[i]))) << i;
+  }
+  const auto a = wide_values(37, 1), b = wide_values(37, 2);
+  std::vector<std::uint16_t> sum(37);
+  store_row(sum.data(), a.data(), b.data(), 37);
+  for (std::size_t c = 0; c < 37; ++c) EXPECT_EQ(sum[c], core::bf16_from_float(a[c] + b[c])) << c;
+}
+
+// The documented orders, one element at a time.
+template <bool Lower>
+std::vector<float> triangular_reference(const std::vector<float>& coef, std::int64_t ldc, const std::vector<float>& in,
+                                        std::int64_t n, std::int64_t width) {
+  std::vector<float> out(static_cast<std::size_t>(n * width));
+  for (std::int64_t r = 0; r < n; ++r) {
+    for (std::int64_t c = 0; c < width; ++c) {
+      float acc = 0.0f;
+      const std::int64_t first = Lower ? 0 : r, last = Lower ? r : n - 1;
+      for (std::int64_t k = first; k <= last; ++k) {
+        const float w = Lower ? coef[static_cast<std::size_t>(r * ldc + k)] : coef[static_cast<std::size_t>(k * ldc + r)];
+        acc += w * in[static_cast<std::size_t>(k * width + c)];
+      }
+      out[static_cast<std::size_t>(r * width + c)] = acc;
+    }
+  }
+  return out;
+}
+
+template <bool Lower>
+void check_triangular(std::int64_t n, std::int64_t width) {
+  const std::int64_t ldc = n + 3;
+  auto coef = wide_values(static_cast<std::size_t>(n * ldc), 7);
+  // Entries outside the triangle must never be read: poison them.
+  for (std::int64_t r = 0; r < n; ++r) {
+    for (std::int64_t k = 0; k < ldc; ++k) {
+      if (Lower ? k > r : k < r) coef[static_cast<std::size_t>(r * ldc + k)] = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+  const auto in = wide_values(static_cast<std::size_t>(n * width), 11);
+  std::vector<float> out(static_cast<std::size_t>(n * width), -1.0f);
+  triangular_product<Lower>(coef.data(), ldc, in.data(), out.data(), n, width);
+  SCOPED_TRACE(::testing::Message() << "lower " << Lower << " n " << n << " width " << width);
+  expect_same_bits(out, triangular_reference<Lower>(coef, ldc, in, n, width));
+}
+
+TEST(RowKernels, TriangularProductsFollowTheDocumentedOrderBitwise) {
+  for (std::int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 13}) {
+    for (std::int64_t width : {1, 3, 8, 9, 16, 19}) {
+      check_triangular<true>(n, width);
+      check_triangular<false>(n, width);
+    }
+  }
+}
+
+template <typename Elem>
+void check_weighted_rows(std::int64_t count, std::int64_t width, bool with_base) {
+  const auto values = wide_values(static_cast<std::size_t>((count + 1) * width), 5);
+  std::vector<Elem> store(values.size());
+  if constexpr (sizeof(Elem) == 2) {
+    store = to_bf16(values);
+  } else {
+    store = values;
+  }
+  std::vector<const Elem*> rows;
+  for (std::int64_t k = 0; k < count; ++k) rows.push_back(store.data() + (k + 1) * width);
+  const auto weight = wide_values(static_cast<std::size_t>(count) + 1, 9);
+  const Elem* base = with_base ? store.data() : nullptr;
+  std::vector<float> out(static_cast<std::size_t>(width));
+  weighted_rows<Elem>(rows.data(), weight.data(), count, base, weight[static_cast<std::size_t>(count)], out.data(),
+                      width);
+  std::vector<float> want(static_cast<std::size_t>(width));
+  for (std::int64_t c = 0; c < width; ++c) {
+    float acc = with_base ? weight[static_cast<std::size_t>(count)] * load_bank(base[c]) : 0.0f;
+    for (std::int64_t k = 0; k < count; ++k) acc += weight[static_cast<std::size_t>(k)] * load_bank(rows[static_cast<std::size_t>(k)][c]);
+    want[static_cast<std::size_t>(c)] = acc;
+  }
+  SCOPED_TRACE(::testing::Message() << "count " << count << " width " << width << " base " << with_base);
+  expect_same_bits(out, want);
+}
+
+TEST(RowKernels, WeightedRowsFollowTheDocumentedOrderBitwise) {
+  for (std::int64_t count : {0, 1, 3, 5}) {
+    for (std::int64_t width : {1, 7, 16, 17, 33}) {
+      for (bool with_base : {false, true}) {
+        check_weighted_rows<float>(count, width, with_base);
+        check_weighted_rows<std::uint16_t>(count, width, with_base);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sdm::cpu
