@@ -165,6 +165,13 @@ void weighted_rows(const Src* const* rows, const float* weight, std::int64_t cou
 // Each sum starts from +0 and rounds every product and every sum to f32. Blocked as 4 output
 // rows x 8 columns held in registers over the whole sum (one load of in per term for 4 rows,
 // no reload or store of the accumulators); leftover rows and columns run the same order.
+// Structural zeros: a term outside a block's diagonal triangle whose coefficients are +-0
+// for all 4 rows of the block is skipped (for a leftover row: whose coefficient is +-0).
+// This never changes a bit when in_k is finite: such a term adds +-0, and a sum that starts
+// at +0 is never -0, so adding +-0 leaves it unchanged (with in_k inf or NaN the skipped term
+// would have made the sum NaN). The rule depends on the rows only, never on the column, so
+// the column split still changes no bit. A and QK are sparse (tokens of a chunk rarely share
+// a row), so X and QK mostly are too.
 template <bool Lower>
 void triangular_product(const float* coef, std::int64_t ldc, const float* in, float* out, std::int64_t n,
                         std::int64_t width) {
@@ -174,12 +181,24 @@ void triangular_product(const float* coef, std::int64_t ldc, const float* in, fl
   auto first = [&](std::int64_t r) { return Lower ? std::int64_t{0} : r; };
   auto last = [&](std::int64_t r) { return Lower ? r : n - 1; };
   constexpr std::int64_t kRows = 4;
+  auto block_zero = [&](std::int64_t r0, std::int64_t k) {
+    return cf(r0, k) == 0.0f && cf(r0 + 1, k) == 0.0f && cf(r0 + 2, k) == 0.0f && cf(r0 + 3, k) == 0.0f;
+  };
+  // The skip rule of row r, term k, as the blocked loops below apply it (the scalar columns
+  // use it too, so a column's bits never depend on whether it falls in a vector strip).
+  auto skipped = [&](std::int64_t r, std::int64_t k) {
+    const std::int64_t r0 = r - r % kRows;
+    if (r0 + kRows > n) return cf(r, k) == 0.0f;
+    const bool shared = Lower ? k < r0 : k >= r0 + kRows;
+    return shared && block_zero(r0, k);
+  };
   std::int64_t c = 0;
   for (; c + kStrip <= width; c += kStrip) {
     std::int64_t r0 = 0;
     for (; r0 + kRows <= n; r0 += kRows) {
       f32x4 lo[kRows] = {}, hi[kRows] = {};
       auto term = [&](std::int64_t k, bool all) {
+        if (all && block_zero(r0, k)) return;
         f32x4 xl, xh;
         vec::load8(in + k * width + c, xl, xh);
         for (std::int64_t r = 0; r < kRows; ++r) {
@@ -204,6 +223,7 @@ void triangular_product(const float* coef, std::int64_t ldc, const float* in, fl
     for (; r0 < n; ++r0) {
       f32x4 lo{}, hi{};
       for (std::int64_t k = first(r0); k <= last(r0); ++k) {
+        if (cf(r0, k) == 0.0f) continue;
         f32x4 xl, xh;
         vec::load8(in + k * width + c, xl, xh);
         const f32x4 w = vec::splat(cf(r0, k));
@@ -216,7 +236,9 @@ void triangular_product(const float* coef, std::int64_t ldc, const float* in, fl
   for (; c < width; ++c) {
     for (std::int64_t r = 0; r < n; ++r) {
       float acc = 0.0f;
-      for (std::int64_t k = first(r); k <= last(r); ++k) acc += cf(r, k) * in[k * width + c];
+      for (std::int64_t k = first(r); k <= last(r); ++k) {
+        if (!skipped(r, k)) acc += cf(r, k) * in[k * width + c];
+      }
       out[r * width + c] = acc;
     }
   }
