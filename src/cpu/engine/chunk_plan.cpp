@@ -14,47 +14,57 @@ using std::size_t;
 
 inline size_t at(std::int64_t i) { return static_cast<size_t>(i); }
 
-// Stages kappa, gamma, rho, beta and the (masked) rows of the chunk's entries.
+// exp(x), with exp(+-0) = 1 taken without the call (expf gives exactly 1 there too).
+inline float exp_or_one(float x) { return x == 0.0f ? 1.0f : std::exp(x); }
+
+// Stages kappa, gamma, rho, beta and the (masked) rows of the chunk's entries. The chunk's
+// tokens are consecutive, so every per-token tensor is one contiguous run of elements.
 void stage_entries(const WriteReadArgs& args, const core::WriteReadShape& shape, ChunkPlan& plan) {
   const std::int64_t lo = plan.stream * shape.slots_per_stream;
   const std::int64_t hi = lo + shape.slots_per_stream;
   auto masked = [&](std::int64_t row) { return row >= lo && row < hi ? row : kMaskedRow; };
   const std::int64_t token0 = plan.stream * shape.T + plan.t0;  // flat token of i = 0
-  for (std::int64_t i = 0; i < plan.n; ++i) {
-    const std::int64_t token = token0 + i;
-    for (std::int64_t w = 0; w < shape.W; ++w) {
-      const size_t e = at(i * shape.W + w);
-      plan.k_row[e] = masked(core::load_index(args.k_idx, token * shape.W + w));
-      plan.kappa[e] = round_to_bank(shape.bank, load_element(args.k_val, token * shape.W + w));
-      plan.gamma[e] = load_element(args.g, token * shape.G + (shape.G == 1 ? 0 : w));
-    }
-    for (std::int64_t r = 0; r < shape.R; ++r) {
-      const size_t q = at(i * shape.R + r);
-      plan.q_row[q] = masked(core::load_index(args.q_idx, token * shape.R + r));
-      plan.rho[q] = round_to_bank(shape.bank, load_element(args.q_val, token * shape.R + r));
-    }
-    plan.beta[at(i)] = load_element(args.beta, token);
+  const std::int64_t writes = plan.n * shape.W, reads = plan.n * shape.R;
+  for (std::int64_t e = 0; e < writes; ++e) {
+    plan.k_row[at(e)] = masked(core::load_index(args.k_idx, token0 * shape.W + e));
+  }
+  for (std::int64_t q = 0; q < reads; ++q) {
+    plan.q_row[at(q)] = masked(core::load_index(args.q_idx, token0 * shape.R + q));
+  }
+  load_elements(args.k_val, token0 * shape.W, writes, plan.kappa.data());
+  load_elements(args.q_val, token0 * shape.R, reads, plan.rho.data());
+  if (shape.bank == DType::bf16) {
+    for (std::int64_t e = 0; e < writes; ++e) plan.kappa[at(e)] = core::round_to_bf16(plan.kappa[at(e)]);
+    for (std::int64_t q = 0; q < reads; ++q) plan.rho[at(q)] = core::round_to_bf16(plan.rho[at(q)]);
+  }
+  load_elements(args.beta, token0, plan.n, plan.beta.data());
+  if (shape.G == 1) {
+    load_elements(args.g, token0, plan.n, plan.L.data());  // L: scratch until group_writes
+    for (std::int64_t e = 0; e < writes; ++e) plan.gamma[at(e)] = plan.L[at(e / shape.W)];
+  } else {
+    load_elements(args.g, token0 * shape.W, writes, plan.gamma.data());
   }
 }
 
 // Orders the unmasked entries [0, count) of `rows` by (row, entry index) into `order` and
 // calls on_run(begin, end, row) for each run of equal rows. Entry indices are token-major
-// (e = i*width + lane), so the order is (row, token, lane).
+// (e = i*width + lane), so the order is (row, token, lane). `keys` is scratch.
 template <typename OnRun>
-void sort_into_groups(const std::vector<std::int64_t>& rows, std::int64_t count, std::vector<std::int32_t>& order,
-                      OnRun&& on_run) {
-  order.clear();
+void sort_into_groups(const std::vector<std::int64_t>& rows, std::int64_t count, std::vector<SortKey>& keys,
+                      std::vector<std::int32_t>& order, OnRun&& on_run) {
+  keys.clear();
   for (std::int32_t e = 0; e < count; ++e) {
-    if (rows[at(e)] != kMaskedRow) order.push_back(e);
+    if (rows[at(e)] != kMaskedRow) keys.push_back({rows[at(e)], e});
   }
-  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-    return rows[at(a)] != rows[at(b)] ? rows[at(a)] < rows[at(b)] : a < b;
-  });
-  const auto sorted = static_cast<std::int32_t>(order.size());
+  std::sort(keys.begin(), keys.end(),
+            [](const SortKey& a, const SortKey& b) { return a.row != b.row ? a.row < b.row : a.entry < b.entry; });
+  order.resize(keys.size());
+  for (size_t k = 0; k < keys.size(); ++k) order[k] = keys[k].entry;
+  const auto sorted = static_cast<std::int32_t>(keys.size());
   for (std::int32_t begin = 0; begin < sorted;) {
-    const std::int64_t row = rows[at(order[at(begin)])];
+    const std::int64_t row = keys[at(begin)].row;
     std::int32_t end = begin + 1;
-    while (end < sorted && rows[at(order[at(end)])] == row) ++end;
+    while (end < sorted && keys[at(end)].row == row) ++end;
     on_run(begin, end, row);
     begin = end;
   }
@@ -66,7 +76,7 @@ void group_writes(ChunkPlan& plan) {
   const std::int64_t entries = plan.n * plan.W;
   for (std::int64_t e = 0; e < entries; ++e) plan.k_group[at(e)] = -1;
   plan.groups.clear();
-  sort_into_groups(plan.k_row, entries, plan.write_order, [&](std::int32_t begin, std::int32_t end, std::int64_t row) {
+  sort_into_groups(plan.k_row, entries, plan.sort_keys, plan.write_order, [&](std::int32_t begin, std::int32_t end, std::int64_t row) {
     WriteGroup group;
     group.begin = begin;
     group.end = end;
@@ -79,7 +89,7 @@ void group_writes(ChunkPlan& plan) {
       plan.L[e] = running;
       plan.k_group[e] = index;
     }
-    group.decay = std::exp(running);
+    group.decay = exp_or_one(running);
     float after = 0.0f;
     for (std::int32_t s = group.end - 1; s >= group.begin; --s) {
       const size_t e = at(plan.write_order[at(s)]);
@@ -88,8 +98,8 @@ void group_writes(ChunkPlan& plan) {
     }
     for (std::int32_t s = group.begin; s < group.end; ++s) {
       const size_t e = at(plan.write_order[at(s)]);
-      plan.k_eff[e] = plan.kappa[e] * std::exp(plan.L[e]);
-      plan.coef[e] = plan.kappa[e] * std::exp(plan.P[e]);
+      plan.k_eff[e] = plan.kappa[e] * exp_or_one(plan.L[e]);
+      plan.coef[e] = plan.kappa[e] * exp_or_one(plan.P[e]);
     }
     plan.groups.push_back(group);
   });
@@ -126,7 +136,7 @@ void place_reads(ChunkPlan& plan) {
       }
       plan.q_group[q] = g;
       plan.q_end[q] = end;
-      plan.q_w[q] = plan.rho[q] * std::exp(plan.Lq[q]);
+      plan.q_w[q] = plan.rho[q] * exp_or_one(plan.Lq[q]);
     }
   }
 }
@@ -170,6 +180,7 @@ void solve_unit_lower(ChunkPlan& plan) {
     float* xi = &plan.X[at(i * C)];
     for (std::int64_t k = 0; k < i; ++k) {
       const float aik = plan.A[at(i * C + k)];
+      if (aik == 0.0f) continue;  // a structural zero (chunk_plan.hpp)
       const float* xk = &plan.X[at(k * C)];
       for (std::int64_t j = 0; j <= k; ++j) xi[j] += aik * xk[j];
     }
@@ -212,7 +223,7 @@ void build_chunk_plan(const WriteReadArgs& args, const core::WriteReadShape& sha
 
 void build_read_groups(ChunkPlan& plan) {
   plan.read_groups.clear();
-  sort_into_groups(plan.q_row, plan.n * plan.R, plan.read_order, [&](std::int32_t begin, std::int32_t end, std::int64_t row) {
+  sort_into_groups(plan.q_row, plan.n * plan.R, plan.sort_keys, plan.read_order, [&](std::int32_t begin, std::int32_t end, std::int64_t row) {
     ReadGroup group;
     group.begin = begin;
     group.end = end;

@@ -25,7 +25,11 @@
 //   QK[i][j] = sum over the reads of token i (ascending r), then the entries e' <= i of the
 //              read row's group (token order), of rho_q kappa_e' expf(Lq_q - L_e'), j <= i
 //   X        = (I + diag(beta) A)^-1, unit lower triangular, by forward substitution
-//              X[i][j] = -beta_i * sum_{k=j}^{i-1} A[i][k] X[k][j] (k ascending)
+//              X[i][j] = -beta_i * sum_{k=j}^{i-1} A[i][k] X[k][j] (k ascending), skipping
+//              the terms with A[i][k] = +-0 (tokens i and k share no row): they add +-0 to
+//              a sum that starts at +0 and so is never -0, which changes no bit while X is
+//              finite.
+// exp(0) is taken as exactly 1 without the call (the value expf returns).
 //
 // Everything is a deterministic function of the chunk's inputs (sequential, fixed orders),
 // so the backward recomputes a plan bit-identical to the forward's.
@@ -40,6 +44,12 @@
 namespace sdm::cpu {
 
 inline constexpr std::int64_t kMaskedRow = -1;
+
+// A sort key of the grouping: (bank row, entry index).
+struct SortKey {
+  std::int64_t row = 0;
+  std::int32_t entry = 0;
+};
 
 // The valid write entries of one bank row in one chunk: sorted positions [begin, end).
 struct WriteGroup {
@@ -79,6 +89,7 @@ struct ChunkPlan {
   // Filled by build_read_groups (the backward's single-writer read side).
   std::vector<std::int32_t> read_order;  // valid reads sorted by (row, token, lane)
   std::vector<ReadGroup> read_groups;    // ascending row
+  std::vector<SortKey> sort_keys;        // scratch of the sorts
 
   std::int64_t token_of_write(std::int32_t e) const { return e / W; }
   std::int64_t token_of_read(std::int32_t q) const { return q / R; }
