@@ -7,7 +7,9 @@
 // code elsewhere) and finish the columns past the last whole strip with scalar code running
 // the same sequence, so results are bitwise identical for any width and any column split.
 // Products and sums are separate roundings (no fused multiply-add: the baseline x86-64 ISA
-// has none, and the scalar tails would not contract the same way if it had).
+// has none, and the scalar tails would not contract the same way if it had). One exception
+// to "bitwise": the sign and payload of a NaN result are not specified (x86 keeps the first
+// operand's NaN when both are NaN, and the compiler may commute an addition).
 //
 // Bank rows are bf16 (uint16 bits) or f32. bf16 -> f32 is exact; f32 -> bf16 rounds to
 // nearest even with NaN kept quiet, bit-identical to core::bf16_from_float (tested).
@@ -159,7 +161,7 @@ void weighted_rows(const Src* const* rows, const float* weight, std::int64_t cou
 }
 
 // The triangular products of the chunk, on [n, width] row-major f32 matrices in and out,
-// with coef a row-major matrix of leading dimension ldc:
+// with coef a row-major matrix of leading dimension ldc and n <= kMaxChunkRows:
 //   Lower = true:  out_i = sum_{j = 0 .. i}     coef[i][j] * in_j   (j ascending)
 //   Lower = false: out_j = sum_{i = j .. n - 1} coef[i][j] * in_i   (i ascending)
 // Each sum starts from +0 and rounds every product and every sum to f32. Blocked as 4 output
@@ -171,75 +173,116 @@ void weighted_rows(const Src* const* rows, const float* weight, std::int64_t cou
 // at +0 is never -0, so adding +-0 leaves it unchanged (with in_k inf or NaN the skipped term
 // would have made the sum NaN). The rule depends on the rows only, never on the column, so
 // the column split still changes no bit. A and QK are sparse (tokens of a chunk rarely share
-// a row), so X and QK mostly are too.
+// a row), so X and QK mostly are too; the kept terms are listed once per row block.
+inline constexpr std::int64_t kMaxChunkRows = 256;
+
 template <bool Lower>
 void triangular_product(const float* coef, std::int64_t ldc, const float* in, float* out, std::int64_t n,
                         std::int64_t width) {
   using vec::f32x4;
-  // Coefficient of term k in output row r, and the term range [first, last] of row r.
-  auto cf = [&](std::int64_t r, std::int64_t k) { return Lower ? coef[r * ldc + k] : coef[k * ldc + r]; };
-  auto first = [&](std::int64_t r) { return Lower ? std::int64_t{0} : r; };
-  auto last = [&](std::int64_t r) { return Lower ? r : n - 1; };
   constexpr std::int64_t kRows = 4;
-  auto block_zero = [&](std::int64_t r0, std::int64_t k) {
-    return cf(r0, k) == 0.0f && cf(r0 + 1, k) == 0.0f && cf(r0 + 2, k) == 0.0f && cf(r0 + 3, k) == 0.0f;
-  };
-  // The skip rule of row r, term k, as the blocked loops below apply it (the scalar columns
-  // use it too, so a column's bits never depend on whether it falls in a vector strip).
-  auto skipped = [&](std::int64_t r, std::int64_t k) {
-    const std::int64_t r0 = r - r % kRows;
-    if (r0 + kRows > n) return cf(r, k) == 0.0f;
-    const bool shared = Lower ? k < r0 : k >= r0 + kRows;
-    return shared && block_zero(r0, k);
-  };
-  std::int64_t c = 0;
-  for (; c + kStrip <= width; c += kStrip) {
-    std::int64_t r0 = 0;
-    for (; r0 + kRows <= n; r0 += kRows) {
+  // Coefficient of term k in output row r.
+  auto cf = [&](std::int64_t r, std::int64_t k) { return Lower ? coef[r * ldc + k] : coef[k * ldc + r]; };
+  std::int32_t kept[kMaxChunkRows];  // the block's terms, ascending
+  for (std::int64_t r0 = 0; r0 < n; r0 += kRows) {
+    const std::int64_t rows = n - r0 < kRows ? n - r0 : kRows;
+    if (rows < kRows) {
+      // Leftover rows, one at a time: the terms with a nonzero coefficient.
+      for (std::int64_t r = r0; r < n; ++r) {
+        std::int64_t count = 0;
+        for (std::int64_t k = Lower ? 0 : r; k <= (Lower ? r : n - 1); ++k) {
+          if (cf(r, k) != 0.0f) kept[count++] = static_cast<std::int32_t>(k);
+        }
+        std::int64_t c = 0;
+        for (; c + kStrip <= width; c += kStrip) {
+          f32x4 lo{}, hi{};
+          for (std::int64_t t = 0; t < count; ++t) {
+            f32x4 xl, xh;
+            vec::load8(in + kept[t] * width + c, xl, xh);
+            const f32x4 w = vec::splat(cf(r, kept[t]));
+            lo += w * xl;
+            hi += w * xh;
+          }
+          vec::store8(out + r * width + c, lo, hi);
+        }
+        for (; c < width; ++c) {
+          float acc = 0.0f;
+          for (std::int64_t t = 0; t < count; ++t) acc += cf(r, kept[t]) * in[kept[t] * width + c];
+          out[r * width + c] = acc;
+        }
+      }
+      continue;
+    }
+    // A whole block: the shared terms (in every row's range) unless all 4 coefficients are
+    // zero, and the 4 terms of the block's diagonal triangle, in ascending order.
+    std::int64_t count = 0;
+    auto keep_shared = [&](std::int64_t k) {
+      if (cf(r0, k) != 0.0f || cf(r0 + 1, k) != 0.0f || cf(r0 + 2, k) != 0.0f || cf(r0 + 3, k) != 0.0f) {
+        kept[count++] = static_cast<std::int32_t>(k);
+      }
+    };
+    if (Lower) {
+      for (std::int64_t k = 0; k < r0; ++k) keep_shared(k);
+    } else {
+      for (std::int64_t k = r0 + kRows; k < n; ++k) keep_shared(k);
+    }
+    // Row r of the block takes triangle term r0 + t when t <= r (Lower) or t >= r (upper).
+    auto in_triangle = [](std::int64_t r, std::int64_t t) { return Lower ? t <= r : t >= r; };
+    std::int64_t c = 0;
+    for (; c + kStrip <= width; c += kStrip) {
       f32x4 lo[kRows] = {}, hi[kRows] = {};
-      auto term = [&](std::int64_t k, bool all) {
-        if (all && block_zero(r0, k)) return;
-        f32x4 xl, xh;
-        vec::load8(in + k * width + c, xl, xh);
-        for (std::int64_t r = 0; r < kRows; ++r) {
-          if (!all && (k < first(r0 + r) || k > last(r0 + r))) continue;
-          const f32x4 w = vec::splat(cf(r0 + r, k));
-          lo[r] += w * xl;
-          hi[r] += w * xh;
+      auto shared_terms = [&] {
+        for (std::int64_t t = 0; t < count; ++t) {
+          f32x4 xl, xh;
+          vec::load8(in + kept[t] * width + c, xl, xh);
+          for (std::int64_t r = 0; r < kRows; ++r) {
+            const f32x4 w = vec::splat(cf(r0 + r, kept[t]));
+            lo[r] += w * xl;
+            hi[r] += w * xh;
+          }
         }
       };
-      // Terms shared by all 4 rows run without per-row checks; the rest (the triangle at
-      // the block's diagonal) check each row's range. k ascending throughout.
-      const std::int64_t shared_begin = Lower ? 0 : r0 + kRows, shared_end = Lower ? r0 : n;
-      if (!Lower) {
-        for (std::int64_t k = r0; k < r0 + kRows; ++k) term(k, false);
-      }
-      for (std::int64_t k = shared_begin; k < shared_end; ++k) term(k, true);
+      auto triangle_terms = [&] {
+        for (std::int64_t t = 0; t < kRows; ++t) {
+          f32x4 xl, xh;
+          vec::load8(in + (r0 + t) * width + c, xl, xh);
+          for (std::int64_t r = 0; r < kRows; ++r) {
+            if (!in_triangle(r, t)) continue;
+            const f32x4 w = vec::splat(cf(r0 + r, r0 + t));
+            lo[r] += w * xl;
+            hi[r] += w * xh;
+          }
+        }
+      };
       if (Lower) {
-        for (std::int64_t k = r0; k < r0 + kRows; ++k) term(k, false);
+        shared_terms();
+        triangle_terms();
+      } else {
+        triangle_terms();
+        shared_terms();
       }
       for (std::int64_t r = 0; r < kRows; ++r) vec::store8(out + (r0 + r) * width + c, lo[r], hi[r]);
     }
-    for (; r0 < n; ++r0) {
-      f32x4 lo{}, hi{};
-      for (std::int64_t k = first(r0); k <= last(r0); ++k) {
-        if (cf(r0, k) == 0.0f) continue;
-        f32x4 xl, xh;
-        vec::load8(in + k * width + c, xl, xh);
-        const f32x4 w = vec::splat(cf(r0, k));
-        lo += w * xl;
-        hi += w * xh;
+    for (; c < width; ++c) {
+      for (std::int64_t r = 0; r < kRows; ++r) {
+        float acc = 0.0f;
+        auto shared_terms = [&] {
+          for (std::int64_t t = 0; t < count; ++t) acc += cf(r0 + r, kept[t]) * in[kept[t] * width + c];
+        };
+        auto triangle_terms = [&] {
+          for (std::int64_t t = 0; t < kRows; ++t) {
+            if (in_triangle(r, t)) acc += cf(r0 + r, r0 + t) * in[(r0 + t) * width + c];
+          }
+        };
+        if (Lower) {
+          shared_terms();
+          triangle_terms();
+        } else {
+          triangle_terms();
+          shared_terms();
+        }
+        out[(r0 + r) * width + c] = acc;
       }
-      vec::store8(out + r0 * width + c, lo, hi);
-    }
-  }
-  for (; c < width; ++c) {
-    for (std::int64_t r = 0; r < n; ++r) {
-      float acc = 0.0f;
-      for (std::int64_t k = first(r); k <= last(r); ++k) {
-        if (!skipped(r, k)) acc += cf(r, k) * in[k * width + c];
-      }
-      out[r * width + c] = acc;
     }
   }
 }
