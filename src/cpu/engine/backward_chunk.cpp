@@ -31,8 +31,8 @@ void size_scratch(const core::WriteReadShape& sh, BackwardScratch& ws) {
   ws.g_rows.resize(at(std::max<std::int64_t>(1, static_cast<std::int64_t>(ws.plan.groups.size())) * sh.hd));
   ws.row.resize(at(sh.hd));
   ws.acc.resize(at(sh.hd));
-  ws.dqk.resize(at(sh.C * sh.C));
-  ws.dms.resize(at(sh.C * sh.C));
+  ws.dqk.assign(at(sh.C * sh.C), 0.0f);
+  ws.dms.assign(at(sh.C * sh.C), 0.0f);
   for (auto* v : {&ws.dk_eff, &ws.dc, &ws.dkappa, &ws.dL, &ws.dP, &ws.dgamma}) v->assign(at(sh.C * sh.W), 0.0f);
   for (auto* v : {&ws.dq_w, &ws.drho, &ws.dLq}) v->assign(at(sh.C * sh.R), 0.0f);
   ws.dbeta.assign(at(sh.C), 0.0f);
@@ -52,6 +52,32 @@ void load_token_rows(const BackwardJob& job, BackwardScratch& ws) {
     load_elements(job.grad_readings, token * sh.hd, sh.hd, &ws.dy[at(i * sh.hd)]);
     std::memcpy(&ws.delta[at(i * sh.hd)], job.saved + layout.token_offset(layout.delta, token, sh.hd, 0), bytes);
     std::memcpy(&ws.res[at(i * sh.hd)], job.saved + layout.token_offset(layout.residual, token, sh.hd, 0), bytes);
+  }
+}
+
+// Marks the (i, j) pairs of A and of QK, the dMs and dQK entries Phase B reads.
+void mark_pairs(BackwardScratch& ws) {
+  const ChunkPlan& plan = ws.plan;
+  const std::int64_t C = plan.C;
+  ws.a_pair.assign(at(C * C), 0);
+  ws.qk_pair.assign(at(C * C), 0);
+  for (const WriteGroup& group : plan.groups) {
+    for (std::int32_t s = group.begin; s < group.end; ++s) {
+      const std::int64_t i = plan.token_of_write(plan.write_order[at(s)]);
+      for (std::int32_t s2 = group.begin; s2 < s; ++s2) {
+        const std::int64_t j = plan.token_of_write(plan.write_order[at(s2)]);
+        if (j < i) ws.a_pair[at(i * C + j)] = 1;
+      }
+    }
+  }
+  for (std::int64_t i = 0; i < plan.n; ++i) {
+    for (std::int64_t r = 0; r < plan.R; ++r) {
+      const size_t q = at(i * plan.R + r);
+      if (plan.q_group[q] < 0) continue;
+      for (std::int32_t s = plan.groups[at(plan.q_group[q])].begin; s < plan.q_end[q]; ++s) {
+        ws.qk_pair[at(i * C + plan.token_of_write(plan.write_order[at(s)]))] = 1;
+      }
+    }
   }
 }
 
@@ -88,11 +114,14 @@ void solve_side(const BackwardJob& job, BackwardScratch& ws) {
     for (std::int64_t c = 0; c < hd; ++c) dr[c] = -beta * u[c];
     float a_dms = 0.0f;
     for (std::int64_t j = 0; j < i; ++j) {
+      if (!ws.a_pair[at(i * C + j)]) continue;
       const float dms = -dot(u, delta(j), hd);
       ws.dms[at(i * C + j)] = dms;
       a_dms += plan.a(i, j) * dms;
     }
-    for (std::int64_t j = 0; j <= i; ++j) ws.dqk[at(i * C + j)] = dot(dy(i), delta(j), hd);
+    for (std::int64_t j = 0; j <= i; ++j) {
+      if (ws.qk_pair[at(i * C + j)]) ws.dqk[at(i * C + j)] = dot(dy(i), delta(j), hd);
+    }
     ws.dbeta[at(i)] = dot(res(i), u, hd) + a_dms;
   }
 }
@@ -274,6 +303,7 @@ void backward_chunk(const BackwardJob& job, std::int64_t time_chunk, BackwardScr
   build_read_groups(ws.plan);
   size_scratch(job.shape, ws);
   load_token_rows(job, ws);
+  mark_pairs(ws);
   solve_side(job, ws);
   write_side(job, time_chunk, ws);
   read_side(job, ws);

@@ -27,6 +27,12 @@
 //         dgamma_e = (sum_{e' >= e} dL_e' + sum_{reads at tokens >= i_e} dLq)
 //                    + sum_{e' < e} dP_e' + dLambda_s, sums in the group's (token) order.
 //         dg = dgamma (G = W) or sum_w dgamma_(i,w) (G = 1, w ascending).
+// Only the dMs and dQK entries that Phase B reads are computed: dMs[i][j] for the pairs of
+// A (tokens j < i writing one row), dQK[i][j] for the pairs of QK (a read of token i seeing a
+// write of token j); elsewhere A and QK are structural zeros and the dbeta sum skips those
+// terms (each would add 0 * dMs = +-0 to a sum that starts at +0: no bit changes while dMs
+// is finite). The weighted sums and triangular products run in row_kernels.hpp's kernels in
+// the orders above (their structural-zero rule is stated there).
 // Dots use row_math.hpp's fixed lane order. The chunk runs on one thread, so every sum has
 // one fixed order: results are bitwise reproducible and independent of the thread count.
 #pragma once
@@ -62,6 +68,7 @@ struct BackwardScratch {
   std::vector<const float*> row_list;                   // [W]: the rows of one weighted sum
   std::vector<float> weight_list;                       // [W]
   std::vector<float> dqk, dms;                          // [C, C]
+  std::vector<unsigned char> a_pair, qk_pair;           // [C, C]: entries of dms, dqk in use
   std::vector<float> dk_eff, dc, dkappa, dL, dP, dgamma;  // [C*W]
   std::vector<float> dq_w, drho, dLq;                   // [C*R]
   std::vector<float> dbeta, dlambda;                    // [C], [groups]
