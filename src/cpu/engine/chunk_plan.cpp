@@ -14,6 +14,11 @@ using std::size_t;
 
 inline size_t at(std::int64_t i) { return static_cast<size_t>(i); }
 
+// Multiplicative (Fibonacci) hash of a bank row to `bits` bits.
+inline std::size_t row_hash(std::int64_t row, int bits) {
+  return static_cast<std::size_t>((static_cast<std::uint64_t>(row) * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+}
+
 // exp(x), with exp(+-0) = 1 taken without the call (expf gives exactly 1 there too).
 inline float exp_or_one(float x) { return x == 0.0f ? 1.0f : std::exp(x); }
 
@@ -105,12 +110,29 @@ void group_writes(ChunkPlan& plan) {
   });
 }
 
+// Fills plan.row_table, an open-addressing hash table (linear probing) from bank row to
+// write group. It only speeds up find_group: which group a row maps to does not depend on
+// the table's layout, so nothing downstream does either.
+void build_row_table(ChunkPlan& plan) {
+  int bits = 4;
+  while ((std::size_t{1} << bits) < 2 * plan.groups.size()) ++bits;
+  plan.row_table_bits = bits;
+  plan.row_table.assign(std::size_t{1} << bits, -1);
+  const std::size_t mask = plan.row_table.size() - 1;
+  for (std::size_t k = 0; k < plan.groups.size(); ++k) {
+    std::size_t slot = row_hash(plan.groups[k].row, bits);
+    while (plan.row_table[slot] >= 0) slot = (slot + 1) & mask;
+    plan.row_table[slot] = static_cast<std::int32_t>(k);
+  }
+}
+
 // The write group of `row`, or -1.
 std::int32_t find_group(const ChunkPlan& plan, std::int64_t row) {
-  const auto it = std::lower_bound(plan.groups.begin(), plan.groups.end(), row,
-                                   [](const WriteGroup& g, std::int64_t r) { return g.row < r; });
-  if (it == plan.groups.end() || it->row != row) return -1;
-  return static_cast<std::int32_t>(it - plan.groups.begin());
+  const std::size_t mask = plan.row_table.size() - 1;
+  for (std::size_t slot = row_hash(row, plan.row_table_bits);; slot = (slot + 1) & mask) {
+    const std::int32_t k = plan.row_table[slot];
+    if (k < 0 || plan.groups[at(k)].row == row) return k;
+  }
 }
 
 // Lq, q_w and the visible write range of every read (reads follow the token's writes).
@@ -216,6 +238,7 @@ void build_chunk_plan(const WriteReadArgs& args, const core::WriteReadShape& sha
 
   stage_entries(args, shape, plan);
   group_writes(plan);
+  build_row_table(plan);
   place_reads(plan);
   build_a_and_qk(plan);
   solve_unit_lower(plan);

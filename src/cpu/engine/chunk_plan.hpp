@@ -90,6 +90,8 @@ struct ChunkPlan {
   std::vector<std::int32_t> read_order;  // valid reads sorted by (row, token, lane)
   std::vector<ReadGroup> read_groups;    // ascending row
   std::vector<SortKey> sort_keys;        // scratch of the sorts
+  std::vector<std::int32_t> row_table;   // hash table bank row -> write group (chunk_plan.cpp)
+  int row_table_bits = 0;
 
   std::int64_t token_of_write(std::int32_t e) const { return e / W; }
   std::int64_t token_of_read(std::int32_t q) const { return q / R; }
