@@ -51,18 +51,38 @@ void stage_entries(const WriteReadArgs& args, const core::WriteReadShape& shape,
   }
 }
 
+// Sorts keys (in ascending entry order on entry) by row, stably, so the result is ordered by
+// (row, entry): a least-significant-digit radix sort on 8-bit digits of row - min row.
+void radix_sort_by_row(std::vector<SortKey>& keys, std::vector<SortKey>& scratch) {
+  if (keys.size() < 2) return;
+  std::int64_t lo = keys[0].row, hi = keys[0].row;
+  for (const SortKey& k : keys) {
+    lo = std::min(lo, k.row);
+    hi = std::max(hi, k.row);
+  }
+  const auto range = static_cast<std::uint64_t>(hi - lo);
+  scratch.resize(keys.size());
+  for (int shift = 0; shift < 64 && (range >> shift) != 0; shift += 8) {
+    std::size_t start[257] = {};
+    auto digit = [&](const SortKey& k) { return (static_cast<std::uint64_t>(k.row - lo) >> shift) & 0xffu; };
+    for (const SortKey& k : keys) ++start[digit(k) + 1];
+    for (int d = 0; d < 256; ++d) start[d + 1] += start[d];
+    for (const SortKey& k : keys) scratch[start[digit(k)]++] = k;
+    keys.swap(scratch);
+  }
+}
+
 // Orders the unmasked entries [0, count) of `rows` by (row, entry index) into `order` and
 // calls on_run(begin, end, row) for each run of equal rows. Entry indices are token-major
-// (e = i*width + lane), so the order is (row, token, lane). `keys` is scratch.
+// (e = i*width + lane), so the order is (row, token, lane). `keys`, `scratch`: scratch.
 template <typename OnRun>
 void sort_into_groups(const std::vector<std::int64_t>& rows, std::int64_t count, std::vector<SortKey>& keys,
-                      std::vector<std::int32_t>& order, OnRun&& on_run) {
+                      std::vector<SortKey>& scratch, std::vector<std::int32_t>& order, OnRun&& on_run) {
   keys.clear();
   for (std::int32_t e = 0; e < count; ++e) {
     if (rows[at(e)] != kMaskedRow) keys.push_back({rows[at(e)], e});
   }
-  std::sort(keys.begin(), keys.end(),
-            [](const SortKey& a, const SortKey& b) { return a.row != b.row ? a.row < b.row : a.entry < b.entry; });
+  radix_sort_by_row(keys, scratch);
   order.resize(keys.size());
   for (size_t k = 0; k < keys.size(); ++k) order[k] = keys[k].entry;
   const auto sorted = static_cast<std::int32_t>(keys.size());
@@ -81,7 +101,7 @@ void group_writes(ChunkPlan& plan) {
   const std::int64_t entries = plan.n * plan.W;
   for (std::int64_t e = 0; e < entries; ++e) plan.k_group[at(e)] = -1;
   plan.groups.clear();
-  sort_into_groups(plan.k_row, entries, plan.sort_keys, plan.write_order, [&](std::int32_t begin, std::int32_t end, std::int64_t row) {
+  auto on_group = [&](std::int32_t begin, std::int32_t end, std::int64_t row) {
     WriteGroup group;
     group.begin = begin;
     group.end = end;
@@ -107,7 +127,8 @@ void group_writes(ChunkPlan& plan) {
       plan.coef[e] = plan.kappa[e] * exp_or_one(plan.P[e]);
     }
     plan.groups.push_back(group);
-  });
+  };
+  sort_into_groups(plan.k_row, entries, plan.sort_keys, plan.sort_scratch, plan.write_order, on_group);
 }
 
 // Fills plan.row_table, an open-addressing hash table (linear probing) from bank row to
@@ -246,14 +267,15 @@ void build_chunk_plan(const WriteReadArgs& args, const core::WriteReadShape& sha
 
 void build_read_groups(ChunkPlan& plan) {
   plan.read_groups.clear();
-  sort_into_groups(plan.q_row, plan.n * plan.R, plan.sort_keys, plan.read_order, [&](std::int32_t begin, std::int32_t end, std::int64_t row) {
+  auto on_group = [&](std::int32_t begin, std::int32_t end, std::int64_t row) {
     ReadGroup group;
     group.begin = begin;
     group.end = end;
     group.row = row;
     group.write_group = find_group(plan, row);
     plan.read_groups.push_back(group);
-  });
+  };
+  sort_into_groups(plan.q_row, plan.n * plan.R, plan.sort_keys, plan.sort_scratch, plan.read_order, on_group);
 }
 
 }  // namespace sdm::cpu

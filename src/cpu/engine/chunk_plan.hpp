@@ -89,7 +89,7 @@ struct ChunkPlan {
   // Filled by build_read_groups (the backward's single-writer read side).
   std::vector<std::int32_t> read_order;  // valid reads sorted by (row, token, lane)
   std::vector<ReadGroup> read_groups;    // ascending row
-  std::vector<SortKey> sort_keys;        // scratch of the sorts
+  std::vector<SortKey> sort_keys, sort_scratch;  // scratch of the sorts
   std::vector<std::int32_t> row_table;   // hash table bank row -> write group (chunk_plan.cpp)
   int row_table_bits = 0;
 

@@ -83,7 +83,8 @@ std::vector<float> triangular_reference(const std::vector<float>& coef, std::int
       float acc = 0.0f;
       const std::int64_t first = Lower ? 0 : r, last = Lower ? r : n - 1;
       for (std::int64_t k = first; k <= last; ++k) {
-        const float w = Lower ? coef[static_cast<std::size_t>(r * ldc + k)] : coef[static_cast<std::size_t>(k * ldc + r)];
+        const std::int64_t at = Lower ? r * ldc + k : k * ldc + r;
+        const float w = coef[static_cast<std::size_t>(at)];
         acc += w * in[static_cast<std::size_t>(k * width + c)];
       }
       out[static_cast<std::size_t>(r * width + c)] = acc;
@@ -130,10 +131,13 @@ void check_column_split(std::int64_t n) {
   triangular_product<Lower>(coef.data(), ldc, in.data(), whole.data(), n, width);
   for (std::int64_t c = 0; c < width; ++c) {
     std::vector<float> column_in(static_cast<std::size_t>(n)), column_out(static_cast<std::size_t>(n));
-    for (std::int64_t k = 0; k < n; ++k) column_in[static_cast<std::size_t>(k)] = in[static_cast<std::size_t>(k * width + c)];
+    for (std::int64_t k = 0; k < n; ++k) {
+      column_in[static_cast<std::size_t>(k)] = in[static_cast<std::size_t>(k * width + c)];
+    }
     triangular_product<Lower>(coef.data(), ldc, column_in.data(), column_out.data(), n, 1);
     for (std::int64_t r = 0; r < n; ++r) {
-      const float alone = column_out[static_cast<std::size_t>(r)], strip = whole[static_cast<std::size_t>(r * width + c)];
+      const float alone = column_out[static_cast<std::size_t>(r)];
+      const float strip = whole[static_cast<std::size_t>(r * width + c)];
       SCOPED_TRACE(::testing::Message() << "lower " << Lower << " n " << n << " row " << r << " column " << c);
       // A NaN's sign and payload are not specified (row_kernels.hpp); NaN-ness and all other
       // bits are.
@@ -181,7 +185,9 @@ void check_weighted_rows(std::int64_t count, std::int64_t width, bool with_base)
   std::vector<float> want(static_cast<std::size_t>(width));
   for (std::int64_t c = 0; c < width; ++c) {
     float acc = with_base ? weight[static_cast<std::size_t>(count)] * load_bank(base[c]) : 0.0f;
-    for (std::int64_t k = 0; k < count; ++k) acc += weight[static_cast<std::size_t>(k)] * load_bank(rows[static_cast<std::size_t>(k)][c]);
+    for (std::int64_t k = 0; k < count; ++k) {
+      acc += weight[static_cast<std::size_t>(k)] * load_bank(rows[static_cast<std::size_t>(k)][c]);
+    }
     want[static_cast<std::size_t>(c)] = acc;
   }
   SCOPED_TRACE(::testing::Message() << "count " << count << " width " << width << " base " << with_base);
