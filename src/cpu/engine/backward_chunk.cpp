@@ -26,8 +26,10 @@ struct Rows {
 void size_scratch(const core::WriteReadShape& sh, BackwardScratch& ws) {
   const size_t tokens = at(sh.C * sh.hd);
   for (auto* v : {&ws.dy, &ws.delta, &ws.res, &ws.ddelta, &ws.du, &ws.dret}) v->resize(tokens);
-  ws.row_list.resize(at(sh.W));
-  ws.weight_list.resize(at(sh.W));
+  // The longest weighted sum: a write group (<= C * W entries) or a read group (<= C * R).
+  const std::int64_t terms = std::max(sh.C * sh.W, sh.C * sh.R);
+  ws.row_list.resize(at(terms));
+  ws.weight_list.resize(at(terms));
   ws.g_rows.resize(at(std::max<std::int64_t>(1, static_cast<std::int64_t>(ws.plan.groups.size())) * sh.hd));
   ws.row.resize(at(sh.hd));
   ws.acc.resize(at(sh.hd));
@@ -149,11 +151,15 @@ void write_side(const BackwardJob& job, std::int64_t time_chunk, BackwardScratch
       ws.dc[e] = dot(delta(i), g, hd);
       ws.dk_eff[e] = dot(dret(i), pre, hd);
     }
-    for (std::int64_t c = 0; c < hd; ++c) g[c] *= group.decay;
+    // G'[s] = decay_s G[s] + sum_e k_eff_e dret_{i_e}, in place (each element reads its own
+    // G value before writing it).
+    std::int64_t terms = 0;
     for (std::int32_t s = group.begin; s < group.end; ++s) {
       const std::int32_t e = plan.write_order[at(s)];
-      axpy(plan.k_eff[at(e)], dret(plan.token_of_write(e)), g, hd);
+      ws.row_list[at(terms)] = dret(plan.token_of_write(e));
+      ws.weight_list[at(terms++)] = plan.k_eff[at(e)];
     }
+    weighted_rows<float>(ws.row_list.data(), ws.weight_list.data(), terms, g, group.decay, g, hd);
     restore_snapshot_row(layout.snapshot, payload, pre, bank + at(group.row) * bank_row_bytes);
   }
 }
@@ -166,16 +172,17 @@ void read_side(const BackwardJob& job, BackwardScratch& ws) {
   float* row = ws.row.data();
   float* acc = ws.acc.data();
   for (std::int32_t q : plan.read_order) {
-    job.bank.load(plan.q_row[at(q)], row);
-    ws.dq_w[at(q)] = dot(dy(plan.token_of_read(q)), row, hd);
+    ws.dq_w[at(q)] = job.bank.dot(plan.q_row[at(q)], dy(plan.token_of_read(q)));
   }
   for (size_t rg = 0; rg < plan.read_groups.size(); ++rg) {
     const ReadGroup& group = plan.read_groups[rg];
-    std::fill(acc, acc + hd, 0.0f);
+    std::int64_t terms = 0;
     for (std::int32_t s = group.begin; s < group.end; ++s) {
       const std::int32_t q = plan.read_order[at(s)];
-      axpy(plan.q_w[at(q)], dy(plan.token_of_read(q)), acc, hd);
+      ws.row_list[at(terms)] = dy(plan.token_of_read(q));
+      ws.weight_list[at(terms++)] = plan.q_w[at(q)];
     }
+    weighted_rows<float>(ws.row_list.data(), ws.weight_list.data(), terms, nullptr, 0.0f, acc, hd);
     const float* base = row;
     if (group.write_group >= 0) {
       base = g_rows(group.write_group);
@@ -183,8 +190,7 @@ void read_side(const BackwardJob& job, BackwardScratch& ws) {
     } else {
       job.grad_bank.load(group.row, row);
     }
-    for (std::int64_t c = 0; c < hd; ++c) acc[c] = base[c] + acc[c];
-    job.grad_bank.store(group.row, acc);
+    job.grad_bank.store_sum(group.row, base, acc);
   }
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     if (ws.read_group_of[k] < 0) job.grad_bank.store(plan.groups[k].row, g_rows(at(k)));

@@ -65,8 +65,8 @@ struct BackwardScratch {
   std::vector<float> dy, delta, res, ddelta, du, dret;  // [C, hd]
   std::vector<float> g_rows;                            // [groups, hd]: G, then G'
   std::vector<float> row, acc;                          // [hd]
-  std::vector<const float*> row_list;                   // [W]: the rows of one weighted sum
-  std::vector<float> weight_list;                       // [W]
+  std::vector<const float*> row_list;                   // the rows of one weighted sum
+  std::vector<float> weight_list;                       // and their weights
   std::vector<float> dqk, dms;                          // [C, C]
   std::vector<unsigned char> a_pair, qk_pair;           // [C, C]: entries of dms, dqk in use
   std::vector<float> dk_eff, dc, dkappa, dL, dP, dgamma;  // [C*W]

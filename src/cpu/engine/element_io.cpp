@@ -66,4 +66,16 @@ void RowMatrix::store(std::int64_t row, const float* in) const {
   return store_row(static_cast<float*>(data) + offset, in, nullptr, width);
 }
 
+void RowMatrix::store_sum(std::int64_t row, const float* a, const float* b) const {
+  const std::int64_t offset = row * width;
+  if (dtype == DType::bf16) return store_row(static_cast<std::uint16_t*>(data) + offset, a, b, width);
+  return store_row(static_cast<float*>(data) + offset, a, b, width);
+}
+
+float RowMatrix::dot(std::int64_t row, const float* x) const {
+  const std::int64_t offset = row * width;
+  if (dtype == DType::bf16) return dot_row(x, static_cast<const std::uint16_t*>(data) + offset, width);
+  return dot_row(x, static_cast<const float*>(data) + offset, width);
+}
+
 }  // namespace sdm::cpu

@@ -51,6 +51,10 @@ struct RowMatrix {
   void load(std::int64_t row, float* out) const;
   // Stores width f32 values into row `row`, rounding once to the dtype.
   void store(std::int64_t row, const float* in) const;
+  // Stores a[c] + b[c] (one f32 sum, then one rounding to the dtype) into row `row`.
+  void store_sum(std::int64_t row, const float* a, const float* b) const;
+  // dot(x, row `row` as f32) in row_math.hpp's order.
+  float dot(std::int64_t row, const float* x) const;
 };
 
 }  // namespace sdm::cpu

@@ -129,7 +129,8 @@ void store_row(Elem* out, const float* a, const float* b, std::int64_t width) {
 
 // out[c] = init(c) + sum_{k < count} weight[k] * f32(rows[k][c]), k ascending, each
 // product and each sum rounded to f32; init(c) = +0 (base == nullptr) or
-// base_weight * f32(base[c]). Rows are read, out is written, once per element.
+// base_weight * f32(base[c]). Rows are read, out is written, once per element; out may be
+// base itself (Elem = float).
 template <typename Elem, typename Src>
 void weighted_rows(const Src* const* rows, const float* weight, std::int64_t count, const Elem* base,
                    float base_weight, float* out, std::int64_t width) {
@@ -158,6 +159,25 @@ void weighted_rows(const Src* const* rows, const float* weight, std::int64_t cou
     for (std::int64_t k = 0; k < count; ++k) acc += weight[k] * load_bank(rows[k][c]);
     out[c] = acc;
   }
+}
+
+// sum_c x[c] * f32(y[c]) in row_math.hpp's dot order (8 lanes, lane l taking the columns
+// c = l mod 8 in ascending c, then the fixed pairwise tree): the bits of dot(x, f32(y), n),
+// without widening y into a scratch row first.
+template <typename Elem>
+float dot_row(const float* x, const Elem* y, std::int64_t n) {
+  vec::f32x4 lo{}, hi{};
+  std::int64_t c = 0;
+  for (; c + kStrip <= n; c += kStrip) {
+    vec::f32x4 yl, yh;
+    vec::load8(y + c, yl, yh);
+    lo += vec::load4(x + c) * yl;
+    hi += vec::load4(x + c + 4) * yh;
+  }
+  float lane[8];
+  vec::store8(lane, lo, hi);
+  for (int l = 0; c < n; ++c, ++l) lane[l] += x[c] * load_bank(y[c]);
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
 // The triangular products of the chunk, on [n, width] row-major f32 matrices in and out,

@@ -13,6 +13,7 @@
 
 #include "core/float_convert.hpp"
 #include "cpu/engine/row_kernels.hpp"
+#include "cpu/engine/row_math.hpp"
 
 namespace sdm::cpu {
 namespace {
@@ -202,6 +203,20 @@ TEST(RowKernels, WeightedRowsFollowTheDocumentedOrderBitwise) {
         check_weighted_rows<std::uint16_t>(count, width, with_base);
       }
     }
+  }
+}
+
+TEST(RowKernels, DotRowHasTheBitsOfDotOnTheWidenedRow) {
+  for (std::int64_t n : {1, 5, 8, 13, 16, 29, 64, 131}) {
+    const auto x = wide_values(static_cast<std::size_t>(n), 21);
+    const auto y = wide_values(static_cast<std::size_t>(n), 22);
+    const auto y16 = to_bf16(y);
+    std::vector<float> y16_wide(y16.size());
+    for (std::size_t c = 0; c < y16.size(); ++c) y16_wide[c] = core::bf16_to_float(y16[c]);
+    SCOPED_TRACE(::testing::Message() << "n " << n);
+    EXPECT_EQ(core::float_bits(dot_row(x.data(), y.data(), n)), core::float_bits(dot(x.data(), y.data(), n)));
+    EXPECT_EQ(core::float_bits(dot_row(x.data(), y16.data(), n)),
+              core::float_bits(dot(x.data(), y16_wide.data(), n)));
   }
 }
 
