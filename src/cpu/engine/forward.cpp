@@ -6,8 +6,9 @@
 // (saved_layout.hpp): delta, residual, and the snapshot of every write group's pre-write row.
 //
 // Per time step ti = 0 .. Nt-1 (the P chunks of a step touch disjoint rows, SPEC A.4):
-//   pass 1, per stream: Phase 1 plan of the chunk (chunk_plan.hpp); if saving, encode the
-//           pre-write row of each write group into the snapshot.
+//   plan:   per stream, the Phase 1 plan of the chunk (chunk_plan.hpp);
+//   pass 1, per stream, only when saving: encode the pre-write row of each write group into
+//           the snapshot.
 //   pass 2, per (stream, column tile), with M0 the bank rows at the chunk start:
 //     gather   ret_i   = sum_w k_eff_(i,w) M0[s_(i,w)]     (w ascending, f32)
 //              inter_i = sum_r q_w(i,r) M0[sigma_(i,r)]    (r ascending, f32)
@@ -19,7 +20,9 @@
 //              - one rounding to E per chunk (SPEC Z.5).
 //   The sums run in the register-blocked kernels of row_kernels.hpp (gathers and writer:
 //   weighted_rows; delta and y: triangular_product), in exactly the orders above.
-// Parallel decomposition: pass 1 over streams, pass 2 over (stream, column tile). Every
+// Parallel decomposition: pass 2 over (stream, column tile); the item of a stream's first
+// tile then builds the stream's next Phase 1 plan (it reads no bank row; plans are double
+// buffered), so a step is one parallel pass (two when saving: the snapshot pass). Every
 // operation of pass 2 is column-separable (no sum runs across columns), so each element is
 // the same fixed sequence of f32 operations whatever the tiling; the tiling (more tiles
 // when P < threads) therefore never changes a bit. Phase 1 and the snapshot are sequential
@@ -175,22 +178,27 @@ template <typename Elem>
 void run_forward(const ForwardJob& job) {
   const auto& sh = job.shape;
   const ColumnTiling tiling = column_tiling(sh, job.threads);
-  std::vector<ChunkPlan> plans(at(sh.P));
+  const std::int64_t steps = sh.num_time_chunks();
+  // Double-buffered plans: step ti uses plans[(ti % 2) * P + p].
+  std::vector<ChunkPlan> plans(at(2 * sh.P));
+  auto plan = [&](std::int64_t ti, std::int64_t p) -> ChunkPlan& { return plans[at((ti % 2) * sh.P + p)]; };
   const std::int64_t items = sh.P * tiling.tiles;
   const std::int64_t workers = worker_count(items, job.threads);
   std::vector<ColumnScratch<Elem>> scratch(at(workers));
   const std::int64_t terms = std::max({sh.W, sh.R, sh.C * sh.W});  // a group has <= C * W entries
   for (auto& ws : scratch) ws.reserve(sh.C, tiling.width, terms);
 
-  for (std::int64_t ti = 0; ti < sh.num_time_chunks(); ++ti) {
-    parallel_for(sh.P, job.threads, [&](std::int64_t p) {
-      build_chunk_plan(job.args, sh, p, ti, plans[at(p)]);
-      if (job.layout) save_snapshot(job, plans[at(p)], ti);
-    });
+  parallel_for(sh.P, job.threads, [&](std::int64_t p) { build_chunk_plan(job.args, sh, p, 0, plan(0, p)); });
+  for (std::int64_t ti = 0; ti < steps; ++ti) {
+    if (job.layout) {
+      parallel_for(sh.P, job.threads, [&](std::int64_t p) { save_snapshot(job, plan(ti, p), ti); });
+    }
     for_each_item(items, workers, job.threads, [&](std::int64_t item, std::int64_t worker) {
       const std::int64_t p = item / tiling.tiles;
       const std::int64_t col0 = (item % tiling.tiles) * tiling.width;
-      forward_columns<Elem>(job, plans[at(p)], col0, std::min(tiling.width, sh.hd - col0), scratch[at(worker)]);
+      forward_columns<Elem>(job, plan(ti, p), col0, std::min(tiling.width, sh.hd - col0), scratch[at(worker)]);
+      // Phase 1 reads no bank row, so the next step's plan of the stream is built here.
+      if (col0 == 0 && ti + 1 < steps) build_chunk_plan(job.args, sh, p, ti + 1, plan(ti + 1, p));
     });
   }
 }
