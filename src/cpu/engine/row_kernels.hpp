@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "bf16_store.hpp"
 #include "core/float_convert.hpp"
 
 #if defined(__SSE2__)
@@ -112,9 +113,9 @@ void load_row(const Elem* in, float* out, std::int64_t width) {
   for (; c < width; ++c) out[c] = load_bank(in[c]);
 }
 
-// out[c] = rnd_Elem(a[c]) (b == nullptr) or rnd_Elem(a[c] + b[c]), c < width.
-template <typename Elem>
-void store_row(Elem* out, const float* a, const float* b, std::int64_t width) {
+// out[c] = rnd_Elem(a[c]) (b == nullptr) or rnd_Elem(a[c] + b[c]), c < width. bf16 rows go
+// through store_bf16_row (bf16_store.hpp: the same bits on its baseline and AVX2 paths).
+inline void store_row(float* out, const float* a, const float* b, std::int64_t width) {
   std::int64_t c = 0;
   for (; c + kStrip <= width; c += kStrip) {
     vec::f32x4 lo = vec::load4(a + c), hi = vec::load4(a + c + 4);
@@ -124,7 +125,11 @@ void store_row(Elem* out, const float* a, const float* b, std::int64_t width) {
     }
     vec::store8(out + c, lo, hi);
   }
-  for (; c < width; ++c) store_bank(out[c], b ? a[c] + b[c] : a[c]);
+  for (; c < width; ++c) out[c] = b ? a[c] + b[c] : a[c];
+}
+
+inline void store_row(std::uint16_t* out, const float* a, const float* b, std::int64_t width) {
+  store_bf16_row(out, a, b, width);
 }
 
 // out[c] = init(c) + sum_{k < count} weight[k] * f32(rows[k][c]), k ascending, each

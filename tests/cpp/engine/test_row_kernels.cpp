@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "core/float_convert.hpp"
+#include "cpu/engine/bf16_store.hpp"
 #include "cpu/engine/row_kernels.hpp"
 #include "cpu/engine/row_math.hpp"
+#include "sdm/error.hpp"
 
 namespace sdm::cpu {
 namespace {
@@ -41,9 +43,11 @@ void expect_same_bits(const std::vector<float>& got, const std::vector<float>& w
   }
 }
 
-TEST(RowKernels, Bf16StoreMatchesScalarRoundingOnEveryHighHalf) {
-  // Every bf16 pattern as the high half, with low halves at the rounding boundaries (ties,
-  // just below / above), so the round-to-even, overflow to inf and NaN paths all run.
+// Every bf16 pattern as the high half, with low halves at the rounding boundaries (ties,
+// just below / above), so the round-to-even, overflow to inf and NaN paths all run; checked
+// against core::bf16_from_float on the bf16 store path `path`, alone and as a sum.
+void check_bf16_store_path(Bf16StorePath path) {
+  set_bf16_store_path(path);
   const std::uint32_t lows[] = {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xc000u, 0xffffu};
   std::vector<float> in;
   for (std::uint32_t high = 0; high < 0x10000u; ++high) {
@@ -58,9 +62,32 @@ TEST(RowKernels, Bf16StoreMatchesScalarRoundingOnEveryHighHalf) {
                                                         << core::float_bits(in[static_cast<std::size_t>(c)]);
     }
   }
+  for (const std::int64_t width : {1, 7, 8, 15, 16, 17, 37, 131}) {
+    const auto a = wide_values(static_cast<std::size_t>(width), 1), b = wide_values(static_cast<std::size_t>(width), 2);
+    std::vector<std::uint16_t> sum(static_cast<std::size_t>(width));
+    store_row(sum.data(), a.data(), b.data(), width);
+    for (std::size_t c = 0; c < sum.size(); ++c) EXPECT_EQ(sum[c], core::bf16_from_float(a[c] + b[c])) << c;
+  }
+  set_bf16_store_path(Bf16StorePath::automatic);
 }
 
-TEST(RowKernels, Bf16LoadAndSumStoreMatchScalar) {
+TEST(RowKernels, Bf16StoreBaselinePathMatchesScalarRounding) { check_bf16_store_path(Bf16StorePath::baseline); }
+
+TEST(RowKernels, Bf16StoreAvx2PathMatchesScalarRounding) {
+  if (!bf16_store_path_available(Bf16StorePath::avx2)) {
+    try {
+      set_bf16_store_path(Bf16StorePath::avx2);
+      ADD_FAILURE() << "forcing AVX2 on a CPU without it must throw";
+    } catch (const ValueError& e) {
+      EXPECT_EQ(e.argument(), "path");
+      EXPECT_STREQ(e.what(), "AVX2 is not available on this CPU");
+    }
+    GTEST_SKIP() << "this CPU has no AVX2: only the refusal was checked";
+  }
+  check_bf16_store_path(Bf16StorePath::avx2);
+}
+
+TEST(RowKernels, Bf16LoadMatchesScalar) {
   std::vector<std::uint16_t> all(0x10000u + 3);
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i * 40503u);
   std::vector<float> got(all.size());
@@ -68,10 +95,6 @@ TEST(RowKernels, Bf16LoadAndSumStoreMatchScalar) {
   for (std::size_t i = 0; i < all.size(); ++i) {
     ASSERT_EQ(core::float_bits(got[i]), core::float_bits(core::bf16_to_float(all[i]))) << i;
   }
-  const auto a = wide_values(37, 1), b = wide_values(37, 2);
-  std::vector<std::uint16_t> sum(37);
-  store_row(sum.data(), a.data(), b.data(), 37);
-  for (std::size_t c = 0; c < 37; ++c) EXPECT_EQ(sum[c], core::bf16_from_float(a[c] + b[c])) << c;
 }
 
 // The documented orders, one element at a time.

@@ -1,0 +1,94 @@
+// bf16_store.cpp - the paths of store_bf16_row; the contract is in bf16_store.hpp.
+#include "bf16_store.hpp"
+
+#include <atomic>
+
+#include "row_kernels.hpp"
+#include "sdm/error.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SDM_BF16_STORE_AVX2 1
+#endif
+
+namespace sdm::cpu {
+namespace {
+
+void store_baseline(std::uint16_t* out, const float* a, const float* b, std::int64_t width) {
+  std::int64_t c = 0;
+  for (; c + kStrip <= width; c += kStrip) {
+    vec::f32x4 lo = vec::load4(a + c), hi = vec::load4(a + c + 4);
+    if (b) {
+      lo += vec::load4(b + c);
+      hi += vec::load4(b + c + 4);
+    }
+    vec::store8(out + c, lo, hi);
+  }
+  for (; c < width; ++c) out[c] = core::bf16_from_float(b ? a[c] + b[c] : a[c]);
+}
+
+#if SDM_BF16_STORE_AVX2
+// Eight lanes of core::bf16_from_float, the bf16 bits in the low half of each 32-bit lane.
+__attribute__((target("avx2"))) inline __m256i round_avx2(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+  const __m256i magnitude = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  const __m256i is_nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
+  const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+  return _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, is_nan), 16);
+}
+
+__attribute__((target("avx2"))) void store_avx2(std::uint16_t* out, const float* a, const float* b,
+                                                std::int64_t width) {
+  std::int64_t c = 0;
+  for (; c + 16 <= width; c += 16) {
+    __m256 x0 = _mm256_loadu_ps(a + c), x1 = _mm256_loadu_ps(a + c + 8);
+    if (b) {
+      x0 = _mm256_add_ps(x0, _mm256_loadu_ps(b + c));
+      x1 = _mm256_add_ps(x1, _mm256_loadu_ps(b + c + 8));
+    }
+    // packus works per 128-bit half: [x0 0-3, x1 0-3, x0 4-7, x1 4-7]; the permute restores
+    // the column order. Every lane is <= 0xffff, so the unsigned saturation never acts.
+    const __m256i packed = _mm256_packus_epi32(round_avx2(x0), round_avx2(x1));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), _mm256_permute4x64_epi64(packed, 0xd8));
+  }
+  store_baseline(out + c, a + c, b ? b + c : nullptr, width - c);
+}
+#endif
+
+bool cpu_has_avx2() {
+#if SDM_BF16_STORE_AVX2
+  return __builtin_cpu_supports("avx2");
+#else
+  return false;
+#endif
+}
+
+Bf16StorePath resolve(Bf16StorePath path) {
+  if (path == Bf16StorePath::automatic) return cpu_has_avx2() ? Bf16StorePath::avx2 : Bf16StorePath::baseline;
+  return path;
+}
+
+std::atomic<Bf16StorePath>& active_path() {
+  static std::atomic<Bf16StorePath> path{resolve(Bf16StorePath::automatic)};
+  return path;
+}
+
+}  // namespace
+
+void store_bf16_row(std::uint16_t* out, const float* a, const float* b, std::int64_t width) {
+#if SDM_BF16_STORE_AVX2
+  if (active_path().load(std::memory_order_relaxed) == Bf16StorePath::avx2) return store_avx2(out, a, b, width);
+#endif
+  store_baseline(out, a, b, width);
+}
+
+bool bf16_store_path_available(Bf16StorePath path) { return path != Bf16StorePath::avx2 || cpu_has_avx2(); }
+
+void set_bf16_store_path(Bf16StorePath path) {
+  if (!bf16_store_path_available(path)) throw ValueError("path", "AVX2 is not available on this CPU");
+  active_path().store(resolve(path), std::memory_order_relaxed);
+}
+
+}  // namespace sdm::cpu

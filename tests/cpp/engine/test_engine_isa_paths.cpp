@@ -1,0 +1,54 @@
+// The CPU engine gives the same bits on every bf16 store path (bf16_store.hpp: baseline
+// x86-64 vectors vs AVX2, chosen at run time): a full saving forward + backward on a bf16
+// bank with bf16 gradient rows, forced through each path, compared bitwise.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cpu/engine/bf16_store.hpp"
+#include "support/engine_run.hpp"
+
+namespace sdm::testing {
+namespace {
+
+struct FullRun {
+  ForwardRun forward;
+  GradRun grads;
+};
+
+FullRun full_run_on(cpu::Bf16StorePath path, const Problem& pb, const WriteReadOptions& options,
+                    const HostTensor& dy, const HostTensor& d_final) {
+  cpu::set_bf16_store_path(path);
+  FullRun run;
+  run.forward = engine_forward_saving(pb, options);
+  run.grads = engine_backward(pb, run.forward, dy, d_final, options, DType::bf16);
+  cpu::set_bf16_store_path(cpu::Bf16StorePath::automatic);
+  return run;
+}
+
+TEST(EngineIsaPaths, Bf16StorePathsAgreeBitwise) {
+  if (!cpu::bf16_store_path_available(cpu::Bf16StorePath::avx2)) GTEST_SKIP() << "this CPU has no AVX2";
+  // hd 70: whole 16-column AVX2 blocks plus a tail; T 90 with C 16: a partial last chunk.
+  const ProblemSpec spec = spec_of(3, 90, 3, 4, 70, 24, 3, DType::bf16, 140);
+  const Problem pb = make_problem(spec);
+  const HostTensor dy = random_tensor({spec.P, spec.T, spec.hd}, 1.0, 141);
+  const HostTensor d_final = random_tensor({pb.bank_rows(), spec.hd}, 1.0, 142);
+  WriteReadOptions options;
+  options.slots_per_stream = spec.slots_per_stream;
+  options.chunk_size = 16;
+  options.num_threads = 2;
+  const FullRun base = full_run_on(cpu::Bf16StorePath::baseline, pb, options, dy, d_final);
+  const FullRun avx2 = full_run_on(cpu::Bf16StorePath::avx2, pb, options, dy, d_final);
+  EXPECT_TRUE(base.forward.readings.bitwise_equal(avx2.forward.readings)) << "readings";
+  EXPECT_TRUE(base.forward.final_bank.bitwise_equal(avx2.forward.final_bank)) << "final bank";
+  EXPECT_TRUE(base.forward.saved.bitwise_equal(avx2.forward.saved)) << "saved";
+  EXPECT_TRUE(base.grads.memory.bitwise_equal(avx2.grads.memory)) << "grad memory";
+  EXPECT_TRUE(base.grads.k_val.bitwise_equal(avx2.grads.k_val)) << "grad k_val";
+  EXPECT_TRUE(base.grads.v.bitwise_equal(avx2.grads.v)) << "grad v";
+  EXPECT_TRUE(base.grads.g.bitwise_equal(avx2.grads.g)) << "grad g";
+  EXPECT_TRUE(base.grads.q_val.bitwise_equal(avx2.grads.q_val)) << "grad q_val";
+  EXPECT_TRUE(base.grads.bank_after.bitwise_equal(avx2.grads.bank_after)) << "restored bank";
+}
+
+}  // namespace
+}  // namespace sdm::testing
