@@ -1,6 +1,7 @@
 #include "grad_bank.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "thread_pool.hpp"
 
@@ -45,7 +46,14 @@ GradBank::GradBank(const core::WriteReadShape& shape, const WriteReadOptions& op
     rows_.data = owned_.data();
   }
   const std::int64_t hd = shape.hd;
+  const std::size_t row_bytes = static_cast<std::size_t>(hd) * dtype_size(row_dtype);
   for_row_blocks(rows, threads, [&](std::int64_t first, std::int64_t last) {
+    if (!grad_final_bank.defined()) {
+      // Zero rows: +0 is all-zero bits in bf16 and f32 alike (what rounding 0.0f stores).
+      std::memset(static_cast<unsigned char*>(rows_.data) + static_cast<std::size_t>(first) * row_bytes, 0,
+                  static_cast<std::size_t>(last - first) * row_bytes);
+      return;
+    }
     std::vector<float> row(static_cast<std::size_t>(hd));
     for (std::int64_t r = first; r < last; ++r) {
       load_final_row(grad_final_bank, r, hd, row.data());
