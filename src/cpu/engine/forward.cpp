@@ -128,7 +128,23 @@ void forward_columns(const ForwardJob& job, const ChunkPlan& plan, std::int64_t 
     }
     weighted_rows<Elem>(ws.bank_rows.data(), ws.weights.data(), terms, nullptr, 0.0f, out, nc);
   };
+  // Prefetch hints only (no effect on any value): the rows of a token a few tokens ahead.
+  const std::size_t row_bytes = at(nc) * sizeof(Elem);
+  auto prefetch_rows = [&](const std::vector<std::int64_t>& rows, std::int64_t first, std::int64_t count) {
+    for (std::int64_t k = first; k < first + count; ++k) {
+      if (rows[at(k)] != kMaskedRow) prefetch_row(bank_cols(rows[at(k)]), row_bytes);
+    }
+  };
+  constexpr std::int64_t kAhead = 2;
+  for (std::int64_t i = 0; i < std::min(kAhead, n); ++i) {
+    prefetch_rows(plan.k_row, i * sh.W, sh.W);
+    prefetch_rows(plan.q_row, i * sh.R, sh.R);
+  }
   for (std::int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      prefetch_rows(plan.k_row, (i + kAhead) * sh.W, sh.W);
+      prefetch_rows(plan.q_row, (i + kAhead) * sh.R, sh.R);
+    }
     gather(plan.k_row, plan.k_eff, i * sh.W, sh.W, tile(ws.ret, i));
     gather(plan.q_row, plan.q_w, i * sh.R, sh.R, tile(ws.inter, i));
   }
@@ -152,7 +168,13 @@ void forward_columns(const ForwardJob& job, const ChunkPlan& plan, std::int64_t 
   }
 
   float* acc = ws.acc.data();  // free again: one row of the writer
-  for (const WriteGroup& group : plan.groups) {
+  constexpr std::size_t kGroupsAhead = 4;
+  for (std::size_t k = 0; k < std::min(kGroupsAhead, plan.groups.size()); ++k) {
+    prefetch_row(bank_cols(plan.groups[k].row), row_bytes);
+  }
+  for (std::size_t k = 0; k < plan.groups.size(); ++k) {
+    const WriteGroup& group = plan.groups[k];
+    if (k + kGroupsAhead < plan.groups.size()) prefetch_row(bank_cols(plan.groups[k + kGroupsAhead].row), row_bytes);
     Elem* m = bank_cols(group.row);
     std::int64_t terms = 0;
     for (std::int32_t s = group.begin; s < group.end; ++s) {

@@ -92,6 +92,12 @@ inline void store8(std::uint16_t* p, f32x4 lo, f32x4 hi) {
 
 }  // namespace vec
 
+// A prefetch hint for the cache lines of [p, p + bytes); changes no value.
+inline void prefetch_row(const void* p, std::size_t bytes) {
+  const char* bytes_at = static_cast<const char*>(p);
+  for (std::size_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(bytes_at + offset);
+}
+
 // One bank element as f32 and back (scalar tails of the kernels).
 inline float load_bank(float x) { return x; }
 inline float load_bank(std::uint16_t x) { return core::bf16_to_float(x); }
