@@ -516,6 +516,83 @@ void test_cuda_vs_cpu_engine() {
   }
 }
 
+
+// A bank of more than 2^32 elements (SPEC Z.11): a small problem run on a small bank, and the
+// same problem on a bank of 2^21 + 64 rows of hd 2048 (2^32 + 2^17 elements, 8.6 GB bf16) whose
+// top 64 rows hold the small bank's rows, indices shifted there. The op reads and writes only the
+// indexed rows and its orders depend on the slot order, which the shift keeps: readings, the
+// touched rows and every gradient must agree bitwise, and the untouched rows must stay zero.
+void test_bank_over_2_pow_32_elements() {
+  ProblemSpec spec;
+  spec.P = 1, spec.T = 70, spec.W = 8, spec.R = 6, spec.hd = 2048, spec.slots_per_stream = 64;
+  spec.bank = DType::bf16, spec.seed = 77;
+  const std::int64_t big_rows = (std::int64_t{1} << 21) + spec.slots_per_stream;
+  const std::int64_t shift = big_rows - spec.slots_per_stream;
+  std::printf("  small bank [%lld, %lld] vs bank [%lld, %lld] (%.3g elements)\n",
+              static_cast<long long>(spec.slots_per_stream), static_cast<long long>(spec.hd),
+              static_cast<long long>(big_rows), static_cast<long long>(spec.hd),
+              static_cast<double>(big_rows) * static_cast<double>(spec.hd));
+  const Problem small = make_problem(spec);
+  Problem shifted = small;
+  for (HostTensor* idx : {&shifted.k_idx, &shifted.q_idx}) {
+    for (std::int64_t i = 0; i < idx->numel(); ++i) idx->set(i, idx->get(i) + static_cast<double>(shift));
+  }
+  DeviceProblem ds(small), db(shifted);
+  db.memory = DeviceTensor(DType::bf16, {big_rows, spec.hd});
+  const std::size_t row_bytes = static_cast<std::size_t>(spec.hd) * 2;
+  cuda_ok(cudaMemset(db.memory.data(), 0, db.memory.bytes()), "cudaMemset");
+  cuda_ok(cudaMemcpy(static_cast<char*>(db.memory.data()) + static_cast<std::size_t>(shift) * row_bytes,
+                     ds.memory.data(), ds.memory.bytes(), cudaMemcpyDeviceToDevice), "cudaMemcpy");
+
+  WriteReadOptions small_opt = options_for(spec, 16), big_opt = small_opt;
+  big_opt.slots_per_stream = big_rows;
+  auto run = [&](DeviceProblem& dp, const WriteReadOptions& opt, std::int64_t rows) {
+    DeviceTensor readings(DType::bf16, {spec.P, spec.T, spec.hd});
+    DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(dp.args(), opt))});
+    write_read_forward_saving(dp.args(), readings.ref(), saved.ref(), opt);
+    DeviceTensor final_bank_rows(DType::bf16, {spec.slots_per_stream, spec.hd});
+    cuda_ok(cudaMemcpy(final_bank_rows.data(), static_cast<char*>(dp.memory.data()) +
+                           static_cast<std::size_t>(rows - spec.slots_per_stream) * row_bytes,
+                       final_bank_rows.bytes(), cudaMemcpyDeviceToDevice), "cudaMemcpy");
+    DeviceTensor grad_readings(DType::f32, {spec.P, spec.T, spec.hd});
+    cuda_ok(cudaMemset(grad_readings.data(), 0x3c, grad_readings.bytes()), "cudaMemset");  // 0.0115 each
+    DeviceTensor grad_memory(DType::f32, {rows, spec.hd}), grad_k_val(DType::f32, {spec.P, spec.T, spec.W});
+    DeviceTensor grad_q_val(DType::f32, {spec.P, spec.T, spec.R}), grad_g(DType::f32, {spec.P, spec.T, 1});
+    WriteReadGrads grads;
+    grads.memory = grad_memory.ref(), grads.k_val = grad_k_val.ref(), grads.q_val = grad_q_val.ref();
+    grads.g = grad_g.ref();
+    write_read_backward(dp.args(), saved.ref(), grad_readings.ref(), TensorRef{}, grads, opt);
+    DeviceTensor grad_rows(DType::f32, {spec.slots_per_stream, spec.hd});
+    cuda_ok(cudaMemcpy(grad_rows.data(), static_cast<char*>(grad_memory.data()) +
+                           static_cast<std::size_t>(rows - spec.slots_per_stream) * spec.hd * 4,
+                       grad_rows.bytes(), cudaMemcpyDeviceToDevice), "cudaMemcpy");
+    sync();
+    return std::vector<HostTensor>{readings.to_host(), final_bank_rows.to_host(), grad_rows.to_host(),
+                                   grad_k_val.to_host(), grad_q_val.to_host(), grad_g.to_host()};
+  };
+  const auto want = run(ds, small_opt, spec.slots_per_stream);
+  const auto got = run(db, big_opt, big_rows);
+  const char* names[] = {"readings", "final bank rows", "bank gradient rows", "grad k_val", "grad q_val", "grad g"};
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    expect(got[i].bitwise_equal(want[i]), std::string(names[i]) + " on the large bank == small bank, bitwise");
+  }
+  // The backward restored the large bank: its top rows are the initial small bank again.
+  DeviceTensor top(DType::bf16, {spec.slots_per_stream, spec.hd});
+  cuda_ok(cudaMemcpy(top.data(), static_cast<char*>(db.memory.data()) + static_cast<std::size_t>(shift) * row_bytes,
+                     top.bytes(), cudaMemcpyDeviceToDevice), "cudaMemcpy");
+  expect(top.to_host().bitwise_equal(small.memory), "large bank's rows restored by the backward, bitwise");
+  // Untouched rows: sample the first rows and the rows just below the shifted ones.
+  DeviceTensor probe(DType::bf16, {2, spec.hd});
+  cuda_ok(cudaMemcpy(probe.data(), db.memory.data(), row_bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+  cuda_ok(cudaMemcpy(static_cast<char*>(probe.data()) + row_bytes,
+                     static_cast<char*>(db.memory.data()) + static_cast<std::size_t>(shift - 1) * row_bytes, row_bytes,
+                     cudaMemcpyDeviceToDevice), "cudaMemcpy");
+  const HostTensor probed = probe.to_host();
+  bool zero = true;
+  for (std::int64_t i = 0; i < probed.numel(); ++i) zero = zero && probed.get(i) == 0.0;
+  expect(zero, "untouched rows of the large bank stay zero");
+}
+
 }  // namespace
 
 // Arguments: substrings of test names to run (all tests without arguments).
@@ -536,6 +613,7 @@ int main(int argc, char** argv) {
       {"device index check (validate=True)", test_validation_errors},
       {"unimplemented paths", test_unimplemented_paths},
       {"CUDA vs CPU engine", test_cuda_vs_cpu_engine},
+      {"bank of more than 2^32 elements", test_bank_over_2_pow_32_elements},
   };
   int failed_tests = 0;
   int ran = 0;
