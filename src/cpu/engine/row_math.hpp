@@ -1,7 +1,7 @@
-// row_math.hpp - the f32 row kernels of the chunked engine, each with a fixed operation
-// order (the engine's determinism rests on them: same inputs, same bits, any thread count).
+// row_math.hpp - the f32 dot product of the chunked engine, with a fixed operation order
+// (the engine's determinism rests on it: same inputs, same bits, any thread count). The
+// other row kernels are in row_kernels.hpp.
 //
-//   axpy(a, x, y, n):   y[c] += a * x[c]                       one rounding per product and sum
 //   dot(x, y, n):       sum_c x[c] * y[c]                       see below
 //
 // dot keeps kDotLanes partial sums, lane l accumulating columns c = l (mod kDotLanes) in
@@ -15,10 +15,6 @@
 namespace sdm::cpu {
 
 inline constexpr int kDotLanes = 8;
-
-inline void axpy(float a, const float* x, float* y, std::int64_t n) {
-  for (std::int64_t c = 0; c < n; ++c) y[c] += a * x[c];
-}
 
 inline float dot(const float* x, const float* y, std::int64_t n) {
   float lane[kDotLanes] = {};
