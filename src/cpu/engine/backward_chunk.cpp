@@ -16,6 +16,9 @@ using std::size_t;
 
 inline size_t at(std::int64_t i) { return static_cast<size_t>(i); }
 
+// Prefetch distance (rows) of the bank and gradient-bank row loops; hints only.
+constexpr std::size_t kRowsAhead = 4;
+
 // Views of the scratch as [rows, hd] f32 matrices.
 struct Rows {
   std::vector<float>& m;
@@ -90,7 +93,10 @@ void solve_side(const BackwardJob& job, BackwardScratch& ws) {
   const Rows dy{ws.dy, hd}, delta{ws.delta, hd}, res{ws.res, hd}, ddelta{ws.ddelta, hd}, du{ws.du, hd},
       dret{ws.dret, hd}, g_rows{ws.g_rows, hd};
 
-  for (size_t k = 0; k < plan.groups.size(); ++k) job.grad_bank.load(plan.groups[k].row, g_rows(at(k)));
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    if (k + kRowsAhead < plan.groups.size()) job.grad_bank.prefetch(plan.groups[k + kRowsAhead].row);
+    job.grad_bank.load(plan.groups[k].row, g_rows(at(k)));
+  }
   // ddelta_j = sum_w coef_(j,w) G[s_(j,w)] (w ascending) + sum_{i>=j} QK[i][j] dy_i (i ascending).
   triangular_product<false>(plan.QK.data(), C, ws.dy.data(), ws.dret.data(), n, hd);  // dret: scratch here
   const float** rows = ws.row_list.data();
@@ -171,11 +177,15 @@ void read_side(const BackwardJob& job, BackwardScratch& ws) {
   const Rows dy{ws.dy, hd}, g_rows{ws.g_rows, hd};
   float* row = ws.row.data();
   float* acc = ws.acc.data();
-  for (std::int32_t q : plan.read_order) {
+  const size_t reads = plan.read_order.size();
+  for (size_t s = 0; s < reads; ++s) {
+    if (s + kRowsAhead < reads) job.bank.prefetch(plan.q_row[at(plan.read_order[s + kRowsAhead])]);
+    const std::int32_t q = plan.read_order[s];
     ws.dq_w[at(q)] = job.bank.dot(plan.q_row[at(q)], dy(plan.token_of_read(q)));
   }
   for (size_t rg = 0; rg < plan.read_groups.size(); ++rg) {
     const ReadGroup& group = plan.read_groups[rg];
+    if (rg + kRowsAhead < plan.read_groups.size()) job.grad_bank.prefetch(plan.read_groups[rg + kRowsAhead].row);
     std::int64_t terms = 0;
     for (std::int32_t s = group.begin; s < group.end; ++s) {
       const std::int32_t q = plan.read_order[at(s)];

@@ -78,4 +78,9 @@ float RowMatrix::dot(std::int64_t row, const float* x) const {
   return dot_row(x, static_cast<const float*>(data) + offset, width);
 }
 
+void RowMatrix::prefetch(std::int64_t row) const {
+  const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(dtype);
+  prefetch_row(static_cast<const unsigned char*>(data) + static_cast<std::size_t>(row) * row_bytes, row_bytes);
+}
+
 }  // namespace sdm::cpu

@@ -55,6 +55,8 @@ struct RowMatrix {
   void store_sum(std::int64_t row, const float* a, const float* b) const;
   // dot(x, row `row` as f32) in row_math.hpp's order.
   float dot(std::int64_t row, const float* x) const;
+  // A prefetch hint for row `row` (changes no value).
+  void prefetch(std::int64_t row) const;
 };
 
 }  // namespace sdm::cpu
