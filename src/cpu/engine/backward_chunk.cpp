@@ -145,6 +145,7 @@ void write_side(const BackwardJob& job, std::int64_t time_chunk, BackwardScratch
   const size_t bank_row_bytes = at(hd) * dtype_size(job.bank.dtype);
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     const WriteGroup& group = plan.groups[k];
+    if (k + kRowsAhead < plan.groups.size()) job.bank.prefetch(plan.groups[k + kRowsAhead].row);  // restored below
     const std::int64_t snap = layout.snapshot_row(time_chunk, plan.stream, job.shape.P, static_cast<std::int64_t>(k));
     const unsigned char* payload = job.saved + layout.snapshot_rows + at(snap) * layout.snapshot.row_bytes;
     const unsigned char* scale = job.saved + layout.scales + at(snap) * sizeof(float);

@@ -96,7 +96,11 @@ void save_snapshot(const ForwardJob& job, const ChunkPlan& plan, std::int64_t ti
   const SavedLayout& layout = *job.layout;
   const auto* bank = static_cast<const unsigned char*>(job.args.memory.data);
   const size_t bank_row_bytes = at(job.shape.hd) * dtype_size(job.shape.bank);
+  constexpr size_t kAhead = 4;  // prefetch hints only
   for (size_t k = 0; k < plan.groups.size(); ++k) {
+    if (k + kAhead < plan.groups.size()) {
+      prefetch_row(bank + at(plan.groups[k + kAhead].row) * bank_row_bytes, bank_row_bytes);
+    }
     const std::int64_t row =
         layout.snapshot_row(time_chunk, plan.stream, job.shape.P, static_cast<std::int64_t>(k));
     encode_snapshot_row(layout.snapshot, bank + at(plan.groups[k].row) * bank_row_bytes,
