@@ -46,8 +46,16 @@ void expect_same_bits(const std::vector<float>& got, const std::vector<float>& w
 // Every bf16 pattern as the high half, with low halves at the rounding boundaries (ties,
 // just below / above), so the round-to-even, overflow to inf and NaN paths all run; checked
 // against core::bf16_from_float on the bf16 store path `path`, alone and as a sum.
+// Forces a bf16 store path for its lifetime (also when an assertion returns early).
+struct ForcedBf16Path {
+  explicit ForcedBf16Path(Bf16StorePath path) { set_bf16_store_path(path); }
+  ~ForcedBf16Path() { set_bf16_store_path(Bf16StorePath::automatic); }
+  ForcedBf16Path(const ForcedBf16Path&) = delete;
+  ForcedBf16Path& operator=(const ForcedBf16Path&) = delete;
+};
+
 void check_bf16_store_path(Bf16StorePath path) {
-  set_bf16_store_path(path);
+  const ForcedBf16Path forced(path);
   const std::uint32_t lows[] = {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xc000u, 0xffffu};
   std::vector<float> in;
   for (std::uint32_t high = 0; high < 0x10000u; ++high) {
@@ -68,7 +76,6 @@ void check_bf16_store_path(Bf16StorePath path) {
     store_row(sum.data(), a.data(), b.data(), width);
     for (std::size_t c = 0; c < sum.size(); ++c) EXPECT_EQ(sum[c], core::bf16_from_float(a[c] + b[c])) << c;
   }
-  set_bf16_store_path(Bf16StorePath::automatic);
 }
 
 TEST(RowKernels, Bf16StoreBaselinePathMatchesScalarRounding) { check_bf16_store_path(Bf16StorePath::baseline); }
