@@ -120,22 +120,14 @@ struct StepCase {
   bool q_idx_i64 = false;                 // q_idx int64 while k_idx is int32
 };
 
-ProblemSpec spec_of(std::int64_t P, std::int64_t T, std::int64_t W, std::int64_t R, std::int64_t hd,
-                    std::int64_t sps, std::int64_t G, DType bank, DType index, DType input, std::uint64_t seed) {
-  ProblemSpec s;
-  s.P = P;
-  s.T = T;
-  s.W = W;
-  s.R = R;
-  s.hd = hd;
-  s.slots_per_stream = sps;
-  s.G = G;
-  s.bank = bank;
+// The shared spec_of with the decode tests' extras: index and input dtypes, beta [P, T, 1] up to 0.9.
+ProblemSpec decode_spec(std::int64_t P, std::int64_t T, std::int64_t W, std::int64_t R, std::int64_t hd,
+                        std::int64_t sps, std::int64_t G, DType bank, DType index, DType input, std::uint64_t seed) {
+  ProblemSpec s = sdm::testing::spec_of(P, T, W, R, hd, sps, G, bank, seed);
   s.index = index;
   s.input = input;
   s.beta_3d = true;
   s.beta_max = 0.9;
-  s.seed = seed;
   return s;
 }
 
@@ -176,18 +168,18 @@ TEST_P(DecodeStep, MatchesReferenceStepByStep) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, DecodeStep,
     ::testing::Values(
-        StepCase{"f32_hd5_G1_i32_f32in", spec_of(3, 4, 4, 3, 5, 16, 1, DType::f32, DType::i32, DType::f32, 11), 16},
-        StepCase{"f32_hd70_GW_i64_bf16in", spec_of(2, 3, 3, 5, 70, 32, 3, DType::f32, DType::i64, DType::bf16, 12),
+        StepCase{"f32_hd5_G1_i32_f32in", decode_spec(3, 4, 4, 3, 5, 16, 1, DType::f32, DType::i32, DType::f32, 11), 16},
+        StepCase{"f32_hd70_GW_i64_bf16in", decode_spec(2, 3, 3, 5, 70, 32, 3, DType::f32, DType::i64, DType::bf16, 12),
                  32},
-        StepCase{"f32_hd1_W1_R1_f16in", spec_of(1, 5, 1, 1, 1, 4, 1, DType::f32, DType::i32, DType::f16, 13), 4},
-        StepCase{"f32_W64_R48_hd64", spec_of(2, 2, 64, 48, 64, 256, 64, DType::f32, DType::i32, DType::f32, 14), 256},
-        StepCase{"f32_mixed_index_sps0", spec_of(2, 3, 6, 2, 9, 8, 6, DType::f32, DType::i32, DType::f32, 15), 0,
+        StepCase{"f32_hd1_W1_R1_f16in", decode_spec(1, 5, 1, 1, 1, 4, 1, DType::f32, DType::i32, DType::f16, 13), 4},
+        StepCase{"f32_W64_R48_hd64", decode_spec(2, 2, 64, 48, 64, 256, 64, DType::f32, DType::i32, DType::f32, 14), 256},
+        StepCase{"f32_mixed_index_sps0", decode_spec(2, 3, 6, 2, 9, 8, 6, DType::f32, DType::i32, DType::f32, 15), 0,
                  true},
-        StepCase{"bf16_hd130_GW_i32_f32in", spec_of(4, 3, 8, 6, 130, 64, 8, DType::bf16, DType::i32, DType::f32, 16),
+        StepCase{"bf16_hd130_GW_i32_f32in", decode_spec(4, 3, 8, 6, 130, 64, 8, DType::bf16, DType::i32, DType::f32, 16),
                  64},
-        StepCase{"bf16_hd33_G1_i64_f16in_sps0", spec_of(3, 4, 5, 4, 33, 16, 1, DType::bf16, DType::i64, DType::f16, 17),
+        StepCase{"bf16_hd33_G1_i64_f16in_sps0", decode_spec(3, 4, 5, 4, 33, 16, 1, DType::bf16, DType::i64, DType::f16, 17),
                  0},
-        StepCase{"bf16_hd3_bf16in", spec_of(2, 4, 2, 7, 3, 8, 2, DType::bf16, DType::i32, DType::bf16, 18), 8}),
+        StepCase{"bf16_hd3_bf16in", decode_spec(2, 4, 2, 7, 3, 8, 2, DType::bf16, DType::i32, DType::bf16, 18), 8}),
     [](const ::testing::TestParamInfo<StepCase>& param) { return std::string(param.param.name); });
 
 // Runs every token of `pb` as one decode step per token on `bank`; returns readings [P, T, hd].
@@ -211,7 +203,7 @@ HostTensor run_decode_steps(const Problem& pb, HostTensor& bank, const DecodeOpt
 TEST(DecodeSteps, EqualTheReferenceForward) {
   constexpr double kTol = 2e-6;
   for (std::int64_t G : {1, 4}) {
-    const Problem pb = make_problem(spec_of(2, 48, 4, 3, 9, 8, G, DType::f32, DType::i32, DType::f32, 21 + G));
+    const Problem pb = make_problem(decode_spec(2, 48, 4, 3, 9, 8, G, DType::f32, DType::i32, DType::f32, 21 + G));
     DecodeOptions options;
     options.slots_per_stream = pb.spec.slots_per_stream;
     HostTensor bank = pb.memory;
@@ -253,7 +245,7 @@ HostTensor run_decode_steps_on_threads(const Problem& pb, HostTensor& bank, cons
 // workers split differently.
 TEST(DecodeSteps, BitwiseIndependentOfWorkerCount) {
   for (DType bank_dtype : {DType::f32, DType::bf16}) {
-    const Problem pb = make_problem(spec_of(3, 4, 6, 5, 200, 16, 6, bank_dtype, DType::i32, DType::f32, 31));
+    const Problem pb = make_problem(decode_spec(3, 4, 6, 5, 200, 16, 6, bank_dtype, DType::i32, DType::f32, 31));
     DecodeOptions options;
     options.slots_per_stream = pb.spec.slots_per_stream;
     HostTensor first_bank = pb.memory;
@@ -270,7 +262,7 @@ TEST(DecodeSteps, BitwiseIndependentOfWorkerCount) {
 // Through the public entry point: a step large enough (4 streams x 192 rows of 1 KiB) to
 // be split over the configured threads gives the same bits for SDM_NUM_THREADS 1, 2, 4.
 TEST(DecodeSteps, BitwiseIndependentOfSdmNumThreads) {
-  const Problem pb = make_problem(spec_of(4, 2, 64, 64, 256, 256, 1, DType::f32, DType::i64, DType::f32, 32));
+  const Problem pb = make_problem(decode_spec(4, 2, 64, 64, 256, 256, 1, DType::f32, DType::i64, DType::f32, 32));
   DecodeOptions options;
   options.slots_per_stream = pb.spec.slots_per_stream;
   std::optional<HostTensor> first_bank, first_readings;
@@ -291,7 +283,7 @@ TEST(DecodeSteps, BitwiseIndependentOfSdmNumThreads) {
 // Leading dims [B, H] = [2, 3] give the same bits as the flattened [6] streams.
 TEST(DecodeSteps, LeadingDimsEqualFlattenedStreams) {
   for (DType bank_dtype : {DType::f32, DType::bf16}) {
-    const Problem pb = make_problem(spec_of(6, 1, 3, 4, 10, 8, 1, bank_dtype, DType::i64, DType::f32, 41));
+    const Problem pb = make_problem(decode_spec(6, 1, 3, 4, 10, 8, 1, bank_dtype, DType::i64, DType::f32, 41));
     const std::int64_t W = 3, R = 4, hd = 10;
     DecodeOptions options;
     options.slots_per_stream = 8;
@@ -325,7 +317,7 @@ TEST(DecodeSteps, LeadingDimsEqualFlattenedStreams) {
 // read lane reads an unwritten row u with q_val = 1.5 * (1 - 2^-12): y = rnd(1.5 * u).
 TEST(DecodeSteps, RoundsKValVAndQValToTheBankDtype) {
   const std::int64_t P = 2, hd = 10, sps = 4;
-  const Problem pb = make_problem(spec_of(P, 1, 1, 1, hd, sps, 1, DType::bf16, DType::i32, DType::f32, 71));
+  const Problem pb = make_problem(decode_spec(P, 1, 1, 1, hd, sps, 1, DType::bf16, DType::i32, DType::f32, 71));
   TokenInputs tok = token_inputs(pb, 0);
   HostTensor bank = pb.memory;
   const double below = 1.0 - 1.0 / 4096.0;
@@ -409,7 +401,7 @@ struct MaskedEntry {
 void check_masked_entries(DType bank_dtype, DType index_dtype, std::int64_t options_sps,
                           const std::vector<MaskedEntry>& entries) {
   const std::int64_t P = 2, W = 4, R = 4, hd = 7, sps = 8;
-  const Problem pb = make_problem(spec_of(P, 1, W, R, hd, sps, W, bank_dtype, index_dtype, DType::f32, 51));
+  const Problem pb = make_problem(decode_spec(P, 1, W, R, hd, sps, W, bank_dtype, index_dtype, DType::f32, 51));
   DecodeOptions options;
   options.slots_per_stream = options_sps;
 
