@@ -94,7 +94,9 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   const auto* base = static_cast<const unsigned char*>(saved.data);
   bb.delta = reinterpret_cast<const float*>(base + layout.delta);
   bb.residual = reinterpret_cast<const float*>(base + layout.residual);
-  bb.snapshot = base + layout.snapshot;
+  bb.snapshot.payload = const_cast<unsigned char*>(base + layout.snapshot);
+  bb.snapshot.mode = effective_snapshot_mode(options.snapshot_quant, shape.bank);
+  bb.snapshot.row_bytes = static_cast<std::int64_t>(core::snapshot_payload_bytes(bb.snapshot.mode, shape.bank, geo.hd));
   bb.grad_readings = any_float(grad_readings);
   // 16-byte vector accesses need 16-byte aligned rows: bank, saved buffer, G (workspace pieces are
   // 256-byte aligned). The access path never changes a result (backward_rows.cuh).

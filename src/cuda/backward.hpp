@@ -23,6 +23,7 @@
 
 #include "chunk_plan.hpp"
 #include "phase1.hpp"
+#include "snapshot_rows.cuh"
 #include "sdm/types.hpp"
 #include "workspace.hpp"
 
@@ -45,10 +46,10 @@ struct BackwardBuffers {
   bool bf16_bank = false, bf16_grad_rows = false;
   bool vec8 = false;  // hd % 8 == 0 and 16-byte aligned rows everywhere: vector accesses
 
-  // The saved buffer of the forward (saved_layout.hpp): delta, residual [N*C, hd] f32, snapshot.
+  // The saved buffer of the forward (saved_layout.hpp): delta, residual [N*C, hd] f32, snapshot rows.
   const float* delta = nullptr;
   const float* residual = nullptr;
-  const void* snapshot = nullptr;
+  SnapshotRows snapshot;
 
   // Upstream gradient.
   AnyFloat grad_readings;

@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   const std::int64_t slot = p * geo.sps + local;
   Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * hd;
-  const E* pre = static_cast<const E*>(bb.snapshot) + e * hd;
+  const E* pre = reinterpret_cast<const E*>(static_cast<const unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes);
   E* bank = static_cast<E*>(bb.bank) + slot * hd;
   const float decay = p1.gdecay[e];
   const std::int64_t token0 = p * geo.T + ti * geo.C;  // flat token of i = 0

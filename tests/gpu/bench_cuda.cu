@@ -1,6 +1,6 @@
 // bench_cuda.cu - GPU benchmark of the CUDA engine on the configurations of issue 6.
 //
-//   sdm_gpu_bench [--json FILE] [--configs small,readme,...] [--reps N]
+//   sdm_gpu_bench [--json FILE] [--configs small,readme,...] [--reps N] [--training-only]
 //
 // Per config: the chunked op's no-grad forward and saving forward (validate=False, chunk 64,
 // bf16 bank, bf16 k_val / v / q_val, f32 beta / g, int32 indices, inputs drawn on the device),
@@ -10,6 +10,7 @@
 // must move (per token: W rows read + W rows written + R rows read, plus W snapshot rows written
 // in a saving call) and that traffic's bandwidth as a fraction of the device-to-device copy
 // bandwidth measured in the same run (bytes read + written). Exits 0 with a message without a GPU.
+// --training-only: only the training step (saving forward + backward) of the chunked configs.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -194,7 +195,7 @@ Row make_row(const Config& c, const char* mode, double ms, std::int64_t rows, do
   return {c.name, mode, ms, tokens / (ms * 1e-3), bytes * 1e-9, bytes / (ms * 1e-3) / copy_bw};
 }
 
-void bench_chunked(const Config& c, int reps, double copy_bw, std::vector<Row>& rows) {
+void bench_chunked(const Config& c, int reps, bool training_only, double copy_bw, std::vector<Row>& rows) {
   Inputs in(c);
   WriteReadOptions opt;
   opt.slots_per_stream = c.sps;
@@ -202,6 +203,8 @@ void bench_chunked(const Config& c, int reps, double copy_bw, std::vector<Row>& 
   opt.validate = false;
   const WriteReadArgs args = in.args();
   const std::int64_t fwd_rows = rows_per_token(c, false, false);
+  DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(args, opt))});
+  if (!training_only) {
   rows.push_back(make_row(c, "forward no-grad", median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }),
                           fwd_rows, copy_bw));
   rows.push_back(make_row(c, "forward no-grad, graph replay", graph_replay_ms(reps, [&](cudaStream_t stream) {
@@ -214,10 +217,10 @@ void bench_chunked(const Config& c, int reps, double copy_bw, std::vector<Row>& 
                           median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }), fwd_rows,
                           copy_bw));
   opt.validate = false;
-  DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(args, opt))});
   rows.push_back(make_row(c, "forward saving",
                           median_ms(reps, [&] { write_read_forward_saving(args, in.readings.ref(), saved.ref(), opt); }),
                           rows_per_token(c, true, false), copy_bw));
+  }
 
   // A training step: the saving forward, then the backward of <readings, grad_readings>; the
   // backward restores the bank, so every repetition starts from the same state. Extra device
@@ -270,11 +273,13 @@ void bench_decode(const Config& c, int reps, double copy_bw, std::vector<Row>& r
 int main(int argc, char** argv) {
   std::string json_path, only;
   int reps = 5;
+  bool training_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--configs" && i + 1 < argc) only = "," + std::string(argv[++i]) + ",";
     else if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--training-only") training_only = true;
   }
   if (!cuda_device_available()) {
     std::printf("sdm_gpu_bench: skipped (no CUDA device)\n");
@@ -291,7 +296,7 @@ int main(int argc, char** argv) {
     std::printf("running %s ...\n", c.name);
     std::fflush(stdout);
     if (c.decode) bench_decode(c, reps, copy_bw, rows);
-    else bench_chunked(c, reps, copy_bw, rows);
+    else bench_chunked(c, reps, training_only, copy_bw, rows);
   }
   std::printf("\n| config | mode | ms | tokens/s | GB must move | fraction of copy bw |\n|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
