@@ -8,9 +8,18 @@
 //                    wcoef = kappa exp(Lambda - L) and gdecay = exp(Lambda)
 //   lookup_reads     one thread per read entry: binary search of the last write of its slot at or
 //                    before its token (reads come after the token's writes), Lq and q_w
-//   pair_products    one thread per chunk row i: A[i, :] (strictly lower) and QK[i, :] (lower incl.
-//                    diagonal) by walking the slot groups backwards from token i's entries
-//   solve            one thread per chunk column k: forward substitution for column k of X, then QX
+//   pair_products    one warp per chunk row i (8 rows per CTA): A[i, :] (strictly lower) and QK[i, :]
+//                    (lower incl. diagonal) accumulated in shared memory, then stored whole (zeros
+//                    included). Lane l takes token i's write lanes w = l, l+32, ... (then its reads
+//                    r = l, l+32, ...); each walks its slot group backwards (add_walks). The terms of
+//                    a row are added in the order: lanes w ascending (then reads r ascending), within
+//                    one lane the group entries by descending sorted position (descending token)
+//   solve            one CTA per chunk, one warp per column k (zig-zag over 16 warps), lanes over
+//                    rows: right-looking forward substitution for column k of X = (I + diag(beta)
+//                    A)^-1 fused with QX = tril(QK) X (solve_column); every sum from +0 over j
+//                    ascending, bitwise the left-looking column solve. C <= 64: A, QK, X, QX staged
+//                    in shared memory (odd row stride), X / QX stored coalesced; larger C: the same
+//                    code on global memory
 #include "phase1.hpp"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -130,69 +139,211 @@ __global__ void lookup_reads(Geometry geo, Inputs in, bool bf16_bank, Phase1Buff
   buf.q_w[e] = weight;
 }
 
-__global__ void pair_products(Geometry geo, Phase1Buffers buf) {
-  const std::int64_t n = blockIdx.x, i = threadIdx.x;
-  if (i >= geo.C) return;
-  const std::int64_t C = geo.C, CW = C * geo.W;
-  float* a_row = buf.A + (n * C + i) * C;
-  float* qk_row = buf.QK + (n * C + i) * C;
-  for (std::int64_t j = 0; j < C; ++j) a_row[j] = 0.0f, qk_row[j] = 0.0f;
-  const std::uint64_t* keys = buf.keys + n * CW;
-  const float* L = buf.L + n * CW;
-  const float* kappa = buf.kappa + n * CW;
+// ---- pair_products -------------------------------------------------------------------------
 
-  // A[i, j] = sum over slots shared by tokens i > j of kappa_e kappa_e' exp(L_e - L_e').
-  for (std::int64_t w = 0; w < geo.W; ++w) {
-    const std::int64_t entry = (n * C + i) * geo.W + w;
-    if (buf.k_slot[entry] < 0) continue;
-    const std::int64_t q = buf.inv_pos[entry];
-    const std::int64_t local = geo.keys.local_slot(keys[q]);
-    const float l_e = L[q], kappa_e = kappa[q];
-    for (std::int64_t s = q - 1; s >= 0 && geo.keys.local_slot(keys[s]) == local; --s) {
-      const std::int64_t j = geo.keys.token(keys[s]);
-      if (j < i) a_row[j] += kappa_e * kappa[s] * expf(l_e - L[s]);
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kPairWarps = 8;  // chunk rows per pair_products CTA
+
+// One chunk's sorted write records (Phase 1's keys, L, kappa of chunk n).
+struct ChunkRecords {
+  const std::uint64_t* keys;
+  const float* L;
+  const float* kappa;
+  KeyLayout layout;
+};
+
+// The walks of one warp down slot groups, one per lane: lane l visits the group entries at sorted
+// positions s_l, s_l - 1, ... while they hold slot local_l and adds, for each with token j < limit,
+//   row[j] = fmaf(coef_l * kappa_s, expf(log_l - L_s), row[j])
+// (a lane with s_l < 0 has no walk). The first term of every walk is loaded and evaluated by all
+// lanes at once; the adds then run lane by lane in ascending lane order, each lane finishing its
+// whole walk (further terms, rare, loaded on the way) before the next lane starts. So row[j]
+// receives its terms in (lane ascending, sorted position descending) order, whatever the timing.
+__device__ __forceinline__ void add_walks(const ChunkRecords& rec, std::int64_t s, std::int64_t local, float coef,
+                                          float log_w, std::int64_t limit, float* row, int lane) {
+  const bool walking = s >= 0;
+  std::int64_t j = limit;
+  float weight = 0.0f, decay = 0.0f;
+  bool more = false;
+  if (walking) {
+    j = rec.layout.token(rec.keys[s]);
+    weight = coef * rec.kappa[s];
+    decay = expf(log_w - rec.L[s]);
+    more = s > 0 && rec.layout.local_slot(rec.keys[s - 1]) == local;
+  }
+  for (unsigned todo = __ballot_sync(kFullMask, walking); todo != 0; todo &= todo - 1) {
+    if (lane == __ffs(static_cast<int>(todo)) - 1) {
+      if (j < limit) row[j] = fmaf(weight, decay, row[j]);
+      for (std::int64_t t = s - 1; more && t >= 0 && rec.layout.local_slot(rec.keys[t]) == local; --t) {
+        const std::int64_t jt = rec.layout.token(rec.keys[t]);
+        if (jt < limit) row[jt] = fmaf(coef * rec.kappa[t], expf(log_w - rec.L[t]), row[jt]);
+      }
     }
+    __syncwarp();
+  }
+}
+
+__global__ void __launch_bounds__(kPairWarps * 32) pair_products(Geometry geo, Phase1Buffers buf) {
+  extern __shared__ float pair_rows[];  // per warp: its A row [C], then its QK row [C]
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t C = geo.C, CW = C * geo.W;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kPairWarps + warp;  // n*C + i
+  if (row >= geo.N * C) return;  // whole warps; no CTA barrier below
+  const std::int64_t n = row / C, i = row % C;
+  float* a_row = pair_rows + 2 * C * warp;
+  float* qk_row = a_row + C;
+  for (std::int64_t j = lane; j < C; j += 32) a_row[j] = 0.0f, qk_row[j] = 0.0f;
+  __syncwarp();
+  const ChunkRecords rec{buf.keys + n * CW, buf.L + n * CW, buf.kappa + n * CW, geo.keys};
+
+  // A[i, j] = sum over slots shared by tokens i > j of kappa_e kappa_e' exp(L_e - L_e'): entry
+  // (i, w) walks its group from the entry before it (earlier tokens, descending).
+  for (std::int64_t w0 = 0; w0 < geo.W; w0 += 32) {
+    const std::int64_t w = w0 + lane;
+    std::int64_t s = -1, local = 0;
+    float kappa_e = 0.0f, l_e = 0.0f;
+    if (w < geo.W && buf.k_slot[row * geo.W + w] >= 0) {
+      const std::int64_t q = buf.inv_pos[row * geo.W + w];
+      local = geo.keys.local_slot(rec.keys[q]);
+      kappa_e = rec.kappa[q];
+      l_e = rec.L[q];
+      if (q > 0 && geo.keys.local_slot(rec.keys[q - 1]) == local) s = q - 1;
+    }
+    add_walks(rec, s, local, kappa_e, l_e, i, a_row, lane);
   }
   // QK[i, j] = sum over reads of token i and writes of token j <= i to the same slot of
-  // rho kappa_e' exp(Lq - L_e').
-  for (std::int64_t r = 0; r < geo.R; ++r) {
-    const std::int64_t entry = (n * C + i) * geo.R + r;
-    const std::int64_t q = buf.q_pos[entry];
-    if (q < 0) continue;
-    const std::int64_t local = geo.keys.local_slot(keys[q]);
-    const float lq = L[q], rho = buf.q_rho[entry];
-    for (std::int64_t s = q; s >= 0 && geo.keys.local_slot(keys[s]) == local; --s) {
-      qk_row[geo.keys.token(keys[s])] += rho * kappa[s] * expf(lq - L[s]);
+  // rho kappa_e' exp(Lq - L_e'): read (i, r) walks its group from its last visible write.
+  for (std::int64_t r0 = 0; r0 < geo.R; r0 += 32) {
+    const std::int64_t r = r0 + lane;
+    std::int64_t s = -1, local = 0;
+    float rho = 0.0f, lq = 0.0f;
+    if (r < geo.R && buf.q_pos[row * geo.R + r] >= 0) {
+      s = buf.q_pos[row * geo.R + r];
+      local = geo.keys.local_slot(rec.keys[s]);
+      rho = buf.q_rho[row * geo.R + r];
+      lq = rec.L[s];
+    }
+    add_walks(rec, s, local, rho, lq, i + 1, qk_row, lane);
+  }
+  __syncwarp();
+  for (std::int64_t j = lane; j < C; j += 32) {
+    buf.A[row * C + j] = a_row[j];
+    buf.QK[row * C + j] = qk_row[j];
+  }
+}
+
+// ---- solve -----------------------------------------------------------------------------------
+
+constexpr int kSolveWarps = 16;       // columns in flight per chunk
+constexpr int kStagedMaxChunk = 64;   // C up to this: A, QK, X, QX of the chunk in shared memory
+
+// Column k of X and QX for one chunk, by one warp; lane l owns rows l, l + 32, ... (kRows of them,
+// 32 * kRows >= C). Right-looking forward substitution: at step j = k, k+1, ..., the owner of row
+// j finalises x_j = X[j, k] (1 at j == k, else -(beta_j s_j), 0 for a padding row), broadcasts it
+// by a shuffle, and every row i > j adds s_i = fmaf(A[i, j], x_j, s_i) and every row i >= j adds
+// q_i = fmaf(QK[i, j], x_j, q_i). So s_i = sum_{j in [k, i)} and q_i = QX[i, k] = sum_{j in [k, i]},
+// each from +0 in j ascending order: the sums of the textbook left-looking column solve, bit for
+// bit. A, QK: row stride lda; X, QX: row stride ldx (shared or global memory).
+template <int kRows>
+__device__ __forceinline__ void solve_column(const float* A, const float* QK, int lda, float* X, float* QX, int ldx,
+                                             int C, int k, int lane, const float (&beta)[kRows],
+                                             const bool (&valid)[kRows]) {
+  float s[kRows], q[kRows];
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) s[m] = 0.0f, q[m] = 0.0f;
+#pragma unroll
+  for (int mj = 0; mj < kRows; ++mj) {  // the block of 32 rows holding step j
+    const int base = 32 * mj, own_row = base + lane;
+    const int jj_end = C - base < 32 ? C - base : 32;
+    for (int jj = k - base > 0 ? k - base : 0; jj < jj_end; ++jj) {  // warp-uniform bounds
+      const int j = base + jj;
+      const float own = own_row == k ? 1.0f : (valid[mj] ? -(beta[mj] * s[mj]) : 0.0f);
+      const float x = __shfl_sync(kFullMask, own, jj);
+      if (lane >= jj && own_row < C) {
+        if (lane > jj) s[mj] = fmaf(A[own_row * lda + j], x, s[mj]);
+        q[mj] = fmaf(QK[own_row * lda + j], x, q[mj]);
+      }
+#pragma unroll
+      for (int m = mj + 1; m < kRows; ++m) {  // rows all > j
+        const int i = 32 * m + lane;
+        if (i < C) {
+          s[m] = fmaf(A[i * lda + j], x, s[m]);
+          q[m] = fmaf(QK[i * lda + j], x, q[m]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const int i = 32 * m + lane;
+    if (i >= C) break;
+    X[i * ldx + k] = i < k ? 0.0f : i == k ? 1.0f : (valid[m] ? -(beta[m] * s[m]) : 0.0f);
+    QX[i * ldx + k] = q[m];
+  }
+}
+
+static_assert(8 * 32 >= core::kMaxChunk, "solve's global-memory instantiation covers every chunk size");
+
+template <int kRows, bool kStaged>
+__global__ void __launch_bounds__(kSolveWarps * 32) solve(Geometry geo, Inputs in, Phase1Buffers buf) {
+  extern __shared__ float solve_tiles[];  // kStaged: A, QK, X, QX, each [C][C | 1]
+  const int C = static_cast<int>(geo.C);
+  const std::int64_t n = blockIdx.x, cc = static_cast<std::int64_t>(C) * C;
+  const std::int64_t p = n % geo.P, t0 = (n / geo.P) * C;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  float beta[kRows];
+  bool valid[kRows];
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const int i = 32 * m + lane;
+    valid[m] = i < C && t0 + i < geo.T;
+    beta[m] = valid[m] ? load_input(in.beta, in.beta_dtype, p * geo.T + t0 + i) : 0.0f;
+  }
+  const float* A = buf.A + n * cc;
+  const float* QK = buf.QK + n * cc;
+  float* X = buf.X + n * cc;
+  float* QX = buf.QX + n * cc;
+  int ld = C;
+  if constexpr (kStaged) {  // odd row stride: a warp's 32 rows of one column hit 32 banks
+    ld = C | 1;
+    float* As = solve_tiles;
+    float* QKs = As + C * ld;
+    for (int o = static_cast<int>(threadIdx.x); o < C * C; o += static_cast<int>(blockDim.x)) {
+      As[o / C * ld + o % C] = A[o];
+      QKs[o / C * ld + o % C] = QK[o];
+    }
+    __syncthreads();
+    A = As, QK = QKs, X = QKs + C * ld, QX = X + C * ld;
+  }
+  // Columns zig-zag over the warps (round r: warp w takes r*warps + w, or r*warps + warps-1-w when
+  // r is odd) so that the long (left) and short (right) columns even out.
+  for (int round = 0; round * warps < C; ++round) {
+    const int k = round * warps + (round % 2 == 0 ? warp : warps - 1 - warp);
+    if (k < C) solve_column<kRows>(A, QK, ld, X, QX, ld, C, k, lane, beta, valid);
+  }
+  if constexpr (kStaged) {
+    __syncthreads();
+    float* Xg = buf.X + n * cc;
+    float* QXg = buf.QX + n * cc;
+    for (int o = static_cast<int>(threadIdx.x); o < C * C; o += static_cast<int>(blockDim.x)) {
+      Xg[o] = X[o / C * ld + o % C];
+      QXg[o] = QX[o / C * ld + o % C];
     }
   }
 }
 
-__global__ void solve(Geometry geo, Inputs in, Phase1Buffers buf) {
-  const std::int64_t n = blockIdx.x, k = threadIdx.x;
-  if (k >= geo.C) return;
-  const std::int64_t C = geo.C;
-  const std::int64_t p = n % geo.P, t0 = (n / geo.P) * C;
-  const float* __restrict__ A = buf.A + n * C * C;
-  const float* __restrict__ QK = buf.QK + n * C * C;
-  float* __restrict__ X = buf.X + n * C * C;
-  float* __restrict__ QX = buf.QX + n * C * C;
-  // Column k of X: X[i, k] = [i == k] - beta_i sum_{j in [k, i)} A[i, j] X[j, k]. Thread k
-  // reads back only its own column.
-  for (std::int64_t i = 0; i < C; ++i) {
-    float x = i == k ? 1.0f : 0.0f;
-    if (i > k && t0 + i < geo.T) {
-      float s = 0.0f;
-      for (std::int64_t j = k; j < i; ++j) s = fmaf(A[i * C + j], X[j * C + k], s);
-      x = -load_input(in.beta, in.beta_dtype, p * geo.T + t0 + i) * s;
-    }
-    X[i * C + k] = x;
+template <int kRows, bool kStaged>
+void launch_solve(const Geometry& geo, const Inputs& in, const Phase1Buffers& buf, cudaStream_t stream) {
+  const auto kernel = solve<kRows, kStaged>;
+  const std::size_t smem = kStaged ? 4 * static_cast<std::size_t>(geo.C * (geo.C | 1)) * sizeof(float) : 0;
+  if (smem > 48 * 1024) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+               "cudaFuncSetAttribute (solve shared memory)");
   }
-  // Column k of QX = tril(QK) X: QX[i, k] = sum_{j in [k, i]} QK[i, j] X[j, k].
-  for (std::int64_t i = 0; i < C; ++i) {
-    float s = 0.0f;
-    for (std::int64_t j = k; j <= i; ++j) s = fmaf(QK[i * C + j], X[j * C + k], s);
-    QX[i * C + k] = s;
-  }
+  const unsigned threads = 32u * static_cast<unsigned>(geo.C < kSolveWarps ? geo.C : kSolveWarps);
+  kernel<<<static_cast<unsigned>(geo.N), threads, smem, stream>>>(geo, in, buf);
+  check_launch("solve");
 }
 
 }  // namespace
@@ -236,11 +387,13 @@ void run_phase1(const Geometry& geo, const Inputs& in, bool bf16_bank, const Pha
   check_launch("scan_groups");
   lookup_reads<<<blocks_for(er), kThreads, 0, stream>>>(geo, in, bf16_bank, buf);
   check_launch("lookup_reads");
-  const unsigned chunk_threads = static_cast<unsigned>((geo.C + 31) / 32 * 32);
-  pair_products<<<static_cast<unsigned>(geo.N), chunk_threads, 0, stream>>>(geo, buf);
+  const std::int64_t chunk_rows = geo.N * geo.C;
+  const std::size_t pair_smem = 2 * static_cast<std::size_t>(geo.C) * kPairWarps * sizeof(float);
+  pair_products<<<static_cast<unsigned>((chunk_rows + kPairWarps - 1) / kPairWarps), kPairWarps * 32, pair_smem,
+                  stream>>>(geo, buf);
   check_launch("pair_products");
-  solve<<<static_cast<unsigned>(geo.N), chunk_threads, 0, stream>>>(geo, in, buf);
-  check_launch("solve");
+  if (geo.C <= kStagedMaxChunk) launch_solve<2, true>(geo, in, buf, stream);
+  else launch_solve<8, false>(geo, in, buf, stream);
 }
 
 }  // namespace sdm::cuda

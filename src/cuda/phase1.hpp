@@ -15,8 +15,10 @@
 // Scratch: keys_unsorted, inv_pos / q_pos (i32 [N,C,W] / [N,C,R]), q_rho, A, QK, sort temp.
 //
 // Determinism: a stable radix sort on unique keys; every f32 sum runs in a fixed order (scan:
-// token order within a slot group; A and QK rows: lanes ascending, then group entries by
-// descending token; solve: j ascending). No atomics.
+// token order within a slot group; A and QK rows: from +0, lanes ascending, then group entries by
+// descending token, each term fmaf(coef kappa, exp(..), acc); solve: from +0, j ascending, fmaf).
+// No atomics; the forward and the backward run these same kernels, so their Phase 1 is bitwise
+// equal.
 #pragma once
 
 #include <cstddef>
