@@ -2,9 +2,10 @@
 // contract is sdm::write_read_backward's in include/sdm/ops.hpp, the math SPEC C.2, C.3, Z.6).
 //
 // On entry args.memory holds the FINAL bank; it is the working bank, restored in place chunk by
-// chunk to the initial bank (exactly: snapshot "none" is a bit copy). `saved` comes from the CUDA
-// saving forward with the same args and options (saved_layout.hpp); it and every other input are
-// only read. One call:
+// chunk to the initial bank (exactly for snapshot "none", a bit copy; for bf16 / fp8 / int4 to
+// the decoded snapshot rows, snapshot_rows.cuh, so gradients see an approximate past, SPEC D).
+// `saved` comes from the CUDA saving forward with the same args and options (saved_layout.hpp);
+// it and every other input are only read. One call:
 //   [device index check + one host sync, if options.validate and the stream is not capturing]
 //   Phase 1 again (phase1.cu: the same kernels on the same inputs, hence bit-identical records,
 //     L, k_eff, wcoef, q_w, A, QK, X), then the read records (backward_reads.cu)
@@ -95,11 +96,16 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   bb.delta = reinterpret_cast<const float*>(base + layout.delta);
   bb.residual = reinterpret_cast<const float*>(base + layout.residual);
   bb.snapshot.payload = const_cast<unsigned char*>(base + layout.snapshot);
-  bb.snapshot.mode = effective_snapshot_mode(options.snapshot_quant, shape.bank);
-  bb.snapshot.row_bytes = static_cast<std::int64_t>(core::snapshot_payload_bytes(bb.snapshot.mode, shape.bank, geo.hd));
+  bb.snapshot.scales = layout.has_scales ? reinterpret_cast<float*>(const_cast<unsigned char*>(base + layout.scales))
+                                         : nullptr;
+  bb.snapshot.mode = layout.mode;
+  bb.snapshot.row_bytes = static_cast<std::int64_t>(layout.row_bytes);
   bb.grad_readings = any_float(grad_readings);
-  // 16-byte vector accesses need 16-byte aligned rows: bank, saved buffer, G (workspace pieces are
-  // 256-byte aligned). The access path never changes a result (backward_rows.cuh).
+  // Vector accesses need aligned rows: bank and G 16 bytes (workspace pieces are 256-byte
+  // aligned); the saved regions start at multiples of 256 bytes and, with hd % 8 == 0, every
+  // snapshot piece sits at a multiple of its access size (16 / 8 / 4 bytes, saved_layout.hpp), so
+  // a 16-byte aligned saved buffer suffices in every mode. The access path never changes a result
+  // (backward_rows.cuh).
   bb.vec8 = geo.hd % 8 == 0 && aligned16(args.memory.data) && aligned16(saved.data) && aligned16(bb.grad_rows);
 
   run_phase1(geo, in, bb.bf16_bank, p1, stream);

@@ -5,7 +5,8 @@
 //   gather        retrieved[p*C+i] = sum_w k_eff * M0[k_slot], inter[...] = sum_r q_w * M0[q_slot]
 //   dual          U = beta (v - retrieved); delta = X U; readings = inter + QX U (rounded to E)
 //   group_writer  each slot group: M[s] = exp(Lambda_s) M0[s] + sum_e wcoef_e delta[i_e], rounded
-//                 to E once; in a saving call also the pre-write row into the snapshot
+//                 to E once; in a saving call also the pre-write row into the snapshot, encoded
+//                 in the snapshot mode (none / bf16 / fp8 / int4, snapshot_rows.cuh)
 // All three are graph-capturable, sync-free and deterministic (fixed per-element reduction
 // orders that depend only on the shape, never on the SM count).
 #pragma once
@@ -16,6 +17,7 @@
 
 #include "chunk_plan.hpp"
 #include "phase1.hpp"
+#include "sdm/options.hpp"
 
 namespace sdm::cuda {
 
@@ -27,7 +29,9 @@ struct StepBuffers {
   float* inter = nullptr;        // [P*C, hd] step rows
   float* delta = nullptr;        // [P*C, hd] per step (no-grad) or [N*C, hd] (saving)
   float* residual = nullptr;     // [N*C, hd] (saving) or null
-  void* snapshot = nullptr;      // [N*C*W, hd] E (saving) or null
+  void* snapshot = nullptr;      // [N*C*W, row_bytes] snapshot payload rows (saving) or null
+  float* snapshot_scales = nullptr;                   // [N*C*W] f32 (saving, fp8 / int4) or null
+  SnapshotQuant snapshot_mode = SnapshotQuant::none;  // effective mode (saved_layout.hpp)
   bool delta_per_chunk = false;  // delta holds every chunk's rows (saving call)
   bool bf16_bank = false;
   bool vec8 = false;             // hd % 8 == 0 and a 16-byte aligned bank: vector path

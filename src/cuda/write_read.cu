@@ -16,6 +16,7 @@
 #include "index_check.hpp"
 #include "phase1.hpp"
 #include "saved_layout.hpp"
+#include "snapshot_rows.cuh"
 #include "step_kernels.hpp"
 #include "workspace.hpp"
 
@@ -52,22 +53,20 @@ Inputs make_inputs(const WriteReadArgs& args) {
 }
 
 SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptions& options) {
-  const bool bf16_bank = shape.bank == DType::bf16;
-  const bool plain = options.snapshot_quant == SnapshotQuant::none ||
-                     (options.snapshot_quant == SnapshotQuant::bf16 && bf16_bank);
-  if (!plain) {
-    throw RuntimeError(std::string("snapshot_quant \"") + snapshot_quant_name(options.snapshot_quant) + "\" on a " +
-                       dtype_name(shape.bank) +
-                       " bank is not yet implemented on CUDA (the CUDA saving forward stores snapshot \"none\")");
-  }
   const auto align = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
-  const std::size_t rows = static_cast<std::size_t>(shape.num_time_chunks() * shape.P * shape.C);
+  const std::size_t token_rows = static_cast<std::size_t>(shape.num_time_chunks() * shape.P * shape.C);
+  const std::size_t snapshot_rows = token_rows * static_cast<std::size_t>(shape.W);
   const std::size_t hd = static_cast<std::size_t>(shape.hd);
   SavedLayout layout;
+  layout.mode = effective_snapshot_mode(options.snapshot_quant, shape.bank);
+  layout.row_bytes = core::snapshot_payload_bytes(layout.mode, shape.bank, shape.hd);
+  layout.has_scales = core::snapshot_scale_bytes(layout.mode) > 0;
   layout.delta = 0;
-  layout.residual = align(rows * hd * sizeof(float));
-  layout.snapshot = layout.residual + align(rows * hd * sizeof(float));
-  layout.total = layout.snapshot + rows * static_cast<std::size_t>(shape.W) * hd * dtype_size(shape.bank);
+  layout.residual = align(token_rows * hd * sizeof(float));
+  layout.snapshot = layout.residual + align(token_rows * hd * sizeof(float));
+  const std::size_t snapshot_end = layout.snapshot + snapshot_rows * layout.row_bytes;
+  layout.scales = layout.has_scales ? align(snapshot_end) : snapshot_end;
+  layout.total = layout.has_scales ? layout.scales + snapshot_rows * sizeof(float) : snapshot_end;
   return layout;
 }
 
@@ -111,8 +110,10 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
     sb.delta = reinterpret_cast<float*>(base + layout.delta);
     sb.residual = reinterpret_cast<float*>(base + layout.residual);
     sb.snapshot = base + layout.snapshot;
+    sb.snapshot_scales = layout.has_scales ? reinterpret_cast<float*>(base + layout.scales) : nullptr;
+    sb.snapshot_mode = layout.mode;
     sb.delta_per_chunk = true;
-    // 16-byte vector access to the snapshot and delta rows needs an aligned saved buffer.
+    // Vector access to the snapshot and delta rows needs an aligned saved buffer (saved_layout.hpp).
     sb.vec8 = sb.vec8 && aligned16(saved->data);
   }
 

@@ -1,6 +1,7 @@
 // bench_cuda.cu - GPU benchmark of the CUDA engine on the configurations of issue 6.
 //
 //   sdm_gpu_bench [--json FILE] [--configs small,readme,...] [--reps N] [--training-only]
+//                 [--snapshot none,fp8,int4]
 //
 // Per config: the chunked op's no-grad forward and saving forward (validate=False, chunk 64,
 // bf16 bank, bf16 k_val / v / q_val, f32 beta / g, int32 indices, inputs drawn on the device),
@@ -11,6 +12,9 @@
 // in a saving call) and that traffic's bandwidth as a fraction of the device-to-device copy
 // bandwidth measured in the same run (bytes read + written). Exits 0 with a message without a GPU.
 // --training-only: only the training step (saving forward + backward) of the chunked configs.
+// --snapshot: the snapshot modes (SPEC D) of the saving forward and the training step, one row
+// each (default none); per mode the extra device memory of the training step is printed, with its
+// ratio to mode none's and the time's ratio to none's when none is in the list.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,7 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "core/snapshot_quant.hpp"
 #include "device_tensor.hpp"
+#include "sdm/options.hpp"
 #include "sdm/ops.hpp"
 
 namespace {
@@ -182,28 +188,36 @@ struct Row {
 // Bank rows each token must move (bf16 rows of hd), by pass:
 //   forward: W rows read + W written + R read;  saving forward: + W snapshot rows written;
 //   saving forward + backward: + W snapshot rows read, W restored, R read, 2 (W + R) gradient
-//   rows (read and written).
-std::int64_t rows_per_token(const Config& c, bool snapshot, bool backward) {
-  std::int64_t rows = 2 * c.W + c.R + (snapshot ? c.W : 0);
-  if (backward) rows += 2 * c.W + c.R + 2 * (c.W + c.R);
+//   rows (read and written). A snapshot row counts as `snapshot_row` bank rows (its payload and
+//   scale bytes over 2 hd: 1 for none, about 1/2 for fp8, 1/4 for int4).
+double rows_per_token(const Config& c, double snapshot_row, bool backward) {
+  const auto W = static_cast<double>(c.W), R = static_cast<double>(c.R);
+  double rows = 2 * W + R + snapshot_row * W;
+  if (backward) rows += snapshot_row * W + W + R + 2 * (W + R);
   return rows;
 }
 
-Row make_row(const Config& c, const char* mode, double ms, std::int64_t rows, double copy_bw) {
+// Bytes of one snapshot row of the bf16 bank in `mode`, in bank rows.
+double snapshot_row_size(const Config& c, SnapshotQuant mode) {
+  const std::size_t bytes = core::snapshot_payload_bytes(mode, DType::bf16, c.hd) + core::snapshot_scale_bytes(mode);
+  return static_cast<double>(bytes) / static_cast<double>(2 * c.hd);
+}
+
+Row make_row(const Config& c, const std::string& mode, double ms, double rows, double copy_bw) {
   const double tokens = static_cast<double>(c.P * c.T);
-  const double bytes = tokens * static_cast<double>(rows) * static_cast<double>(c.hd) * 2.0;
+  const double bytes = tokens * rows * static_cast<double>(c.hd) * 2.0;
   return {c.name, mode, ms, tokens / (ms * 1e-3), bytes * 1e-9, bytes / (ms * 1e-3) / copy_bw};
 }
 
-void bench_chunked(const Config& c, int reps, bool training_only, double copy_bw, std::vector<Row>& rows) {
+void bench_chunked(const Config& c, int reps, bool training_only, const std::vector<SnapshotQuant>& modes,
+                   double copy_bw, std::vector<Row>& rows) {
   Inputs in(c);
   WriteReadOptions opt;
   opt.slots_per_stream = c.sps;
   opt.chunk_size = 64;
   opt.validate = false;
   const WriteReadArgs args = in.args();
-  const std::int64_t fwd_rows = rows_per_token(c, false, false);
-  DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(args, opt))});
+  const double fwd_rows = rows_per_token(c, 0.0, false);
   if (!training_only) {
   rows.push_back(make_row(c, "forward no-grad", median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }),
                           fwd_rows, copy_bw));
@@ -217,15 +231,13 @@ void bench_chunked(const Config& c, int reps, bool training_only, double copy_bw
                           median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }), fwd_rows,
                           copy_bw));
   opt.validate = false;
-  rows.push_back(make_row(c, "forward saving",
-                          median_ms(reps, [&] { write_read_forward_saving(args, in.readings.ref(), saved.ref(), opt); }),
-                          rows_per_token(c, true, false), copy_bw));
   }
 
   // A training step: the saving forward, then the backward of <readings, grad_readings>; the
-  // backward restores the bank, so every repetition starts from the same state. Extra device
-  // memory = the saved buffer + the peak the engine's stream-ordered scratch reached in the
-  // default memory pool (cudaMallocAsync), gradient outputs not counted.
+  // backward restores the bank (approximately for a lossy snapshot mode, so the bank drifts a
+  // little over the repetitions; the work per step does not change). Extra device memory = the
+  // saved buffer + the peak the engine's stream-ordered scratch reached in the default memory
+  // pool (cudaMallocAsync), gradient outputs not counted.
   const std::int64_t P = c.P, T = c.T;
   DeviceTensor grad_readings(DType::f32, {P, T, c.hd});
   fill(grad_readings, 9, -1.0f, 1.0f);
@@ -236,16 +248,39 @@ void bench_chunked(const Config& c, int reps, bool training_only, double copy_bw
                              grad_q_val.ref()};
   cudaMemPool_t pool;
   cuda_ok(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
-  std::uint64_t zero = 0, peak = 0;
-  cuda_ok(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero), "reset pool high-water mark");
-  rows.push_back(make_row(c, "forward saving + backward", median_ms(reps, [&] {
-    write_read_forward_saving(args, in.readings.ref(), saved.ref(), opt);
-    write_read_backward(args, saved.ref(), grad_readings.ref(), TensorRef{}, grads, opt);
-  }), rows_per_token(c, true, true), copy_bw));
-  cuda_ok(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &peak), "read pool high-water mark");
-  std::printf("%s training step: extra device memory %.3f GB (saved %.3f GB + scratch peak %.3f GB)\n", c.name,
-              static_cast<double>(saved.bytes() + peak) * 1e-9, static_cast<double>(saved.bytes()) * 1e-9,
-              static_cast<double>(peak) * 1e-9);
+  double none_ms = 0.0, none_extra = 0.0;
+  for (const SnapshotQuant mode : modes) {
+    opt.snapshot_quant = mode;
+    const std::string tag = std::string(", snapshot ") + snapshot_quant_name(mode);
+    DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(args, opt))});
+    if (!training_only) {
+      rows.push_back(make_row(c, "forward saving" + tag, median_ms(reps, [&] {
+        write_read_forward_saving(args, in.readings.ref(), saved.ref(), opt);
+      }), rows_per_token(c, snapshot_row_size(c, mode), false), copy_bw));
+    }
+    std::uint64_t zero = 0, peak = 0;
+    cuda_ok(cudaDeviceSynchronize(), "before the training step");
+    cuda_ok(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero), "reset pool high-water mark");
+    const double ms = median_ms(reps, [&] {
+      write_read_forward_saving(args, in.readings.ref(), saved.ref(), opt);
+      write_read_backward(args, saved.ref(), grad_readings.ref(), TensorRef{}, grads, opt);
+    });
+    const double step_rows = rows_per_token(c, snapshot_row_size(c, mode), true);
+    rows.push_back(make_row(c, "forward saving + backward" + tag, ms, step_rows, copy_bw));
+    cuda_ok(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &peak), "read pool high-water mark");
+    const double extra = static_cast<double>(saved.bytes() + peak);
+    std::printf("%s training step, snapshot %s: %.3f ms, extra device memory %.3f GB (saved %.3f GB + scratch peak "
+                "%.3f GB)",
+                c.name, snapshot_quant_name(mode), ms, extra * 1e-9, static_cast<double>(saved.bytes()) * 1e-9,
+                static_cast<double>(peak) * 1e-9);
+    if (mode == SnapshotQuant::none) {
+      none_ms = ms;
+      none_extra = extra;
+    } else if (none_ms > 0.0) {
+      std::printf("; vs none: time x%.3f, extra memory x%.3f", ms / none_ms, extra / none_extra);
+    }
+    std::printf("\n");
+  }
 }
 
 void bench_decode(const Config& c, int reps, double copy_bw, std::vector<Row>& rows) {
@@ -258,14 +293,26 @@ void bench_decode(const Config& c, int reps, double copy_bw, std::vector<Row>& r
   const double eager = median_ms(reps, [&] {
     for (int s = 0; s < kSteps; ++s) decode_step(args, in.readings.ref(), opt);
   });
-  rows.push_back(make_row(c, "decode step, eager", eager / kSteps, rows_per_token(c, false, false), copy_bw));
+  rows.push_back(make_row(c, "decode step, eager", eager / kSteps, rows_per_token(c, 0.0, false), copy_bw));
 
   const double graphed = graph_replay_ms(reps, [&](cudaStream_t stream) {
     DecodeOptions on_stream = opt;
     on_stream.cuda_stream = stream;
     for (int s = 0; s < kSteps; ++s) decode_step(args, in.readings.ref(), on_stream);
   });
-  rows.push_back(make_row(c, "decode step, graph replay", graphed / kSteps, rows_per_token(c, false, false), copy_bw));
+  rows.push_back(make_row(c, "decode step, graph replay", graphed / kSteps, rows_per_token(c, 0.0, false), copy_bw));
+}
+
+// "none,fp8,int4" -> the modes in that order (sdm::ValueError for an unknown name).
+std::vector<SnapshotQuant> parse_modes(const std::string& list) {
+  std::vector<SnapshotQuant> modes;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    modes.push_back(parse_snapshot_quant(list.substr(start, comma - start)));
+    start = comma + 1;
+  }
+  return modes;
 }
 
 }  // namespace
@@ -274,12 +321,14 @@ int main(int argc, char** argv) {
   std::string json_path, only;
   int reps = 5;
   bool training_only = false;
+  std::vector<SnapshotQuant> modes = {SnapshotQuant::none};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--configs" && i + 1 < argc) only = "," + std::string(argv[++i]) + ",";
     else if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--training-only") training_only = true;
+    else if (a == "--snapshot" && i + 1 < argc) modes = parse_modes(argv[++i]);
   }
   if (!cuda_device_available()) {
     std::printf("sdm_gpu_bench: skipped (no CUDA device)\n");
@@ -296,7 +345,7 @@ int main(int argc, char** argv) {
     std::printf("running %s ...\n", c.name);
     std::fflush(stdout);
     if (c.decode) bench_decode(c, reps, copy_bw, rows);
-    else bench_chunked(c, reps, training_only, copy_bw, rows);
+    else bench_chunked(c, reps, training_only, modes, copy_bw, rows);
   }
   std::printf("\n| config | mode | ms | tokens/s | GB must move | fraction of copy bw |\n|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {

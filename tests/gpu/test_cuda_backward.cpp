@@ -11,6 +11,11 @@
 // the working bank is restored to the initial bank bitwise (snapshot "none").
 // Bitwise checks: two backward runs, a CUDA-graph replay vs eager, a call asking for only some
 // gradients vs one asking for all; `saved` and the inputs unchanged by the backward.
+// Snapshot modes (SPEC D, Z.7): per mode and bank, readings and final bank bitwise equal to mode
+// "none"; gradients vs the reference and the CPU engine within the CPU engine's mode tolerances;
+// the bank the backward restores bitwise equal to the CPU engine's (same codes and scales); the
+// memory / v / beta gradients (which never read restored rows) bitwise equal to "none"'s; two
+// forwards give the same saved bytes, two backwards the same gradients.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -95,6 +100,7 @@ struct CudaForward {
       : dp(pb), readings(pb.spec.bank, {pb.spec.P, pb.spec.T, pb.spec.hd}), dy(dy_host),
         has_final(d_final_host.defined()) {
     saved = DeviceTensor(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(dp.args(), opt))});
+    poison(saved);  // rows that start no group stay 0xff: saved buffers of two runs compare bitwise
     if (has_final) d_final = DeviceTensor(d_final_host);
     write_read_forward_saving(dp.args(), readings.ref(), saved.ref(), opt);
     sync();
@@ -274,6 +280,105 @@ void test_bitwise_all() {
   test_bitwise(spec_of(3, 45, 5, 7, 13, 16, 5, DType::f32, 52), 8);
 }
 
+// ---- snapshot modes (SPEC D, Z.7) ---------------------------------------------------------------
+
+// Tolerances of the CPU engine's snapshot-mode test (tests/cpp/engine/test_engine_backward.cpp):
+// gradients vs the float64 reference, and the restored bank vs the initial bank (rel error).
+struct ModeTolerance {
+  SnapshotQuant mode;
+  double grad, bank;
+};
+constexpr ModeTolerance kModeTolerances[] = {{SnapshotQuant::none, 0.0, 0.0},
+                                             {SnapshotQuant::bf16, 1e-2, 4e-3},
+                                             {SnapshotQuant::fp8, 8e-2, 7e-2},
+                                             {SnapshotQuant::int4, 2e-1, 1e-1}};
+
+struct ModeRun {
+  HostTensor readings, final_bank, saved;
+  GradRun grads;  // bank_after: the working bank after the backward
+};
+
+// CUDA saving forward + backward of the loss <readings, dy> + <final bank, dF> in opt's mode.
+ModeRun run_mode(const Problem& pb, const WriteReadOptions& opt, const HostTensor& dy, const HostTensor& d_final) {
+  CudaForward fwd(pb, opt, dy, d_final);
+  ModeRun out;
+  out.readings = fwd.readings.to_host();
+  out.final_bank = fwd.dp.memory.to_host();
+  out.saved = fwd.saved.to_host();
+  DeviceGrads grads(pb, DType::f32, DType::f32);
+  fwd.backward(grads.refs(), opt);
+  sync();
+  out.grads = grads.to_host();
+  out.grads.bank_after = fwd.dp.memory.to_host();
+  return out;
+}
+
+bool grads_bitwise_equal(const GradRun& a, const GradRun& b) {
+  bool equal = a.bank_after.bitwise_equal(b.bank_after);
+  for (std::size_t k = 0; k < 6; ++k) equal = equal && views(a)[k].tensor.bitwise_equal(views(b)[k].tensor);
+  return equal;
+}
+
+void snapshot_modes_case(const ProblemSpec& spec, std::int64_t C) {
+  std::printf("  snapshot modes, %s\n", describe(spec, C).c_str());
+  const Problem pb = make_problem(spec);
+  WriteReadOptions opt;
+  opt.slots_per_stream = spec.slots_per_stream;
+  opt.chunk_size = C;
+  const HostTensor dy = random_tensor({spec.P, spec.T, spec.hd}, 1.0, spec.seed + 100);
+  const HostTensor d_final = random_tensor({pb.bank_rows(), spec.hd}, 1.0, spec.seed + 200);
+  const GradRun want = reference_backward(pb, dy, d_final, opt);
+
+  ModeRun none;
+  for (const ModeTolerance& m : kModeTolerances) {
+    opt.snapshot_quant = m.mode;
+    const std::string mode = std::string("[") + snapshot_quant_name(m.mode) + "] ";
+    const bool exact = m.mode == SnapshotQuant::none || (m.mode == SnapshotQuant::bf16 && spec.bank == DType::bf16);
+    const double tol = exact ? tolerance(spec.bank) : m.grad;
+    const ModeRun got = run_mode(pb, opt, dy, d_final);
+    if (m.mode == SnapshotQuant::none) none = got;
+
+    // (a) the forward never depends on the mode.
+    expect(got.readings.bitwise_equal(none.readings) && got.final_bank.bitwise_equal(none.final_bank),
+           mode + "readings and final bank bitwise equal to \"none\"");
+    // (b) gradients vs the float64 reference; (c) vs the CPU engine in the same mode.
+    const GradRun cpu = engine_backward(pb, engine_forward_saving(pb, opt), dy, d_final, opt, DType::f32);
+    const auto got_v = views(got.grads), want_v = views(want), cpu_v = views(cpu);
+    for (std::size_t k = 0; k < got_v.size(); ++k) {
+      expect_error_at_most(rel_error(got_v[k].tensor, want_v[k].tensor), tol,
+                           mode + "grad " + got_v[k].name + " vs float64 reference");
+      expect_error_at_most(rel_error(got_v[k].tensor, cpu_v[k].tensor), tol,
+                           mode + "grad " + got_v[k].name + " vs CPU engine");
+    }
+    expect(got.grads.bank_after.bitwise_equal(cpu.bank_after),
+           mode + "restored bank bitwise equal to the CPU engine's");
+    if (exact) {
+      expect(got.grads.bank_after.bitwise_equal(pb.memory), mode + "restored bank bitwise equal to the initial bank");
+      expect(grads_bitwise_equal(got.grads, none.grads), mode + "every gradient bitwise equal to \"none\"");
+    } else {
+      const double bank_error = rel_error(got.grads.bank_after, pb.memory);
+      expect_error_at_most(bank_error, m.bank, mode + "restored bank vs initial bank");
+      expect(bank_error > 0.0, mode + "a lossy snapshot restores an approximate bank");
+      expect(got.grads.memory.bitwise_equal(none.grads.memory) && got.grads.v.bitwise_equal(none.grads.v) &&
+                 got.grads.beta.bitwise_equal(none.grads.beta),
+             mode + "grads memory, v, beta (no restored rows) bitwise equal to \"none\"");
+    }
+    // (d) determinism: a second forward + backward.
+    const ModeRun again = run_mode(pb, opt, dy, d_final);
+    expect(again.saved.bitwise_equal(got.saved), mode + "two forwards: saved buffer bitwise equal");
+    expect(grads_bitwise_equal(again.grads, got.grads), mode + "two runs: every gradient and the bank bitwise equal");
+  }
+}
+
+void test_snapshot_modes() {
+  for (const DType bank : {DType::f32, DType::bf16}) {
+    snapshot_modes_case(spec_of(2, 37, 3, 5, 37, 16, 1, bank, 41), 8);     // odd hd > 32, T % C != 0, G = 1
+    snapshot_modes_case(spec_of(3, 50, 4, 2, 20, 32, 4, bank, 42), 16);    // hd % 8 != 0, G = W
+    snapshot_modes_case(spec_of(2, 70, 8, 6, 72, 64, 8, bank, 43), 16);    // vector path, G = W
+    snapshot_modes_case(spec_of(1, 40, 16, 12, 520, 256, 1, bank, 44), 16);  // vector, 3 column steps
+  }
+}
+
 // ---- validate=True: the device check's error, nothing written ------------------------------
 
 void test_validation() {
@@ -331,6 +436,7 @@ int main(int argc, char** argv) {
       {"backward vs float64 reference and CPU engine", test_backward_vs_reference},
       {"backward bitwise: runs, partial, graph replay", test_bitwise_all},
       {"backward device index check", test_validation},
+      {"backward snapshot modes", test_snapshot_modes},
   };
   int failed_tests = 0, ran = 0;
   for (const auto& t : tests) {

@@ -6,8 +6,9 @@
 // Oracles: the float64 reference (sdm::reference) on host copies of fresh random inputs, with the
 // tolerances of the project (relative error max|a-b| / max|b|: f32 bank 1e-4, bf16 bank 2e-2);
 // the host index check (core::check_*_indices) for the device check's messages; the CPU engine.
-// Bitwise checks: two runs, no-grad vs saving, eager vs CUDA-graph replay. Masking: guard rows
-// around the bank stay untouched and masked entries act as no-ops.
+// Bitwise checks: two runs, no-grad vs saving, eager vs CUDA-graph replay, saving forwards in every
+// snapshot mode vs "none". Masking: guard rows around the bank stay untouched and masked entries
+// act as no-ops.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -473,25 +474,47 @@ void test_validation_errors() {
   }
 }
 
-// ---- what is not implemented yet says so ----------------------------------------------
+// ---- snapshot modes: saved-buffer sizes, and the forward never depends on the mode ----------
 
-void test_unimplemented_paths() {
-  ProblemSpec spec;
-  spec.P = 1, spec.T = 4, spec.W = 2, spec.R = 2, spec.hd = 8, spec.slots_per_stream = 8, spec.seed = 81;
-  const Problem pb = make_problem(spec);
-  DeviceProblem dp(pb);
-  WriteReadOptions opt = options_for(spec, 4);
-  std::printf("  unimplemented paths raise RuntimeError\n");
-  for (const SnapshotQuant mode : {SnapshotQuant::fp8, SnapshotQuant::int4, SnapshotQuant::bf16}) {
-    opt.snapshot_quant = mode;
-    std::string got;
-    try {
-      write_read_saved_bytes(dp.args(), opt);
-    } catch (const RuntimeError& e) {
-      got = e.what();
+// Per bank: write_read_saved_bytes orders the modes by their row size (SPEC D.1: none hd*E,
+// bf16 2 hd (f32 bank; "none" on a bf16 bank), fp8 hd + scale, int4 ceil(hd/2) + scale), and a
+// saving forward in every mode gives readings and a final bank bitwise equal to mode "none"'s
+// (SPEC Z.7). The backward's use of the modes is tested in test_cuda_backward.cpp.
+void test_snapshot_modes_forward() {
+  for (const DType bank : {DType::f32, DType::bf16}) {
+    for (const std::int64_t hd : {std::int64_t{8}, std::int64_t{37}}) {
+      ProblemSpec spec;
+      spec.P = 2, spec.T = 21, spec.W = 3, spec.R = 2, spec.hd = hd, spec.slots_per_stream = 16, spec.bank = bank;
+      spec.seed = 81;
+      std::printf("  snapshot modes, saving forward %s\n", describe(spec, 8).c_str());
+      const Problem pb = make_problem(spec);
+      WriteReadOptions opt = options_for(spec, 8);
+      std::size_t bytes[4] = {};
+      HostTensor none_readings, none_bank;
+      for (const SnapshotQuant mode :
+           {SnapshotQuant::none, SnapshotQuant::bf16, SnapshotQuant::fp8, SnapshotQuant::int4}) {
+        opt.snapshot_quant = mode;
+        const std::string name = snapshot_quant_name(mode);
+        DeviceProblem dp(pb);
+        bytes[static_cast<int>(mode)] = write_read_saved_bytes(dp.args(), opt);
+        DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(bytes[static_cast<int>(mode)])});
+        DeviceTensor readings = poisoned(bank, {spec.P, spec.T, spec.hd});
+        write_read_forward_saving(dp.args(), readings.ref(), saved.ref(), opt);
+        sync();
+        if (mode == SnapshotQuant::none) {
+          none_readings = readings.to_host();
+          none_bank = dp.memory.to_host();
+        } else {
+          expect(readings.to_host().bitwise_equal(none_readings), name + ": readings bitwise equal to \"none\"");
+          expect(dp.memory.to_host().bitwise_equal(none_bank), name + ": final bank bitwise equal to \"none\"");
+        }
+      }
+      std::printf("    saved bytes: none %zu, bf16 %zu, fp8 %zu, int4 %zu\n", bytes[0], bytes[1], bytes[2], bytes[3]);
+      const bool bf16_is_none = bank == DType::bf16;
+      expect(bf16_is_none ? bytes[1] == bytes[0] : bytes[1] < bytes[0] && bytes[1] > bytes[2],
+             bf16_is_none ? "bf16 on a bf16 bank saves as much as none" : "bf16 saves less than none, more than fp8");
+      expect(bytes[2] < bytes[0] && bytes[3] < bytes[2], "fp8 saves less than none, int4 less than fp8");
     }
-    expect(got.find("not yet implemented on CUDA") != std::string::npos,
-           std::string("snapshot_quant ") + snapshot_quant_name(mode) + " on an f32 bank: " + got);
   }
 }
 
@@ -611,7 +634,7 @@ int main(int argc, char** argv) {
       {"bitwise: runs, saving, graph replay", test_bitwise},
       {"masking with validate=False", test_masking},
       {"device index check (validate=True)", test_validation_errors},
-      {"unimplemented paths", test_unimplemented_paths},
+      {"snapshot modes: saved bytes, forward unchanged", test_snapshot_modes_forward},
       {"CUDA vs CPU engine", test_cuda_vs_cpu_engine},
       {"bank of more than 2^32 elements", test_bank_over_2_pow_32_elements},
   };
