@@ -5,16 +5,19 @@
 // Outputs: delta f32 (step rows, or chunk-token rows n*C + i in a saving call), readings E
 //          [P, T, hd] (valid tokens only), residual f32 [N*C, hd] (saving calls only).
 // Math:    res = rnd_E(v) - retrieved;  U = beta * res;  delta = X U;  readings = rnd_E(inter + QX U).
-// Parallel decomposition: one CTA per (8-column tile, chunk p of the step), 8 x 32 threads.
-//   Thread (x, y) owns column x of the tile and rows y, y+32, ... (kMaxRows of them, in
-//   registers; every per-row loop is unrolled so its loads are in flight together). U and
-//   32-column slices of X and QX are staged in shared memory; the j loop runs in ascending
-//   order for every (i, column), so each output is one fixed-order f32 sum. Narrow tiles give
-//   hd/8 * P CTAs: this kernel is latency-bound, more CTAs and fewer rows per thread pay.
-// Numerics: f32 throughout; the arithmetic of readings is identical in no-grad and saving calls
-//   (the saving call only stores more), so their readings are bitwise equal.
-#include <algorithm>
-
+// Parallel decomposition (chunk_products.cuh): grid (column tiles of kCols, 64-row blocks of the
+//   chunk, P); thread t owns column t % kCols and the 4 rows 4 (t / kCols) .. +3 of the CTA's row
+//   block R0 .. R0+63, with delta and QX U of those rows in registers. For each 64-column slice
+//   jt = 0, 64, .., R0 of X / QX (rows of the block) the CTA stages the two matrix blocks and
+//   U[jt .. jt+63] of its columns (computed from v, retrieved and beta; a CTA also computes the U
+//   rows of earlier slices, the same values as their own CTA's) into shared memory; slices below
+//   the block are full products, the slice jt = R0 is triangular. Padding tokens have U = 0.
+//   kCols (32, 16 or 8) is the widest giving about one wave of CTAs (chunk::tile_cols).
+// Numerics: f32; delta[i] and (QX U)[i] are each one fmaf chain over j = 0 .. i ascending
+//   (bitwise the order of the previous kernel), independent of kCols; readings = rnd(inter + QX U).
+//   The arithmetic of readings is identical in no-grad and saving calls (the saving call only
+//   stores more: residual, delta per chunk), so their readings are bitwise equal.
+#include "chunk_products.cuh"
 #include "cuda_check.hpp"
 #include "dependent_launch.cuh"
 #include "device_values.cuh"
@@ -23,112 +26,110 @@
 namespace sdm::cuda {
 namespace {
 
-constexpr int kCols = 8;        // columns per CTA
-constexpr int kRowGroups = 32;  // thread rows per CTA: row i belongs to thread row i % 32
-constexpr int kThreads = kCols * kRowGroups;
-constexpr int kSlice = 32;      // columns of X / QX staged per pass
+using chunk::kBlock;
+using chunk::kRows;
+constexpr int kLdU = chunk::operand_ld(kBlock);  // U of a slice lies transposed: Ut[col * kLdU + j]
 
-template <typename E, int kMaxRows>
-__global__ void __launch_bounds__(kThreads)
+template <typename E, int kCols>
+__global__ void __launch_bounds__(kCols * chunk::kRowGroups)
     dual_product(Geometry geo, Inputs in, Phase1Buffers p1, StepBuffers sb, std::int64_t ti) {
-  extern __shared__ float smem[];
+  __shared__ __align__(16) float Xs[kBlock * kBlock];
+  __shared__ __align__(16) float QXs[kBlock * kBlock];
+  __shared__ __align__(16) float Ut[kCols * kLdU];
   wait_for_predecessor();
   const int C = static_cast<int>(geo.C);
   const std::int64_t hd = geo.hd;
-  float* U = smem;              // [C][kCols]
-  float* Xs = U + C * kCols;    // [C][kSlice] columns jt .. jt+kSlice-1 of X
-  float* QXs = Xs + C * kSlice; // [C][kSlice] same of QX
-  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
-  const int tid = ty * kCols + tx;
-  const std::int64_t p = blockIdx.y, n = ti * geo.P + p;
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kCols + tx;
+  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  const int col = tid % kCols, group = tid / kCols, groups = threads / kCols;
+  const int r0 = kRows * group;
+  const int R0 = kBlock * static_cast<int>(blockIdx.y);
+  const int rows = C - R0 < kBlock ? C - R0 : kBlock;  // rows of this CTA's block
+  const bool active = r0 < rows;                       // the thread owns a real row
+  const std::int64_t p = blockIdx.z, n = ti * geo.P + p;
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kCols + col;
+  const bool in_cols = c < hd;
   const bool bf16_bank = sb.bf16_bank;
 
-#pragma unroll
-  for (int m = 0; m < kMaxRows; ++m) {
-    const int i = ty + kRowGroups * m;
-    if (i >= C) break;
-    const std::int64_t t = ti * C + i;
-    float u = 0.0f;
-    if (c < hd) {
-      float res = 0.0f;
-      if (t < geo.T) {
-        const std::int64_t token = p * geo.T + t;
-        const float v = round_to_bank(load_input(in.v, in.v_dtype, token * hd + c), bf16_bank);
-        res = v - sb.retrieved[(p * C + i) * hd + c];
-        u = load_input(in.beta, in.beta_dtype, token) * res;
-      }
-      if (sb.residual != nullptr) sb.residual[(n * C + i) * hd + c] = res;
-    }
-    U[i * kCols + tx] = u;
-  }
-
-  float d[kMaxRows], y[kMaxRows];
-#pragma unroll
-  for (int m = 0; m < kMaxRows; ++m) d[m] = 0.0f, y[m] = 0.0f;
+  float d[kRows] = {}, y[kRows] = {}, inter[kRows] = {};
   const float* X = p1.X + n * C * C;
   const float* QX = p1.QX + n * C * C;
-  for (int jt = 0; jt < C; jt += kSlice) {
-    __syncthreads();  // U is complete / the previous slices are consumed
+  float* ut = Ut + col * kLdU;
+  for (int jt = 0; jt <= R0; jt += kBlock) {
+    __syncthreads();  // the previous slice is consumed
+    chunk::stage_block(X, C, R0, jt, Xs, tid, threads);
+    chunk::stage_block(QX, C, R0, jt, QXs, tid, threads);
+    const int jrows = C - jt < kBlock ? C - jt : kBlock;
+    for (int jj = group; jj < chunk::round_up4(jrows); jj += groups) {
+      float u = 0.0f;
+      if (in_cols && jj < jrows) {
+        const std::int64_t i = jt + jj, t = ti * C + i;
+        float res = 0.0f;
+        if (t < geo.T) {
+          const std::int64_t token = p * geo.T + t;
+          const float v = round_to_bank(load_input(in.v, in.v_dtype, token * hd + c), bf16_bank);
+          res = v - sb.retrieved[(p * C + i) * hd + c];
+          u = load_input(in.beta, in.beta_dtype, token) * res;
+        }
+        if (jt == R0 && sb.residual != nullptr) sb.residual[(n * C + i) * hd + c] = res;
+      }
+      ut[jj] = u;
+    }
+    if (jt == R0) {  // the last slice: inter's loads fly during its products
 #pragma unroll
-    for (int m = 0; m < kMaxRows * kSlice / kCols; ++m) {  // C * kSlice elements, kThreads at a time
-      const int o = tid + kThreads * m, i = o / kSlice, j = jt + o % kSlice;
-      if (i >= C) break;
-      Xs[o] = j < C ? X[i * C + j] : 0.0f;
-      QXs[o] = j < C ? QX[i * C + j] : 0.0f;
+      for (int r = 0; r < kRows; ++r) {
+        const int i = R0 + r0 + r;
+        inter[r] = active && in_cols && i < C ? sb.inter[(p * C + i) * hd + c] : 0.0f;
+      }
     }
     __syncthreads();
-    const int jn = C - jt < kSlice ? C - jt : kSlice;
-    for (int jj = 0; jj < jn; ++jj) {
-      const int j = jt + jj;
-      const float u = U[j * kCols + tx];
-#pragma unroll
-      for (int m = 0; m < kMaxRows; ++m) {
-        const int i = ty + kRowGroups * m;
-        if (i < C && i >= j) {
-          d[m] = fmaf(Xs[i * kSlice + jj], u, d[m]);
-          y[m] = fmaf(QXs[i * kSlice + jj], u, y[m]);
-        }
-      }
+    if (!active) continue;
+    if (jt < R0) {
+      chunk::lower_rows(Xs, QXs, ut, r0, kBlock, d, y);
+    } else {
+      chunk::lower_rows(Xs, QXs, ut, r0, r0, d, y);
+      chunk::lower_diagonal(Xs, QXs, ut, r0, d, y);
     }
   }
 
-  if (c >= hd) return;
+  if (!active || !in_cols) return;
   E* readings = static_cast<E*>(sb.readings);
   const std::int64_t delta_row0 = sb.delta_per_chunk ? n * C : p * C;
 #pragma unroll
-  for (int m = 0; m < kMaxRows; ++m) {
-    const int i = ty + kRowGroups * m;
+  for (int r = 0; r < kRows; ++r) {
+    const int i = R0 + r0 + r;
     if (i >= C) break;
-    sb.delta[(delta_row0 + i) * hd + c] = d[m];
+    sb.delta[(delta_row0 + i) * hd + c] = d[r];
     const std::int64_t t = ti * C + i;
-    if (t < geo.T) readings[(p * geo.T + t) * hd + c] = from_f32<E>(sb.inter[(p * C + i) * hd + c] + y[m]);
+    if (t < geo.T) readings[(p * geo.T + t) * hd + c] = from_f32<E>(inter[r] + y[r]);
   }
 }
 
-template <typename E, int kMaxRows>
+template <typename E, int kCols>
 void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
             cudaStream_t stream) {
-  const auto kernel = dual_product<E, kMaxRows>;
-  const std::size_t smem = static_cast<std::size_t>(geo.C * (kCols + 2 * kSlice)) * sizeof(float);
-  if (smem > 48 * 1024) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-               "cudaFuncSetAttribute (dual_product shared memory)");
+  const int C = static_cast<int>(geo.C);
+  const dim3 grid(static_cast<unsigned>((geo.hd + kCols - 1) / kCols),
+                  static_cast<unsigned>((C + kBlock - 1) / kBlock), static_cast<unsigned>(geo.P));
+  const dim3 block(static_cast<unsigned>(kCols * chunk::row_groups(C)));
+  launch_dependent(dual_product<E, kCols>, grid, block, 0, stream, "dual_product", geo, in, p1, sb, ti);
+}
+
+template <typename E>
+void launch_tiled(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const StepBuffers& sb,
+                  std::int64_t ti, cudaStream_t stream) {
+  switch (chunk::tile_cols(geo.hd, geo.P * ((geo.C + kBlock - 1) / kBlock))) {
+    case 32: launch<E, 32>(geo, in, p1, sb, ti, stream); break;
+    case 16: launch<E, 16>(geo, in, p1, sb, ti, stream); break;
+    default: launch<E, 8>(geo, in, p1, sb, ti, stream); break;
   }
-  const dim3 grid(static_cast<unsigned>((geo.hd + kCols - 1) / kCols), static_cast<unsigned>(geo.P));
-  launch_dependent(kernel, grid, dim3(kCols, kRowGroups), smem, stream, "dual_product", geo, in, p1, sb, ti);
 }
 
 }  // namespace
 
 void launch_dual(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const StepBuffers& sb,
                  std::int64_t ti, cudaStream_t stream) {
-  const bool short_chunk = geo.C <= 2 * kRowGroups;  // at most 2 rows per thread
-  if (sb.bf16_bank) {
-    short_chunk ? launch<Bf16Bits, 2>(geo, in, p1, sb, ti, stream) : launch<Bf16Bits, 8>(geo, in, p1, sb, ti, stream);
-  } else {
-    short_chunk ? launch<float, 2>(geo, in, p1, sb, ti, stream) : launch<float, 8>(geo, in, p1, sb, ti, stream);
-  }
+  if (sb.bf16_bank) launch_tiled<Bf16Bits>(geo, in, p1, sb, ti, stream);
+  else launch_tiled<float>(geo, in, p1, sb, ti, stream);
 }
 
 }  // namespace sdm::cuda
