@@ -1,5 +1,5 @@
-// backward_rows.cuh - row pieces, fixed-order warp dot products and any-dtype element access of
-// the CUDA backward.
+// backward_rows.cuh - row pieces, fixed-order warp dot products, any-dtype element access and
+// sorted-key searches of the CUDA backward.
 //
 // Column ownership (every backward kernel that walks a row with one warp): lane l owns the
 // columns c = 256 s + 8 l + k (k < 8, c < hd) of column step s. With kVec (hd % 8 == 0 and
@@ -9,7 +9,8 @@
 //
 // warp_dot: lane partial = fmaf chain over its columns in ascending c (f32, RN), then a butterfly
 // over the 32 lanes combining lanes that differ in bit 4 first, then 3, 2, 1, 0. Every lane ends
-// with the same value.
+// with the same value. warp_sums runs that butterfly on several values at once (bitwise the same
+// per value), for kernels that accumulate many dots' lane partials in one walk over a row.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +71,17 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+// warp_sum of every x[j] at once: the same butterfly per value, so each result is bitwise
+// warp_sum's; the values' shuffles interleave.
+template <int kCount>
+__device__ __forceinline__ void warp_sums(float (&x)[kCount]) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) x[j] += __shfl_xor_sync(0xffffffffu, x[j], offset);
+  }
+}
+
 // sum_c (scale * a[c]) * b[c] over the hd columns (scale * a[c] rounded once), in the order of
 // the file header. Called by all 32 lanes of a warp.
 template <bool kVec, typename A, typename B>
@@ -122,6 +134,28 @@ __device__ __forceinline__ std::int64_t lower_bound_key(const std::uint64_t* key
     else hi = mid;
   }
   return lo;
+}
+
+// lower_bound_key by a whole warp (all 32 lanes call it; count < 2^31): each round probes 32 keys
+// spread evenly over the remaining range and keeps the stretch between the last probe below
+// `bound` and the first one not below it, so 4096 keys take 3 rounds of dependent loads instead
+// of 12. Every lane returns the position pos; when pos < count, *key_at receives keys[pos].
+__device__ __forceinline__ int warp_lower_bound_key(const std::uint64_t* keys, int count, std::uint64_t bound,
+                                                    int lane, std::uint64_t* key_at) {
+  int lo = 0, hi = count;  // keys[0, lo) < bound <= keys[hi, count)
+  while (hi - lo >= 32) {
+    const int stride = (hi - lo + 31) / 32;
+    const int probe = lo + (lane + 1) * stride - 1;
+    // The lanes whose probe lies below `bound` form a prefix (keys ascending, probes ascending).
+    const int below = __popc(__ballot_sync(0xffffffffu, probe < hi && keys[probe] < bound));
+    hi = min(hi, lo + (below + 1) * stride - 1);
+    lo += below * stride;
+  }
+  const int probe = lo + lane;
+  const std::uint64_t key = probe < count ? keys[probe] : 0;
+  const int below = __popc(__ballot_sync(0xffffffffu, probe < hi && key < bound));  // <= hi - lo < 32
+  *key_at = __shfl_sync(0xffffffffu, key, below);
+  return lo + below;
 }
 
 }  // namespace sdm::cuda
