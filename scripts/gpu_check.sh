@@ -7,9 +7,10 @@
 # decode-latency benchmark; prints a summary table last.
 # Logs and JSON go to $OUT (default out/gpu_check); each phase prints its start time.
 #
-#   scripts/gpu_check.sh [--configs small,readme,...] [--reps N] [--no-tests] [--no-sanitizer] [--no-bench]
-#                        [--no-torch] [--profile CONFIG]
+#   scripts/gpu_check.sh [--configs small,readme,...] [--reps N] [--snapshot none,fp8,int4] [--no-tests]
+#                        [--no-sanitizer] [--no-bench] [--no-torch] [--profile CONFIG]
 #
+# --snapshot: the snapshot modes of the benchmark's training-step rows (default none,fp8,int4).
 # --no-torch: C++ only (no extension, no Python tests or Python benchmark).
 # The benchmark also runs small and readme with SDM_CUDA_PDL=0 (no programmatic dependent launch)
 # for an A/B of the launch gaps; failing C++ GPU tests are rerun with SDM_CUDA_PDL=0.
@@ -29,6 +30,7 @@ cd "$(dirname "$0")/.."
 
 configs="small,readme,big,flagship,decode8,decode64"
 reps=5
+snapshots="none,fp8,int4"
 tests=1
 sanitizer=1
 bench=1
@@ -38,6 +40,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --configs) configs="$2"; shift 2 ;;
     --reps) reps="$2"; shift 2 ;;
+    --snapshot) snapshots="$2"; shift 2 ;;
     --no-tests) tests=0; sanitizer=0; shift ;;
     --no-sanitizer) sanitizer=0; shift ;;
     --profile) profile="$2"; shift 2 ;;
@@ -138,7 +141,8 @@ bench_rc=0
 py_bench_rc=0
 if [ "$bench" = 1 ]; then
   phase "benchmark"
-  "$build/tests/gpu/sdm_gpu_bench" --json "$out/bench.json" --configs "$configs" --reps "$reps" 2>&1 | tee "$out/bench.log"
+  "$build/tests/gpu/sdm_gpu_bench" --json "$out/bench.json" --configs "$configs" --reps "$reps" \
+    --snapshot "$snapshots" 2>&1 | tee "$out/bench.log"
   bench_rc=${PIPESTATUS[0]}
   echo "-- the same, without programmatic dependent launch (SDM_CUDA_PDL=0): small, readme"
   SDM_CUDA_PDL=0 "$build/tests/gpu/sdm_gpu_bench" --json "$out/bench_no_pdl.json" --configs small,readme --reps "$reps" \
@@ -157,11 +161,11 @@ if [ "$sanitizer" = 1 ]; then
   : >"$out/sanitizer.log"
   for tool in memcheck racecheck initcheck; do
     echo "---- $tool" >>"$out/sanitizer.log"
-    timeout 75 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_tests" masking index \
+    timeout 75 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_tests" masking index "snapshot modes" \
       unimplemented "decode step vs" >>"$out/sanitizer.log" 2>&1
     rc=$?
-    timeout 75 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_backward_tests" \
-      "backward small" >>"$out/sanitizer.log" 2>&1
+    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_backward_tests" \
+      "backward small" "snapshot modes" >>"$out/sanitizer.log" 2>&1
     rc="$rc/$?"
     sanitizer_summary+="| compute-sanitizer $tool | rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer.log" | tail -1) |"$'\n'
   done
