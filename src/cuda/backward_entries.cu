@@ -21,6 +21,12 @@
 //   token_grads        one thread per token: grad_beta = rdot_i + sum_{j<i} A[i][j] dMs[i][j]
 //                      (j ascending); grad_g = dgamma (G = W) or sum_w dgamma_(i,w) (w ascending).
 // Every sum has one thread and a fixed order; no atomics.
+//
+// write_entry_grads and group_scans find the first read of their slot (at or after a token) with
+// warp_lower_bounds: the lanes of a warp hold consecutive sorted write entries, so their bounds
+// ascend with the lane; the warp searches lane 0's bound once and every lane then takes its own
+// position from one coalesced window of 32 read keys (a per-lane search only when the window does
+// not cover lane 31's bound). The positions are exactly lower_bound_key's.
 #include "backward.hpp"
 #include "backward_rows.cuh"
 #include "cuda_check.hpp"
@@ -41,13 +47,52 @@ __device__ __forceinline__ EntryPlace place(const Geometry& geo, std::int64_t n,
   return {n, p, t, p * geo.T + t};
 }
 
+// For each lane, the first position in keys[0, count) whose key is >= its bound (keys ascending),
+// when the 32 lanes' bounds do not decrease with the lane index and lane 0's position lies in
+// [first_begin, first_end] (first_end - first_begin < 2^31). All 32 lanes call it. Lane 0's bound
+// is searched by the whole warp; if some key of the window keys[lo, lo + 32) (keys past count read
+// as ~0) is >= lane 31's bound, every lane's position is in [lo, lo + 31] and is found by a binary
+// search over the window held one key per lane (shuffles); otherwise each lane searches [lo, count).
+__device__ __forceinline__ std::int64_t warp_lower_bounds(const std::uint64_t* keys, std::int64_t count,
+                                                          std::int64_t first_begin, std::int64_t first_end,
+                                                          std::uint64_t bound, int lane) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const std::uint64_t first_bound = __shfl_sync(kAll, bound, 0), last_bound = __shfl_sync(kAll, bound, 31);
+  std::uint64_t key_at_lo = 0;
+  const std::int64_t lo =
+      first_begin + warp_lower_bound_key(keys + first_begin, static_cast<int>(first_end - first_begin), first_bound,
+                                         lane, &key_at_lo);
+  const std::int64_t at = lo + lane;
+  const std::uint64_t window = at < count ? keys[at] : ~std::uint64_t{0};
+  if (__ballot_sync(kAll, window < last_bound) == kAll) return lo + lower_bound_key(keys + lo, count - lo, bound);
+  int below = 0;  // window keys < bound: the largest prefix whose last key is below the bound
+  for (int step = 32; step > 0; step /= 2) {
+    const int candidate = below + step;
+    const std::uint64_t key = __shfl_sync(kAll, window, (candidate - 1) & 31);
+    if (candidate <= 32 && key < bound) below = candidate;
+  }
+  return lo + below;
+}
+
 __global__ void write_entry_grads(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_k) {
   const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= geo.write_entries()) return;
+  const std::int64_t total = geo.write_entries();
+  if (e - static_cast<std::int64_t>(threadIdx.x % 32) >= total) return;  // whole warps from here on
   const std::int64_t C = geo.C, CW = C * geo.W, CR = C * geo.R;
-  const std::int64_t n = e / CW, chunk0 = n * CW, chunk_end = chunk0 + CW;
-  const std::uint64_t key = p1.keys[e];
-  const std::int64_t local = geo.keys.local_slot(key), i = geo.keys.token(key), w = geo.keys.lane(key);
+  const KeyLayout& rl = bb.read_layout;
+  const bool in_range = e < total;
+  std::int64_t n = 0, local = 0, i = 0, w = 0;
+  std::uint64_t bound = ~std::uint64_t{0};  // past the end: after every read key
+  if (in_range) {
+    const std::uint64_t key = p1.keys[e];
+    n = e / CW, local = geo.keys.local_slot(key), i = geo.keys.token(key), w = geo.keys.lane(key);
+    bound = rl.encode(n, local, i, 0);
+  }
+  const std::int64_t first_chunk = __shfl_sync(0xffffffffu, n, 0);
+  const std::int64_t first_read = warp_lower_bounds(bb.read_keys, geo.read_entries(), first_chunk * CR,
+                                                    (first_chunk + 1) * CR, bound, static_cast<int>(threadIdx.x % 32));
+  if (!in_range) return;
+  const std::int64_t chunk0 = n * CW, chunk_end = chunk0 + CW;
   const EntryPlace at = place(geo, n, i);
   const std::int64_t entry = chunk0 + i * geo.W + w;
   if (local == geo.sps) {  // padding or masked
@@ -78,10 +123,8 @@ __global__ void write_entry_grads(Geometry geo, Inputs in, Phase1Buffers p1, Bac
       dL -= da * p1.kappa[s] * kappa_e * decay;
     }
   }
-  const std::uint64_t* reads = bb.read_keys + n * CR;
-  const KeyLayout& rl = bb.read_layout;
-  for (std::int64_t s = lower_bound_key(reads, CR, rl.encode(n, local, i, 0)); s < CR && rl.local_slot(reads[s]) == local;
-       ++s) {
+  const std::uint64_t* reads = bb.read_keys;
+  for (std::int64_t s = first_read; s < (n + 1) * CR && rl.local_slot(reads[s]) == local; ++s) {
     const std::int64_t iq = rl.token(reads[s]);
     const std::int64_t read = n * CR + iq * geo.R + rl.lane(reads[s]);
     const float rho = p1.q_rho[read];
@@ -133,20 +176,29 @@ __global__ void read_entry_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers
 
 __global__ void group_scans(Geometry geo, Phase1Buffers p1, BackwardBuffers bb) {
   const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= geo.write_entries()) return;
+  const std::int64_t total = geo.write_entries();
+  if (e - static_cast<std::int64_t>(threadIdx.x % 32) >= total) return;  // whole warps from here on
   const std::int64_t CW = geo.C * geo.W, CR = geo.C * geo.R;
-  const std::int64_t n = e / CW, chunk0 = n * CW, chunk_end = chunk0 + CW;
-  const std::int64_t local = geo.keys.local_slot(p1.keys[e]);
-  if (local == geo.sps) return;
+  const KeyLayout& rl = bb.read_layout;
+  const bool in_range = e < total;
+  std::int64_t n = 0, local = 0;
+  std::uint64_t bound = ~std::uint64_t{0};  // past the end: after every read key
+  if (in_range) {
+    n = e / CW, local = geo.keys.local_slot(p1.keys[e]);
+    bound = rl.encode(n, local, 0, 0);
+  }
+  const std::int64_t first_chunk = __shfl_sync(0xffffffffu, n, 0);
+  const std::int64_t read_begin = warp_lower_bounds(bb.read_keys, geo.read_entries(), first_chunk * CR,
+                                                    (first_chunk + 1) * CR, bound, static_cast<int>(threadIdx.x % 32));
+  if (!in_range || local == geo.sps) return;
+  const std::int64_t chunk0 = n * CW, chunk_end = chunk0 + CW;
   if (e > chunk0 && geo.keys.local_slot(p1.keys[e - 1]) == local) return;
   std::int64_t end = e + 1;
   while (end < chunk_end && geo.keys.local_slot(p1.keys[end]) == local) ++end;
 
-  const std::uint64_t* reads = bb.read_keys + n * CR;
-  const KeyLayout& rl = bb.read_layout;
-  const std::int64_t read_begin = lower_bound_key(reads, CR, rl.encode(n, local, 0, 0));
+  const std::uint64_t* reads = bb.read_keys;
   std::int64_t read = read_begin;
-  while (read < CR && rl.local_slot(reads[read]) == local) ++read;
+  while (read < (n + 1) * CR && rl.local_slot(reads[read]) == local) ++read;
   --read;  // the slot's last read (reads are in token order)
   const auto entry_of = [&](std::int64_t s) {
     const std::uint64_t key = p1.keys[s];
