@@ -12,6 +12,11 @@
 // the matrix (warp broadcasts) and one of the operand for 16 fmaf per matrix. The inner loops are
 // not unrolled further (unroll 1): unrolled, ptxas took 96-136 registers and spilled for some kCols.
 //
+// Small chunks (C <= 64, one block): stage_chunk_async copies the whole C x C matrix with cp.async,
+// so a kernel issues every global load of its CTA (both matrices and its operand rows, the latter
+// as raw bits: load_input_bits / load_any_bits defer the dtype conversion, which would otherwise
+// wait for each load in turn) before its first __syncthreads: one global round trip in all.
+//
 // Numerics: every output is ONE fmaf chain over the inner index in ascending order, starting from
 // the caller's accumulator: the lower product sums j = 0 .. i for row i, the transposed product
 // i = j .. C-1 for row j. Blocks are visited in ascending order, so neither the tile width kCols,
@@ -21,6 +26,9 @@
 #pragma once
 
 #include <cstdint>
+
+#include "core/float_convert.hpp"
+#include "sdm/types.hpp"
 
 namespace sdm::cuda::chunk {
 
@@ -76,6 +84,65 @@ __device__ __forceinline__ void stage_block(const float* __restrict__ M, int C, 
     }
     reinterpret_cast<float4*>(Ms)[o] = x;
   }
+}
+
+// cp.async of 16 (or 4) bytes from global src to shared dst; src_bytes < size zero-fills the rest
+// (src_bytes == 0 reads nothing: src only has to be a valid address).
+__device__ __forceinline__ void copy_async16(float* dst, const float* src, int src_bytes) {
+  const auto d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void copy_async4(float* dst, const float* src, int src_bytes) {
+  const auto d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+// Waits for this thread's cp.async copies (a __syncthreads must follow before others read them).
+__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// stage_block(M, C, 0, 0, Ms, ..) for C <= 64, as cp.async copies in flight (same values, same
+// zero padding: rows C .. round_up4(C) - 1 and the columns C .. round_up4(C) - 1 of the last unit).
+// The caller runs wait_copies() and __syncthreads() before reading Ms.
+__device__ __forceinline__ void stage_chunk_async(const float* __restrict__ M, int C, float* Ms, int tid,
+                                                  int threads) {
+  const int units = (C + 3) / 4;
+  const bool vec = C % 4 == 0 && (reinterpret_cast<std::uintptr_t>(M) & 15u) == 0;
+  for (int o = tid; o < round_up4(C) * (kBlock / 4); o += threads) {
+    const int r = o >> 4, q = o & 15;
+    if (q >= units) continue;
+    const float* src = M + static_cast<std::int64_t>(r < C ? r : 0) * C + 4 * q;
+    if (vec) {
+      copy_async16(Ms + 4 * o, src, r < C ? 16 : 0);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const bool real = r < C && 4 * q + e < C;
+        copy_async4(Ms + 4 * o + e, real ? src + e : M, real ? 4 : 0);
+      }
+    }
+  }
+}
+
+// load_input (device_values.cuh) split in two: the raw bits now, the exact conversion later.
+__device__ __forceinline__ std::uint32_t load_input_bits(const void* data, DType dtype, std::int64_t i) {
+  return dtype == DType::bf16 || dtype == DType::f16 ? std::uint32_t{static_cast<const std::uint16_t*>(data)[i]}
+                                                     : static_cast<const std::uint32_t*>(data)[i];
+}
+__device__ __forceinline__ float input_from_bits(std::uint32_t bits, DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return core::bf16_to_float(static_cast<std::uint16_t>(bits));
+    case DType::f16: return core::f16_to_float(static_cast<std::uint16_t>(bits));
+    default: return __uint_as_float(bits);
+  }
+}
+
+// load_any (backward_rows.cuh: f64 / f32 / bf16 / f16) split likewise.
+__device__ __forceinline__ std::uint64_t load_any_bits(const void* data, DType dtype, std::int64_t i) {
+  if (dtype == DType::f64) return static_cast<const std::uint64_t*>(data)[i];
+  return load_input_bits(data, dtype, i);
+}
+__device__ __forceinline__ float any_from_bits(std::uint64_t bits, DType dtype) {
+  if (dtype == DType::f64) return static_cast<float>(__longlong_as_double(static_cast<long long>(bits)));
+  return input_from_bits(static_cast<std::uint32_t>(bits), dtype);
 }
 
 __device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }

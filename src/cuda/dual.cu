@@ -13,6 +13,10 @@
 //   rows of earlier slices, the same values as their own CTA's) into shared memory; slices below
 //   the block are full products, the slice jt = R0 is triangular. Padding tokens have U = 0.
 //   kCols (32, 16 or 8) is the widest giving about one wave of CTAs (chunk::tile_cols).
+//   C <= 64 (dual_product_small, one slice): the CTA issues all its global loads before its only
+//   __syncthreads - X and QX whole by cp.async, then v / retrieved / beta of its U rows (thread t:
+//   rows t / kCols + k * row_groups(C), k < 4, as raw bits) and inter of its 4 output rows - so one
+//   global round trip precedes the products, which then read shared memory only.
 // Numerics: f32; delta[i] and (QX U)[i] are each one fmaf chain over j = 0 .. i ascending
 //   (bitwise the order of the previous kernel), independent of kCols; readings = rnd(inter + QX U).
 //   The arithmetic of readings is identical in no-grad and saving calls (the saving call only
@@ -104,6 +108,79 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   }
 }
 
+// The same results for C <= 64 (file header): the general kernel's single slice jt = R0 = 0.
+template <typename E, int kCols>
+__global__ void __launch_bounds__(kCols * chunk::kRowGroups)
+    dual_product_small(Geometry geo, Inputs in, Phase1Buffers p1, StepBuffers sb, std::int64_t ti) {
+  __shared__ __align__(16) float Xs[kBlock * kBlock];
+  __shared__ __align__(16) float QXs[kBlock * kBlock];
+  __shared__ __align__(16) float Ut[kCols * kLdU];
+  wait_for_predecessor();
+  const int C = static_cast<int>(geo.C);
+  const std::int64_t hd = geo.hd;
+  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  const int col = tid % kCols, group = tid / kCols, groups = threads / kCols;  // groups = row_groups(C)
+  const int r0 = kRows * group;  // < C: every thread owns a real row
+  const std::int64_t p = blockIdx.y, n = ti * geo.P + p;
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kCols + col;
+  const bool in_cols = c < hd;
+
+  chunk::stage_chunk_async(p1.X + n * C * C, C, Xs, tid, threads);
+  chunk::stage_chunk_async(p1.QX + n * C * C, C, QXs, tid, threads);
+  // U rows jj = group + k * groups (k < 4) cover 0 .. round_up4(C) - 1 once; 0 past C / T.
+  std::uint32_t v_bits[kRows] = {}, beta_bits[kRows] = {};
+  float retrieved[kRows] = {}, inter[kRows] = {};
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const int i = group + k * groups;
+    const std::int64_t t = ti * C + i;
+    if (in_cols && i < C && t < geo.T) {
+      const std::int64_t token = p * geo.T + t;
+      v_bits[k] = chunk::load_input_bits(in.v, in.v_dtype, token * hd + c);
+      retrieved[k] = sb.retrieved[(p * C + i) * hd + c];
+      beta_bits[k] = chunk::load_input_bits(in.beta, in.beta_dtype, token);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int i = r0 + r;
+    if (in_cols && i < C) inter[r] = sb.inter[(p * C + i) * hd + c];
+  }
+
+  float* ut = Ut + col * kLdU;
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const int i = group + k * groups;
+    const std::int64_t t = ti * C + i;
+    float res = 0.0f, u = 0.0f;
+    if (in_cols && i < C && t < geo.T) {
+      const float v = round_to_bank(chunk::input_from_bits(v_bits[k], in.v_dtype), sb.bf16_bank);
+      res = v - retrieved[k];
+      u = chunk::input_from_bits(beta_bits[k], in.beta_dtype) * res;
+    }
+    if (in_cols && i < C && sb.residual != nullptr) sb.residual[(n * C + i) * hd + c] = res;
+    ut[i] = u;
+  }
+  chunk::wait_copies();
+  __syncthreads();
+
+  float d[kRows] = {}, y[kRows] = {};
+  chunk::lower_rows(Xs, QXs, ut, r0, r0, d, y);
+  chunk::lower_diagonal(Xs, QXs, ut, r0, d, y);
+
+  if (!in_cols) return;
+  E* readings = static_cast<E*>(sb.readings);
+  const std::int64_t delta_row0 = sb.delta_per_chunk ? n * C : p * C;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int i = r0 + r;
+    if (i >= C) break;
+    sb.delta[(delta_row0 + i) * hd + c] = d[r];
+    const std::int64_t t = ti * C + i;
+    if (t < geo.T) readings[(p * geo.T + t) * hd + c] = from_f32<E>(inter[r] + y[r]);
+  }
+}
+
 template <typename E, int kCols>
 void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
             cudaStream_t stream) {
@@ -111,7 +188,12 @@ void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, cons
   const dim3 grid(static_cast<unsigned>((geo.hd + kCols - 1) / kCols),
                   static_cast<unsigned>((C + kBlock - 1) / kBlock), static_cast<unsigned>(geo.P));
   const dim3 block(static_cast<unsigned>(kCols * chunk::row_groups(C)));
-  launch_dependent(dual_product<E, kCols>, grid, block, 0, stream, "dual_product", geo, in, p1, sb, ti);
+  if (C <= kBlock) {
+    const dim3 small_grid(grid.x, grid.z);
+    launch_dependent(dual_product_small<E, kCols>, small_grid, block, 0, stream, "dual_product", geo, in, p1, sb, ti);
+  } else {
+    launch_dependent(dual_product<E, kCols>, grid, block, 0, stream, "dual_product", geo, in, p1, sb, ti);
+  }
 }
 
 template <typename E>
