@@ -7,7 +7,11 @@
 //                    group in token order: L (f32 running sum of log-decays), k_eff, then
 //                    wcoef = kappa exp(Lambda - L) and gdecay = exp(Lambda)
 //   lookup_reads     one thread per read entry: binary search of the last write of its slot at or
-//                    before its token (reads come after the token's writes), Lq and q_w
+//                    before its token (reads come after the token's writes), Lq and q_w. The CTA
+//                    (one slice of one chunk) first samples up to 256 of the chunk's sorted keys
+//                    into shared memory; the search runs over those, then over the one stretch of
+//                    global keys between two samples (same position as a search over all keys)
+// These four use chunk-sliced grids (slices_for): a CTA never straddles two chunks.
 //   pair_products    one warp per chunk row i (8 rows per CTA): A[i, :] (strictly lower) and QK[i, :]
 //                    (lower incl. diagonal) accumulated in shared memory, then stored whole (zeros
 //                    included). Lane l takes token i's write lanes w = l, l+32, ... (then its reads
@@ -32,7 +36,20 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned blocks_for(std::int64_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
+// Chunk-sliced grids: CTA b covers the entries [s * kThreads, (s + 1) * kThreads) of chunk
+// b / slices, s = b % slices, so the chunk is one 32-bit division per CTA and the entry's place in
+// its chunk (below C * max(W, R) < 2^31) is 32-bit arithmetic.
+unsigned slices_for(std::int64_t per_chunk) { return static_cast<unsigned>((per_chunk + kThreads - 1) / kThreads); }
+
+struct ChunkSlice {
+  std::int64_t n;  // chunk
+  int q;           // entry within the chunk (may be past its end)
+};
+
+__device__ __forceinline__ ChunkSlice chunk_slice(unsigned slices) {
+  return {static_cast<std::int64_t>(blockIdx.x / slices),
+          static_cast<int>((blockIdx.x % slices) * kThreads + threadIdx.x)};
+}
 
 struct EntryPlace {
   std::int64_t n, p, ti, t;
@@ -43,11 +60,11 @@ __device__ __forceinline__ EntryPlace place_of(const Geometry& geo, std::int64_t
   return {n, p, ti, ti * geo.C + i};
 }
 
-__global__ void make_write_keys(Geometry geo, Inputs in, std::uint64_t* keys, std::int32_t* k_slot) {
-  const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= geo.write_entries()) return;
-  const std::int64_t CW = geo.C * geo.W;
-  const std::int64_t n = e / CW, i = (e % CW) / geo.W, w = e % geo.W;
+__global__ void make_write_keys(Geometry geo, Inputs in, unsigned slices, std::uint64_t* keys, std::int32_t* k_slot) {
+  const ChunkSlice cs = chunk_slice(slices);
+  const int W = static_cast<int>(geo.W);
+  if (cs.q >= static_cast<int>(geo.C) * W) return;
+  const std::int64_t n = cs.n, i = cs.q / W, w = cs.q % W, e = n * geo.C * W + cs.q;
   const EntryPlace at = place_of(geo, n, i);
   std::int64_t local = geo.sps;  // padding / masked: sorts after every real slot of the chunk
   std::int32_t slot = -1;
@@ -63,11 +80,11 @@ __global__ void make_write_keys(Geometry geo, Inputs in, std::uint64_t* keys, st
   k_slot[e] = slot;
 }
 
-__global__ void scan_groups(Geometry geo, Inputs in, bool bf16_bank, Phase1Buffers buf) {
-  const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= geo.write_entries()) return;
+__global__ void scan_groups(Geometry geo, Inputs in, bool bf16_bank, unsigned slices, Phase1Buffers buf) {
+  const ChunkSlice cs = chunk_slice(slices);
   const std::int64_t CW = geo.C * geo.W;
-  const std::int64_t n = e / CW, q = e % CW, chunk_end = (n + 1) * CW;
+  if (cs.q >= CW) return;
+  const std::int64_t n = cs.n, q = cs.q, e = n * CW + q, chunk_end = (n + 1) * CW;
   const std::uint64_t key = buf.keys[e];
   const std::int64_t local = geo.keys.local_slot(key);
   const std::int64_t own = n * CW + geo.keys.token(key) * geo.W + geo.keys.lane(key);
@@ -79,9 +96,10 @@ __global__ void scan_groups(Geometry geo, Inputs in, bool bf16_bank, Phase1Buffe
   if (q > 0 && geo.keys.local_slot(buf.keys[e - 1]) == local) return;  // not the group's first entry
 
   float lambda = 0.0f;  // running Lambda_s(i): f32, token order, this chunk only (segmented scan)
+  float first_L = 0.0f, first_kappa = 0.0f;  // entry e's, kept for the second pass
   std::int64_t end = e;
   for (; end < chunk_end; ++end) {
-    const std::uint64_t k = buf.keys[end];
+    const std::uint64_t k = end == e ? key : buf.keys[end];
     if (geo.keys.local_slot(k) != local) break;
     const std::int64_t i = geo.keys.token(k), w = geo.keys.lane(k);
     const EntryPlace at = place_of(geo, n, i);
@@ -92,19 +110,30 @@ __global__ void scan_groups(Geometry geo, Inputs in, bool bf16_bank, Phase1Buffe
     buf.L[end] = lambda;
     buf.kappa[end] = kappa;
     buf.k_eff[n * CW + i * geo.W + w] = kappa * expf(lambda);
+    if (end == e) first_L = lambda, first_kappa = kappa;
   }
   const float total_decay = expf(lambda);
   for (std::int64_t s = e; s < end; ++s) {
-    buf.wcoef[s] = buf.kappa[s] * expf(lambda - buf.L[s]);
+    const float L_s = s == e ? first_L : buf.L[s], kappa_s = s == e ? first_kappa : buf.kappa[s];
+    buf.wcoef[s] = kappa_s * expf(lambda - L_s);
     buf.gdecay[s] = total_decay;
   }
 }
 
-__global__ void lookup_reads(Geometry geo, Inputs in, bool bf16_bank, Phase1Buffers buf) {
-  const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= geo.read_entries()) return;
-  const std::int64_t CR = geo.C * geo.R, CW = geo.C * geo.W;
-  const std::int64_t n = e / CR, i = (e % CR) / geo.R, r = e % geo.R;
+constexpr int kFences = kThreads;  // sampled write keys per chunk in lookup_reads' shared memory
+
+__global__ void __launch_bounds__(kThreads) lookup_reads(Geometry geo, Inputs in, bool bf16_bank, unsigned slices,
+                                                         Phase1Buffers buf) {
+  __shared__ std::uint64_t fences[kFences];  // fences[f] = chunk key f * stride, f < fence_count
+  const ChunkSlice cs = chunk_slice(slices);
+  const std::int64_t n = cs.n;
+  const int R = static_cast<int>(geo.R), CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C) * R;
+  const int stride = (CW + kFences - 1) / kFences, fence_count = (CW + stride - 1) / stride;
+  const std::uint64_t* keys = buf.keys + n * CW;
+  if (static_cast<int>(threadIdx.x) < fence_count) fences[threadIdx.x] = keys[threadIdx.x * stride];
+  __syncthreads();
+  if (cs.q >= CR) return;
+  const std::int64_t i = cs.q / R, r = cs.q % R, e = n * CR + cs.q;
   const EntryPlace at = place_of(geo, n, i);
   std::int32_t slot = -1, pos = -1;
   float rho = 0.0f, weight = 0.0f;
@@ -116,18 +145,24 @@ __global__ void lookup_reads(Geometry geo, Inputs in, bool bf16_bank, Phase1Buff
       slot = static_cast<std::int32_t>(idx);
       rho = round_to_bank(load_input(in.q_val, in.q_val_dtype, token * geo.R + r), bf16_bank);
       // Count the chunk's keys <= (local, i, last lane): the last one is the latest write of
-      // this slot at or before token i, if its slot matches.
+      // this slot at or before token i, if its slot matches. The fences <= bound narrow the count
+      // to one stretch between two fences: keys[(f - 1) stride] <= bound < keys[f stride].
       const std::uint64_t bound = geo.keys.encode(n, local, i, (std::int64_t{1} << geo.keys.lane_bits) - 1);
-      const std::uint64_t* keys = buf.keys + n * CW;
-      std::int64_t lo = 0, hi = CW;
+      int f = 0, f_hi = fence_count;
+      while (f < f_hi) {
+        const int mid = (f + f_hi) / 2;
+        if (fences[mid] <= bound) f = mid + 1;
+        else f_hi = mid;
+      }
+      int lo = f == 0 ? 0 : (f - 1) * stride + 1, hi = f == 0 ? 0 : min(f * stride, CW);
       while (lo < hi) {
-        const std::int64_t mid = (lo + hi) / 2;
+        const int mid = (lo + hi) / 2;
         if (keys[mid] <= bound) lo = mid + 1;
         else hi = mid;
       }
       float lq = 0.0f;
       if (lo > 0 && geo.keys.local_slot(keys[lo - 1]) == local) {
-        pos = static_cast<std::int32_t>(lo - 1);
+        pos = lo - 1;
         lq = buf.L[n * CW + pos];
       }
       weight = rho * expf(lq);
@@ -376,16 +411,19 @@ void plan_phase1(const Geometry& geo, Workspace& ws, Phase1Buffers& buf) {
 
 void run_phase1(const Geometry& geo, const Inputs& in, bool bf16_bank, const Phase1Buffers& buf,
                 cudaStream_t stream) {
-  const std::int64_t ew = geo.write_entries(), er = geo.read_entries();
-  make_write_keys<<<blocks_for(ew), kThreads, 0, stream>>>(geo, in, buf.keys_unsorted, buf.k_slot);
+  const std::int64_t ew = geo.write_entries();
+  const unsigned write_blocks = static_cast<unsigned>(geo.N) * slices_for(geo.C * geo.W);
+  const unsigned read_blocks = static_cast<unsigned>(geo.N) * slices_for(geo.C * geo.R);
+  make_write_keys<<<write_blocks, kThreads, 0, stream>>>(geo, in, slices_for(geo.C * geo.W), buf.keys_unsorted,
+                                                         buf.k_slot);
   check_launch("make_write_keys");
   std::size_t temp_bytes = buf.sort_temp_bytes;
   check_cuda(cub::DeviceRadixSort::SortKeys(buf.sort_temp, temp_bytes, buf.keys_unsorted, buf.keys, ew, 0,
                                             geo.keys.total_bits(), stream),
              "cub::DeviceRadixSort::SortKeys");
-  scan_groups<<<blocks_for(ew), kThreads, 0, stream>>>(geo, in, bf16_bank, buf);
+  scan_groups<<<write_blocks, kThreads, 0, stream>>>(geo, in, bf16_bank, slices_for(geo.C * geo.W), buf);
   check_launch("scan_groups");
-  lookup_reads<<<blocks_for(er), kThreads, 0, stream>>>(geo, in, bf16_bank, buf);
+  lookup_reads<<<read_blocks, kThreads, 0, stream>>>(geo, in, bf16_bank, slices_for(geo.C * geo.R), buf);
   check_launch("lookup_reads");
   const std::int64_t chunk_rows = geo.N * geo.C;
   const std::size_t pair_smem = 2 * static_cast<std::size_t>(geo.C) * kPairWarps * sizeof(float);
