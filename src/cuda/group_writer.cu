@@ -10,13 +10,19 @@
 //          Snapshot: none M0[s] bit for bit; bf16 rnd_bf16(M0[s]); fp8 / int4 the shared quantiser
 //          core/snapshot_quant.hpp (scale from the row's amax, codes from the fast quotient on bf16
 //          rows, the IEEE division on f32 rows): the bytes and scale core::quantize_row gives.
-// Parallel decomposition: one warp per sorted write position of the step (P*C*W warps); the warp
-//   at a group's first entry is the group's only writer, the others exit at once. Lane l owns
-//   columns l*kVec + 32*kVec*k (16-byte accesses when kVec == 8). Groups of at most 32 entries
-//   (nearly all) keep their tokens and coefficients in lane registers (one coalesced load, then
-//   shuffles); longer groups read them from memory. Both sum in the same order. fp8 / int4 first
-//   read the row once for its amax (lane maxima, then a warp max: exact, any order); lane 0
-//   stores the scale. int4 with kVec == 1 pairs the adjacent columns of lanes 2j, 2j+1 by a shuffle.
+// Parallel decomposition: one warp per sorted write position of the step (a 1-D grid of P blocks
+//   of ceil(C*W / 8) CTAs, so the stream p and position q come from 32-bit block arithmetic); the
+//   warp at a group's first entry is the group's only writer, the others exit at once. Lane l owns
+//   columns l*kVec + 32*kVec*s (16-byte accesses when kVec == 8). The group's entries are read 32
+//   at a time, one per lane (key, delta row offset, coefficient: one coalesced load), and then
+//   broadcast by shuffles; nearly every group fits in one such batch. The row is processed in
+//   blocks of kHeld pieces (kVec 8: 4 pieces = 1024 columns; kVec 1: 8 pieces = 256 columns):
+//   a block's row pieces are all loaded first (loads in flight together) and kept as loaded
+//   (PackedRow) for the snapshot and the update, then for each entry all of the block's delta
+//   pieces are loaded together. fp8 / int4 take the row's amax from the held pieces (lane maxima,
+//   then a warp max: exact, any order) when the row is one block (hd <= 1024 resp. 256), else from
+//   a first read of the row; lane 0 stores the scale. int4 with kVec == 1 pairs the adjacent
+//   columns of lanes 2j, 2j+1 by a shuffle.
 // Numerics: per element, f32 in group order (ascending token) starting from exp(Lambda) M0, one
 //   rounding to E per chunk. The update always uses the exact M0, so readings and the final bank
 //   do not depend on the snapshot mode. A single writer per row makes the in-place update safe and
@@ -32,84 +38,156 @@ namespace {
 
 constexpr int kWarps = 8;
 
-template <typename E, int kVec, SnapshotQuant kMode>
-__global__ void __launch_bounds__(kWarps * 32, 5)
-    write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti) {
-  wait_for_predecessor();
-  const std::int64_t CW = geo.C * geo.W;
-  const std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  if (g >= geo.P * CW) return;
-  const std::int64_t p = g / CW, q = g % CW, n = ti * geo.P + p;
-  const std::int64_t e = n * CW + q, chunk_end = (n + 1) * CW;
-  const std::int64_t local = geo.keys.local_slot(p1.keys[e]);
-  if (local == geo.sps) return;
-  if (q > 0 && geo.keys.local_slot(p1.keys[e - 1]) == local) return;
+// Row pieces (of 32*kVec columns) a warp holds in registers at once.
+template <int kVec>
+constexpr int kHeldPieces = kVec == 8 ? 4 : 8;
 
-  E* __restrict__ row = static_cast<E*>(sb.bank) + (p * geo.sps + local) * geo.hd;
+// One batch of up to 32 consecutive entries of a group, one per lane: the entry's delta row
+// offset (token * hd) and coefficient; count = how many of the batch belong to the group (lanes
+// 0 .. count-1: a chunk's entries are sorted by slot, so a group is contiguous).
+struct EntryBatch {
+  std::int64_t offset = 0;
+  float coef = 0.0f;
+  int count = 0;
+};
+
+// The batch of the entries at chunk positions first .. first + 31 (< CW) that have local slot
+// `local`. Called by all 32 lanes of a warp (ballot).
+__device__ __forceinline__ EntryBatch load_entries(const std::uint64_t* __restrict__ keys,
+                                                   const float* __restrict__ wcoef, int first, int CW,
+                                                   std::int64_t local, const KeyLayout& layout, std::int64_t hd,
+                                                   int lane) {
+  const int mine = first + lane;
+  const std::uint64_t key = mine < CW ? keys[mine] : 0;
+  const bool member = mine < CW && layout.local_slot(key) == local;
+  const unsigned members = __ballot_sync(0xffffffffu, member);
+  EntryBatch batch;
+  batch.count = members == 0xffffffffu ? 32 : __ffs(~members) - 1;
+  batch.offset = member ? layout.token(key) * hd : 0;
+  batch.coef = member ? wcoef[mine] : 0.0f;
+  return batch;
+}
+
+template <typename E, int kVec, SnapshotQuant kMode>
+__global__ void __launch_bounds__(kWarps * 32, 3)
+    write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti) {
+  constexpr int kHeld = kHeldPieces<kVec>;
+  constexpr int kPiece = 32 * kVec;  // columns of one piece (the whole warp)
+  constexpr bool kQuantised = kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4;
+  wait_for_predecessor();
+  const int CW = static_cast<int>(geo.C * geo.W);  // <= kMaxChunk * kMaxWidth
+  const unsigned ctas_per_stream = static_cast<unsigned>((CW + kWarps - 1) / kWarps);
+  const unsigned stream = blockIdx.x / ctas_per_stream;
+  const int q = static_cast<int>(blockIdx.x - stream * ctas_per_stream) * kWarps + static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (q >= CW) return;
+  const std::int64_t p = stream, n = ti * geo.P + p, e = n * CW + q;
+  const std::uint64_t* __restrict__ keys = p1.keys + n * CW;  // the chunk's sorted keys
+  const float* __restrict__ wcoef = p1.wcoef + n * CW;
+  const std::int64_t local = geo.keys.local_slot(keys[q]);
+  if (local == geo.sps) return;
+  if (q > 0 && geo.keys.local_slot(keys[q - 1]) == local) return;
+
+  const std::int64_t hd = geo.hd;
+  E* __restrict__ row = static_cast<E*>(sb.bank) + (p * geo.sps + local) * hd;
   // kMode none: a saving call stores the exact row, a no-grad call (snapshot null) nothing.
   constexpr DType kBank = sizeof(E) == 2 ? DType::bf16 : DType::f32;
-  const auto row_bytes = static_cast<std::int64_t>(core::snapshot_payload_bytes(kMode, kBank, geo.hd));
+  const auto row_bytes = static_cast<std::int64_t>(core::snapshot_payload_bytes(kMode, kBank, hd));
   unsigned char* __restrict__ snapshot =
       sb.snapshot != nullptr ? static_cast<unsigned char*>(sb.snapshot) + e * row_bytes : nullptr;
-  const float* __restrict__ delta = sb.delta + (sb.delta_per_chunk ? n * geo.C : p * geo.C) * geo.hd;
+  const float* __restrict__ delta = sb.delta + (sb.delta_per_chunk ? n * geo.C : p * geo.C) * hd;
   const float decay = p1.gdecay[e];
+  const EntryBatch head = load_entries(keys, wcoef, q, CW, local, geo.keys, hd, lane);
 
-  // Lane l holds the group's entry l (token and coefficient) when the group has at most 32.
-  const std::int64_t mine = e + lane;
-  const std::uint64_t my_key = mine < chunk_end ? p1.keys[mine] : 0;
-  const bool member = mine < chunk_end && geo.keys.local_slot(my_key) == local;
-  const unsigned members = __ballot_sync(0xffffffffu, member);  // lanes 0 .. count-1 (groups are contiguous)
-  const int count = members == 0xffffffffu ? 32 : __ffs(~members) - 1;
-  const bool longer = count == 32 && e + 32 < chunk_end && geo.keys.local_slot(p1.keys[e + 32]) == local;
-  const std::int64_t my_token = member ? geo.keys.token(my_key) : 0;
-  const float my_coef = member ? p1.wcoef[mine] : 0.0f;
-
-  const SnapshotScale quant = snapshot_row_scale<kMode, kVec>(row, geo.hd, lane);
-  if constexpr (kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4) {
-    if (lane == 0) sb.snapshot_scales[e] = quant.scale;
-  }
-
-  // Every lane runs every column step (the shuffles need the whole warp); inactive lanes
-  // (columns beyond hd) load and store nothing.
-  const std::int64_t steps = (geo.hd + 32 * kVec - 1) / (32 * kVec);
-  for (std::int64_t step = 0; step < steps; ++step) {
-    const std::int64_t c0 = step * 32 * kVec + lane * kVec;
-    const bool active = c0 < geo.hd;
-    float base[kVec] = {}, acc[kVec];
-    if (active) load_row<kVec>(row + c0, base);
-    if (snapshot != nullptr) encode_snapshot_piece<kMode, kVec, E>(snapshot, c0, active, base, quant);
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) acc[k] = decay * base[k];
-    if (!longer) {
-      for (int k = 0; k < count; ++k) {
-        const std::int64_t token = __shfl_sync(0xffffffffu, my_token, k);
-        const float coef = __shfl_sync(0xffffffffu, my_coef, k);
-        float dv[kVec] = {};
-        if (active) load_row<kVec>(delta + token * geo.hd + c0, dv);
-#pragma unroll
-        for (int x = 0; x < kVec; ++x) acc[x] = fmaf(coef, dv[x], acc[x]);
+  // add(offset, coef) for every entry of the group, in group order (ascending token).
+  auto for_each_entry = [&](auto&& add) {
+    EntryBatch batch = head;
+    for (int first = q;;) {
+#pragma unroll 1
+      for (int k = 0; k < batch.count; ++k) {
+        add(__shfl_sync(0xffffffffu, batch.offset, k), __shfl_sync(0xffffffffu, batch.coef, k));
       }
-    } else if (active) {
-      for (std::int64_t s = e; s < chunk_end; ++s) {
-        const std::uint64_t key = p1.keys[s];
-        if (geo.keys.local_slot(key) != local) break;
-        const float coef = p1.wcoef[s];
-        float dv[kVec];
-        load_row<kVec>(delta + geo.keys.token(key) * geo.hd + c0, dv);
+      if (batch.count < 32) break;
+      first += 32;
+      batch = load_entries(keys, wcoef, first, CW, local, geo.keys, hd, lane);
+    }
+  };
+
+  constexpr int kBlock = kHeld * kPiece;  // columns of one block
+  const bool one_block = hd <= kBlock;
+  SnapshotScale quant;
+  if constexpr (kQuantised) {
+    if (!one_block) quant = snapshot_row_scale<kMode, kVec>(row, hd, lane);
+  }
+  // Every lane runs every piece step (the shuffles need the whole warp); a lane's piece s is
+  // active when its first column is below hd, and inactive pieces load and store nothing.
+  for (std::int64_t c_block = 0; c_block < hd; c_block += kBlock) {
+    const std::int64_t c_lane = c_block + lane * kVec;
+    E* __restrict__ row_lane = row + c_lane;
+    const float* __restrict__ delta_lane = delta + c_lane;
+    // Piece s is active for the warp <=> s * kPiece < block_room, for this lane <=> s * kPiece <
+    // room (both clamped to the block, so they fit 32 bits).
+    const int block_room = hd - c_block < kBlock ? static_cast<int>(hd - c_block) : kBlock;  // warp-uniform
+    const int room = block_room - lane * kVec;
+    PackedRow<E, kVec> held[kHeld] = {};
 #pragma unroll
-        for (int x = 0; x < kVec; ++x) acc[x] = fmaf(coef, dv[x], acc[x]);
+    for (int s = 0; s < kHeld; ++s) {
+      if (s * kPiece < room) load_packed(row_lane + s * kPiece, held[s]);
+    }
+    if constexpr (kQuantised) {
+      if (one_block) {
+        float amax = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kHeld; ++s) {
+          float x[kVec];
+          unpack(held[s], x);
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) amax = core::quant_amax_update(amax, x[k]);  // inactive: 0
+        }
+        quant = snapshot_scale_of<kMode>(amax);
+      }
+      if (c_block == 0 && lane == 0) sb.snapshot_scales[e] = quant.scale;
+    }
+    if (snapshot != nullptr) {
+#pragma unroll
+      for (int s = 0; s < kHeld; ++s) {
+        if (s * kPiece < block_room) {
+          encode_snapshot_piece<kMode, kVec, E>(snapshot, c_lane + s * kPiece, s * kPiece < room, held[s], quant);
+        }
       }
     }
-    if (active) store_row<kVec>(row + c0, acc);
+    float acc[kHeld][kVec];
+#pragma unroll
+    for (int s = 0; s < kHeld; ++s) {
+      float base[kVec];
+      unpack(held[s], base);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc[s][k] = decay * base[k];
+    }
+    for_each_entry([&](std::int64_t offset, float coef) {
+      const float* __restrict__ d = delta_lane + offset;
+#pragma unroll
+      for (int s = 0; s < kHeld; ++s) {
+        if (s * kPiece < room) {
+          float dv[kVec];
+          load_row<kVec>(d + s * kPiece, dv);
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) acc[s][k] = fmaf(coef, dv[k], acc[s][k]);
+        }
+      }
+    });
+#pragma unroll
+    for (int s = 0; s < kHeld; ++s) {
+      if (s * kPiece < room) store_row<kVec>(row_lane + s * kPiece, acc[s]);
+    }
   }
 }
 
 template <typename E, int kVec, SnapshotQuant kMode>
 void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
             cudaStream_t stream) {
-  const std::int64_t warps = geo.P * geo.C * geo.W;
-  launch_dependent(write_groups<E, kVec, kMode>, dim3(static_cast<unsigned>((warps + kWarps - 1) / kWarps)),
+  const std::int64_t ctas = geo.P * ((geo.C * geo.W + kWarps - 1) / kWarps);
+  launch_dependent(write_groups<E, kVec, kMode>, dim3(static_cast<unsigned>(ctas)),
                    dim3(kWarps * 32), 0, stream, "write_groups", geo, p1, sb, ti);
 }
 

@@ -24,10 +24,12 @@
 // Encoding (the saving forward's writer, group_writer.cu) follows the writer's ownership instead:
 // lane l owns the kVec columns c0 = 32 kVec s + kVec l .. c0 + kVec - 1 (kVec 8 or 1). The byte
 // layout of a row does not depend on who writes it, so any ownership decodes the same. fp8 / int4
-// first need the row's scale: snapshot_row_scale (every lane reads its own columns, amax per lane
-// in ascending column order, then a warp max; a max is exact, so the order changes nothing and
-// the scale equals core::quantize_row's). encode_snapshot_piece then stores one piece: kVec 8 ->
-// 16 / 32 bytes (none, bf16), 8 bytes at c0 (fp8), 4 bytes at c0 / 2 (int4); kVec 1 -> one
+// first need the row's scale: each lane takes the amax of its own columns (from the row pieces
+// the writer holds in registers, or by snapshot_row_scale reading the row), then
+// snapshot_scale_of takes a warp max; a max is exact, so the order changes nothing and the scale
+// equals core::quantize_row's. encode_snapshot_piece then stores one piece, given as loaded
+// (PackedRow): kVec 8 -> 16 / 32 bytes (none: the loaded bits unchanged; bf16), 8 bytes at c0
+// (fp8), 4 bytes at c0 / 2 (int4); kVec 1 -> one
 // element, one byte (fp8), or for int4 the even lane stores the byte of columns (c0, c0 + 1) with
 // the odd neighbour's nibble fetched by a shuffle (odd hd: the last low nibble is 0). Codes use
 // core::quant_encode with the fast quotient on bf16 rows and the IEEE division on f32 rows, as
@@ -121,8 +123,25 @@ struct SnapshotScale {
   float scale = 0.0f, reciprocal = 0.0f;
 };
 
-// The scale of the bank row `row` (hd elements of E) in mode kMode: core::quant_scale of the
-// row's amax (NaN ignored). Called by all 32 lanes of a warp (shuffles); every lane gets it. For
+// The row's scale in mode kMode (fp8 / int4) from each lane's partial amax (core::quant_amax_update
+// over the lane's columns, from +0): a warp max (exact in any order), then core::quant_scale.
+// Called by all 32 lanes of a warp; every lane gets it.
+template <SnapshotQuant kMode>
+__device__ __forceinline__ SnapshotScale snapshot_scale_of(float lane_amax) {
+  static_assert(kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4, "quantised modes only");
+  float amax = lane_amax;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    amax = core::quant_amax_update(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  }
+  SnapshotScale s;
+  s.scale = core::quant_scale(amax, core::quant_qmax(kMode));
+  s.reciprocal = core::quant_reciprocal(s.scale);
+  return s;
+}
+
+// The scale of the bank row `row` (hd elements of E) in mode kMode, reading the row: for rows the
+// writer does not hold in registers. Called by all 32 lanes of a warp; every lane gets it. For
 // none / bf16 it reads nothing and returns zeros.
 template <SnapshotQuant kMode, int kVec, typename E>
 __device__ __forceinline__ SnapshotScale snapshot_row_scale(const E* row, std::int64_t hd, int lane) {
@@ -136,57 +155,65 @@ __device__ __forceinline__ SnapshotScale snapshot_row_scale(const E* row, std::i
 #pragma unroll
       for (int k = 0; k < kVec; ++k) amax = core::quant_amax_update(amax, x[k]);
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      amax = core::quant_amax_update(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    }
-    SnapshotScale s;
-    s.scale = core::quant_scale(amax, core::quant_qmax(kMode));
-    s.reciprocal = core::quant_reciprocal(s.scale);
-    return s;
+    return snapshot_scale_of<kMode>(amax);
   }
 }
 
-// Stores the piece x (the exact values of columns c0 .. c0 + kVec - 1 of a bank row of E) into
-// the snapshot payload row `payload` (row_bytes bytes) in mode kMode (effective; "bf16" only on an
-// f32 bank). Called by all 32 lanes of a warp (int4 with kVec 1 shuffles); `active` = c0 < hd, and
-// inactive lanes store nothing. kVec 8 needs hd % 8 == 0 and a payload aligned as the layout
-// guarantees (saved_layout.hpp).
+// Stores the piece x (columns c0 .. c0 + kVec - 1 of a bank row of E, as loaded by load_packed)
+// into the snapshot payload row `payload` (row_bytes bytes) in mode kMode (effective; "bf16" only
+// on an f32 bank). "none" stores the loaded bits unchanged. Called by all 32 lanes of a warp (int4
+// with kVec 1 shuffles); `active` = c0 < hd, and inactive lanes store nothing. kVec 8 needs
+// hd % 8 == 0 and a payload aligned as the layout guarantees (saved_layout.hpp).
 template <SnapshotQuant kMode, int kVec, typename E>
 __device__ __forceinline__ void encode_snapshot_piece(unsigned char* payload, std::int64_t c0, bool active,
-                                                      const float (&x)[kVec], const SnapshotScale& s) {
+                                                      const PackedRow<E, kVec>& x, const SnapshotScale& s) {
   constexpr bool kFast = sizeof(E) == 2;  // bf16 rows: the fast quotient (core::quantize_row)
   if constexpr (kMode == SnapshotQuant::none) {
-    if (active) store_row<kVec>(reinterpret_cast<E*>(payload) + c0, x);
-  } else if constexpr (kMode == SnapshotQuant::bf16) {
-    static_assert(sizeof(E) == 4, "snapshot bf16 on a bf16 bank is \"none\"");
-    if (active) store_row<kVec>(reinterpret_cast<Bf16Bits*>(payload) + c0, x);
-  } else {
-    std::uint8_t codes[kVec];
+    if (!active) return;
+    E* out = reinterpret_cast<E*>(payload) + c0;
+    if constexpr (kVec == 8) {
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      codes[k] = active ? core::quant_encode(kMode, x[k], s.scale, s.reciprocal, kFast) : std::uint8_t{0};
-    }
-    if constexpr (kMode == SnapshotQuant::fp8) {
-      if constexpr (kVec == 8) {
-        std::uint32_t w[2] = {0u, 0u};
-#pragma unroll
-        for (int k = 0; k < 8; ++k) w[k / 4] |= std::uint32_t{codes[k]} << (8 * (k % 4));
-        if (active) *reinterpret_cast<uint2*>(payload + c0) = make_uint2(w[0], w[1]);
-      } else {
-        if (active) payload[c0] = codes[0];
+      for (int k = 0; k < PackedRow<E, kVec>::kWords / 4; ++k) {
+        reinterpret_cast<uint4*>(out)[k] = make_uint4(x.w[4 * k], x.w[4 * k + 1], x.w[4 * k + 2], x.w[4 * k + 3]);
       }
+    } else if constexpr (sizeof(E) == 4) {
+      out[0] = __uint_as_float(x.w[0]);
     } else {
-      if constexpr (kVec == 8) {
-        std::uint32_t w = 0u;
+      out[0] = static_cast<E>(x.w[0]);
+    }
+  } else {
+    float v[kVec];
+    unpack(x, v);
+    if constexpr (kMode == SnapshotQuant::bf16) {
+      static_assert(sizeof(E) == 4, "snapshot bf16 on a bf16 bank is \"none\"");
+      if (active) store_row<kVec>(reinterpret_cast<Bf16Bits*>(payload) + c0, v);
+    } else {
+      std::uint8_t codes[kVec];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) w |= std::uint32_t((codes[2 * k] << 4) | codes[2 * k + 1]) << (8 * k);
-        if (active) *reinterpret_cast<std::uint32_t*>(payload + c0 / 2) = w;
+      for (int k = 0; k < kVec; ++k) {
+        codes[k] = active ? core::quant_encode(kMode, v[k], s.scale, s.reciprocal, kFast) : std::uint8_t{0};
+      }
+      if constexpr (kMode == SnapshotQuant::fp8) {
+        if constexpr (kVec == 8) {
+          std::uint32_t w[2] = {0u, 0u};
+#pragma unroll
+          for (int k = 0; k < 8; ++k) w[k / 4] |= std::uint32_t{codes[k]} << (8 * (k % 4));
+          if (active) *reinterpret_cast<uint2*>(payload + c0) = make_uint2(w[0], w[1]);
+        } else {
+          if (active) payload[c0] = codes[0];
+        }
       } else {
-        // Column c0 + 1 lives in the next lane (c0 even <=> lane even); an inactive neighbour
-        // (c0 + 1 == hd) contributes nibble 0.
-        const std::uint32_t low = __shfl_down_sync(0xffffffffu, std::uint32_t{codes[0]}, 1);
-        if (active && c0 % 2 == 0) payload[c0 / 2] = static_cast<std::uint8_t>((codes[0] << 4) | low);
+        if constexpr (kVec == 8) {
+          std::uint32_t w = 0u;
+#pragma unroll
+          for (int k = 0; k < 4; ++k) w |= std::uint32_t((codes[2 * k] << 4) | codes[2 * k + 1]) << (8 * k);
+          if (active) *reinterpret_cast<std::uint32_t*>(payload + c0 / 2) = w;
+        } else {
+          // Column c0 + 1 lives in the next lane (c0 even <=> lane even); an inactive neighbour
+          // (c0 + 1 == hd) contributes nibble 0.
+          const std::uint32_t low = __shfl_down_sync(0xffffffffu, std::uint32_t{codes[0]}, 1);
+          if (active && c0 % 2 == 0) payload[c0 / 2] = static_cast<std::uint8_t>((codes[0] << 4) | low);
+        }
       }
     }
   }
