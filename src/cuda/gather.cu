@@ -6,8 +6,9 @@
 // Parallel decomposition: one CTA of 8 warps per (step row, column tile of 32*kVec columns).
 //   Lane l owns columns [l*kVec, l*kVec + kVec) of the tile (16-byte loads when kVec == 8);
 //   warp k sums the entries k, k+8, k+16, ... in that order (their slots and weights loaded once,
-//   one per lane, then broadcast by shuffles), 4 row loads in flight at a time (more costs
-//   registers, hence occupancy: a single wave of CTAs needs <= 64 registers);
+//   one per lane, then broadcast by shuffles), 8 (bf16 bank) or 4 (f32) row loads in flight at
+//   a time, rows held as loaded (75 registers: 3 CTAs per SM, still one wave at readme's 384
+//   CTAs; a cap of 64 spills);
 //   the 8 warp partials are then added in warp order through shared memory.
 // Numerics: f32 accumulation; the order above is a function of (W, R, hd) only. Masked entries
 //   (slot -1: padding or an index outside the stream's rows) load nothing and add nothing.
@@ -20,11 +21,14 @@ namespace sdm::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kBatch = 4;
+// Row loads in flight per warp: rows are held as loaded (PackedRow), so a bf16 row piece takes
+// half the registers of an f32 one and twice as many fit in the same budget.
+template <typename E>
+constexpr int kBatch = sizeof(E) == 2 ? 8 : 4;
 
 // Adds the entries warp, warp + 8, ... (< count, at most 32 of them since W, R <= 256) into acc,
 // in that order. Lane l first loads entry warp + 8 l's slot and weight; the rows then go
-// kBatch at a time, all their loads in flight together. Every lane runs the loop (shuffles);
+// kBatch<E> at a time, all their loads in flight together (kept as loaded, converted at the FMA). Every lane runs the loop (shuffles);
 // only lanes with active columns load rows.
 template <typename E, int kVec>
 __device__ __forceinline__ void accumulate_rows(const E* __restrict__ bank, std::int64_t hd, std::int64_t c0,
@@ -35,25 +39,26 @@ __device__ __forceinline__ void accumulate_rows(const E* __restrict__ bank, std:
   const std::int32_t my_slot = mine < count ? slots[mine] : -1;
   const float my_weight = mine < count ? weights[mine] : 0.0f;
   const int entries = count > warp ? static_cast<int>((count - warp + kWarps - 1) / kWarps) : 0;
-  for (int base = 0; base < entries; base += kBatch) {
-    float rows[kBatch][kVec];
-    float wts[kBatch];
+  constexpr int kRows = kBatch<E>;
+  for (int base = 0; base < entries; base += kRows) {
+    PackedRow<E, kVec> rows[kRows] = {};
+    float wts[kRows];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
+    for (int b = 0; b < kRows; ++b) {
       const std::int32_t slot = __shfl_sync(0xffffffffu, my_slot, (base + b) & 31);
       wts[b] = __shfl_sync(0xffffffffu, my_weight, (base + b) & 31);
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) rows[b][k] = 0.0f;
       if (base + b < entries && slot >= 0 && active) {
-        load_row<kVec>(bank + static_cast<std::int64_t>(slot) * hd + c0, rows[b]);
+        load_packed(bank + static_cast<std::int64_t>(slot) * hd + c0, rows[b]);
       } else {
         wts[b] = 0.0f;
       }
     }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
+    for (int b = 0; b < kRows; ++b) {
+      float x[kVec];
+      unpack(rows[b], x);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) acc[k] = fmaf(wts[b], rows[b][k], acc[k]);
+      for (int k = 0; k < kVec; ++k) acc[k] = fmaf(wts[b], x[k], acc[k]);
     }
   }
 }
