@@ -12,14 +12,17 @@
 //                + k_eff_e dk_eff_e
 //       dP_e     = wcoef_e dc_e.  Group entries in sorted (token) order, then reads in sorted order.
 //       Writes grad_k_val (0 for masked entries) and dL, dP; dgamma = 0 for masked entries.
-//   read_entry_grads   one thread per read entry q (token i, seeing the group's writes up to q_pos):
+//   read_entry_grads   one thread per read entry q (token i, seeing the group's writes up to q_pos;
+//                      a CTA covers one slice of one chunk's reads, 32-bit index math):
 //       drho_q = sum_{e' in group, pos <= q_pos} dQK[i][i_e'] kappa_e' E(Lq, L_e') + exp(Lq) dq_w
 //       dLq_q  = sum (same) rho_q kappa_e' E(Lq, L_e') + q_w dq_w.   Writes grad_q_val, dLq.
 //   group_scans        one thread per write group (its first entry), the CPU engine's scans:
 //       dgamma_e = (sum_{e' >= e} dL_e' + sum_{reads at tokens >= i_e} dLq) + sum_{e' < e} dP_e'
 //                  + dLambda, the first sum built from the group's last entry backwards.
-//   token_grads        one thread per token: grad_beta = rdot_i + sum_{j<i} A[i][j] dMs[i][j]
+//   token_grads        one warp per token: grad_beta = rdot_i + sum_{j<i} A[i][j] dMs[i][j]
 //                      (j ascending); grad_g = dgamma (G = W) or sum_w dgamma_(i,w) (w ascending).
+//                      Rows are loaded 32 columns at a time, one per lane; every lane runs the
+//                      serial sums on shuffled values (the one-thread order); G = W stores by lanes.
 // Every sum has one thread and a fixed order; no atomics.
 //
 // write_entry_grads and group_scans find the first read of their slot (at or after a token) with
@@ -141,11 +144,12 @@ __global__ void write_entry_grads(Geometry geo, Inputs in, Phase1Buffers p1, Bac
   if (grad_k.data != nullptr) store_any(grad_k.data, grad_k.dtype, at.token * geo.W + w, dkappa);
 }
 
-__global__ void read_entry_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_q) {
-  const std::int64_t read = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (read >= geo.read_entries()) return;
+__global__ void read_entry_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_q, unsigned slices) {
+  const std::int64_t n = blockIdx.x / slices;
+  const int q = static_cast<int>((blockIdx.x % slices) * kThreads + threadIdx.x), R = static_cast<int>(geo.R);
+  if (q >= static_cast<int>(geo.C) * R) return;
   const std::int64_t C = geo.C, CW = C * geo.W, CR = C * geo.R;
-  const std::int64_t n = read / CR, i = (read % CR) / geo.R, r = read % geo.R;
+  const std::int64_t i = q / R, r = q % R, read = n * CR + q;
   const EntryPlace at = place(geo, n, i);
   if (at.t >= geo.T) return;
   float drho = 0.0f, dLq = 0.0f;
@@ -224,8 +228,10 @@ __global__ void group_scans(Geometry geo, Phase1Buffers p1, BackwardBuffers bb) 
 }
 
 __global__ void token_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_beta, AnyFloat grad_g) {
-  const std::int64_t ci = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // n*C + i
-  if (ci >= geo.N * geo.C) return;
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const std::int64_t ci = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // n*C + i
+  if (ci >= geo.N * geo.C) return;  // whole warps
   const std::int64_t C = geo.C, n = ci / C, i = ci % C;
   const EntryPlace at = place(geo, n, i);
   if (at.t >= geo.T) return;
@@ -233,17 +239,29 @@ __global__ void token_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, 
     const float* a = p1.A + ci * C;
     const float* dms = bb.dms + ci * C;
     float a_dms = 0.0f;
-    for (std::int64_t j = 0; j < i; ++j) a_dms += a[j] * dms[j];
-    store_any(grad_beta.data, grad_beta.dtype, at.token, bb.rdot[ci] + a_dms);
+    for (std::int64_t j0 = 0; j0 < i; j0 += 32) {
+      const bool mine = j0 + lane < i;
+      const float a_lane = mine ? a[j0 + lane] : 0.0f, dms_lane = mine ? dms[j0 + lane] : 0.0f;
+      const int count = i - j0 < 32 ? static_cast<int>(i - j0) : 32;
+      for (int k = 0; k < count; ++k) {
+        const float a_j = __shfl_sync(kAll, a_lane, k), dms_j = __shfl_sync(kAll, dms_lane, k);
+        a_dms += a_j * dms_j;
+      }
+    }
+    if (lane == 0) store_any(grad_beta.data, grad_beta.dtype, at.token, bb.rdot[ci] + a_dms);
   }
   if (grad_g.data != nullptr) {
     const float* dgamma = bb.dgamma + ci * geo.W;
     if (geo.G == 1) {
       float sum = 0.0f;
-      for (std::int64_t w = 0; w < geo.W; ++w) sum += dgamma[w];
-      store_any(grad_g.data, grad_g.dtype, at.token, sum);
+      for (std::int64_t w0 = 0; w0 < geo.W; w0 += 32) {
+        const float lane_value = w0 + lane < geo.W ? dgamma[w0 + lane] : 0.0f;
+        const int count = geo.W - w0 < 32 ? static_cast<int>(geo.W - w0) : 32;
+        for (int k = 0; k < count; ++k) sum += __shfl_sync(kAll, lane_value, k);
+      }
+      if (lane == 0) store_any(grad_g.data, grad_g.dtype, at.token, sum);
     } else {
-      for (std::int64_t w = 0; w < geo.W; ++w) store_any(grad_g.data, grad_g.dtype, at.token * geo.W + w, dgamma[w]);
+      for (std::int64_t w = lane; w < geo.W; w += 32) store_any(grad_g.data, grad_g.dtype, at.token * geo.W + w, dgamma[w]);
     }
   }
 }
@@ -252,14 +270,16 @@ __global__ void token_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, 
 
 void launch_entry_grads(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
                         const TokenGrads& out, cudaStream_t stream) {
-  const std::int64_t writes = geo.write_entries(), reads = geo.read_entries(), tokens = geo.N * geo.C;
+  const std::int64_t writes = geo.write_entries(), tokens = geo.N * geo.C;
   write_entry_grads<<<blocks_for(writes), kThreads, 0, stream>>>(geo, in, p1, bb, out.k_val);
   check_launch("write_entry_grads");
-  read_entry_grads<<<blocks_for(reads), kThreads, 0, stream>>>(geo, p1, bb, out.q_val);
+  const unsigned read_slices = static_cast<unsigned>((geo.C * geo.R + kThreads - 1) / kThreads);
+  read_entry_grads<<<static_cast<unsigned>(geo.N) * read_slices, kThreads, 0, stream>>>(geo, p1, bb, out.q_val,
+                                                                                        read_slices);
   check_launch("read_entry_grads");
   group_scans<<<blocks_for(writes), kThreads, 0, stream>>>(geo, p1, bb);
   check_launch("group_scans");
-  token_grads<<<blocks_for(tokens), kThreads, 0, stream>>>(geo, p1, bb, out.beta, out.g);
+  token_grads<<<blocks_for(32 * tokens), kThreads, 0, stream>>>(geo, p1, bb, out.beta, out.g);
   check_launch("token_grads");
 }
 
