@@ -5,8 +5,8 @@
 // Output: read_keys u64 [N*C*R] sorted; key = chunk n | local slot (sps for padding / masked:
 //         after every real slot) | token i | lane r (chunk_plan.hpp's KeyLayout with R lanes).
 //         Chunk n's sorted reads are [n*C*R, (n+1)*C*R): slot groups in (token, lane) order.
-// make_read_keys: one thread per read entry; then one cub radix sort of unique keys on only the
-// bits the geometry needs (deterministic).
+// make_read_keys: one thread per read entry (a CTA per slice of one chunk); then one cub radix
+// sort of unique keys on only the bits the geometry needs (deterministic).
 #include <string>
 
 #include <cub/device/device_radix_sort.cuh>
@@ -20,12 +20,14 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void make_read_keys(Geometry geo, KeyLayout layout, const std::int32_t* __restrict__ q_slot,
+// CTA b covers the reads [s * kThreads, (s + 1) * kThreads) of chunk b / slices, s = b % slices
+// (32-bit index math inside the chunk).
+__global__ void make_read_keys(Geometry geo, KeyLayout layout, unsigned slices, const std::int32_t* __restrict__ q_slot,
                                std::uint64_t* __restrict__ keys) {
-  const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= geo.read_entries()) return;
-  const std::int64_t CR = geo.C * geo.R;
-  const std::int64_t n = e / CR, i = (e % CR) / geo.R, r = e % geo.R;
+  const std::int64_t n = blockIdx.x / slices;
+  const int q = static_cast<int>((blockIdx.x % slices) * kThreads + threadIdx.x), R = static_cast<int>(geo.R);
+  if (q >= static_cast<int>(geo.C) * R) return;
+  const std::int64_t i = q / R, r = q % R, e = n * geo.C * R + q;
   const std::int32_t slot = q_slot[e];
   const std::int64_t local = slot < 0 ? geo.sps : slot - (n % geo.P) * geo.sps;
   keys[e] = layout.encode(n, local, i, r);
@@ -62,8 +64,9 @@ void plan_read_records(const Geometry& geo, Workspace& ws, BackwardBuffers& bb) 
 
 void sort_reads(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuffers& bb, cudaStream_t stream) {
   const std::int64_t count = geo.read_entries();
-  make_read_keys<<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      geo, bb.read_layout, p1.q_slot, bb.read_keys_unsorted);
+  const unsigned slices = static_cast<unsigned>((geo.C * geo.R + kThreads - 1) / kThreads);
+  make_read_keys<<<static_cast<unsigned>(geo.N) * slices, kThreads, 0, stream>>>(geo, bb.read_layout, slices, p1.q_slot,
+                                                                                 bb.read_keys_unsorted);
   check_launch("make_read_keys");
   std::size_t temp_bytes = bb.read_sort_temp_bytes;
   check_cuda(cub::DeviceRadixSort::SortKeys(bb.read_sort_temp, temp_bytes, bb.read_keys_unsorted, bb.read_keys, count,
