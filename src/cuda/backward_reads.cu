@@ -5,8 +5,9 @@
 // Output: read_keys u64 [N*C*R] sorted; key = chunk n | local slot (sps for padding / masked:
 //         after every real slot) | token i | lane r (chunk_plan.hpp's KeyLayout with R lanes).
 //         Chunk n's sorted reads are [n*C*R, (n+1)*C*R): slot groups in (token, lane) order.
-// make_read_keys: one thread per read entry (a CTA per slice of one chunk); then one cub radix
-// sort of unique keys on only the bits the geometry needs (deterministic).
+// make_read_keys: one thread per read entry (a CTA per slice of one chunk), key of entry
+// (n, i, r) at n*C*R + i*R + r; then one stable cub radix sort of the unique keys on the chunk and
+// slot bits only (the keys arrive in (token, lane) order within each chunk: sorted_bits_begin).
 #include <string>
 
 #include <cub/device/device_radix_sort.cuh>
@@ -57,7 +58,7 @@ void plan_read_records(const Geometry& geo, Workspace& ws, BackwardBuffers& bb) 
   ws.plan(&bb.read_keys, count);
   bb.read_sort_temp_bytes = 0;
   check_cuda(cub::DeviceRadixSort::SortKeys(nullptr, bb.read_sort_temp_bytes, bb.read_keys_unsorted, bb.read_keys,
-                                            count, 0, bb.read_layout.total_bits()),
+                                            count, sorted_bits_begin(bb.read_layout), bb.read_layout.total_bits()),
              "cub::DeviceRadixSort::SortKeys (read records, size query)");
   ws.plan_bytes(&bb.read_sort_temp, bb.read_sort_temp_bytes);
 }
@@ -70,7 +71,7 @@ void sort_reads(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuff
   check_launch("make_read_keys");
   std::size_t temp_bytes = bb.read_sort_temp_bytes;
   check_cuda(cub::DeviceRadixSort::SortKeys(bb.read_sort_temp, temp_bytes, bb.read_keys_unsorted, bb.read_keys, count,
-                                            0, bb.read_layout.total_bits(), stream),
+                                            sorted_bits_begin(bb.read_layout), bb.read_layout.total_bits(), stream),
              "cub::DeviceRadixSort::SortKeys (read records)");
 }
 

@@ -2,7 +2,9 @@
 //
 // Kernels, in launch order:
 //   make_write_keys  one thread per write entry (n, i, w): sort key and absolute slot
-//   (cub radix sort of all keys, only the bits the geometry needs)
+//   (cub radix sort of all keys on the chunk and slot bits only: make_write_keys stores entry
+//   (n, i, w) at n*C*W + i*W + w, so the keys arrive chunk-major in ascending (token, lane) order
+//   and the stable sort on the high bits alone leaves them fully sorted, in fewer passes)
 //   scan_groups      one thread per sorted entry; the first entry of each slot group walks the
 //                    group in token order: L (f32 running sum of log-decays), k_eff, then
 //                    wcoef = kappa exp(Lambda - L) and gdecay = exp(Lambda)
@@ -11,7 +13,7 @@
 //                    (one slice of one chunk) first samples up to 256 of the chunk's sorted keys
 //                    into shared memory; the search runs over those, then over the one stretch of
 //                    global keys between two samples (same position as a search over all keys)
-// These four use chunk-sliced grids (slices_for): a CTA never straddles two chunks.
+// These three use chunk-sliced grids (slices_for): a CTA never straddles two chunks.
 //   pair_products    one warp per chunk row i (8 rows per CTA): A[i, :] (strictly lower) and QK[i, :]
 //                    (lower incl. diagonal) accumulated in shared memory, then stored whole (zeros
 //                    included). Lane l takes token i's write lanes w = l, l+32, ... (then its reads
@@ -383,6 +385,8 @@ void launch_solve(const Geometry& geo, const Inputs& in, const Phase1Buffers& bu
 
 }  // namespace
 
+int sorted_bits_begin(const KeyLayout& layout) { return layout.lane_bits + layout.token_bits; }
+
 void plan_phase1(const Geometry& geo, Workspace& ws, Phase1Buffers& buf) {
   const std::int64_t ew = geo.write_entries(), er = geo.read_entries(), cc = geo.N * geo.C * geo.C;
   ws.plan(&buf.keys_unsorted, ew);
@@ -403,8 +407,8 @@ void plan_phase1(const Geometry& geo, Workspace& ws, Phase1Buffers& buf) {
   ws.plan(&buf.X, cc);
   ws.plan(&buf.QX, cc);
   buf.sort_temp_bytes = 0;
-  check_cuda(cub::DeviceRadixSort::SortKeys(nullptr, buf.sort_temp_bytes, buf.keys_unsorted, buf.keys, ew, 0,
-                                            geo.keys.total_bits()),
+  check_cuda(cub::DeviceRadixSort::SortKeys(nullptr, buf.sort_temp_bytes, buf.keys_unsorted, buf.keys, ew,
+                                            sorted_bits_begin(geo.keys), geo.keys.total_bits()),
              "cub::DeviceRadixSort::SortKeys (size query)");
   ws.plan_bytes(&buf.sort_temp, buf.sort_temp_bytes);
 }
@@ -418,8 +422,8 @@ void run_phase1(const Geometry& geo, const Inputs& in, bool bf16_bank, const Pha
                                                          buf.k_slot);
   check_launch("make_write_keys");
   std::size_t temp_bytes = buf.sort_temp_bytes;
-  check_cuda(cub::DeviceRadixSort::SortKeys(buf.sort_temp, temp_bytes, buf.keys_unsorted, buf.keys, ew, 0,
-                                            geo.keys.total_bits(), stream),
+  check_cuda(cub::DeviceRadixSort::SortKeys(buf.sort_temp, temp_bytes, buf.keys_unsorted, buf.keys, ew,
+                                            sorted_bits_begin(geo.keys), geo.keys.total_bits(), stream),
              "cub::DeviceRadixSort::SortKeys");
   scan_groups<<<write_blocks, kThreads, 0, stream>>>(geo, in, bf16_bank, slices_for(geo.C * geo.W), buf);
   check_launch("scan_groups");

@@ -53,6 +53,11 @@ struct Phase1Buffers {
   std::size_t sort_temp_bytes = 0;
 };
 
+// The lowest key bit the radix sorts of Phase 1's write keys and the backward's read keys sort on
+// (the chunk and slot bits above it). Exact for keys generated in entry order, n*C*X + i*X + x:
+// they arrive in ascending (token, lane) order within each chunk, and the sort is stable.
+int sorted_bits_begin(const KeyLayout& layout);
+
 // Plans every Phase 1 buffer in `ws` (before ws.allocate()).
 void plan_phase1(const Geometry& geo, Workspace& ws, Phase1Buffers& buf);
 
