@@ -26,11 +26,20 @@
 //     loads G, the entry's delta and dU pieces and the snapshot piece once (all issued before any
 //     is used) and updates dlambda (first pass), dc, dk_eff and G'. A longer group carries G' from
 //     pass to pass in its own stash row (f32: bitwise the same chain); G stays unchanged until the
-//     last pass, which stores G' and restores the bank row.
+//     last pass, which stores G' and restores the bank row. Lane l < size loads entry l's scalars
+//     (token row, -beta, k_eff) once, next to the read-key search; a pass gets them by shuffles.
 //   read: the main pass loads M0 and the base once per piece and dy once per entry; it keeps the
 //     dots of the first kHeldReads entries and reads the further entries' data from memory for the
 //     row sum; their dots take one earlier pass per kHeldReads of them.
-// At most 80 registers a thread (24 resident warps an SM); no spills in the column loops.
+// Instruction economy of the column loops (they are instruction / latency bound, not DRAM bound):
+// the snapshot mode is a template parameter (the host knows it), so a loop holds one decoder and
+// no mode switch; each pass is compiled for its place in the group (first / last / G' to stash
+// or G), so the loop has no run-time role tests; row pointers are formed once per pass and then
+// advanced by a column step (no 64-bit index products per piece); in mode "none" the snapshot
+// piece's bits from its one load are stored back into the bank (the bits copy_piece would copy);
+// a bf16 G piece is rounded by store_piece_cvt (the hardware pair conversion, bitwise the
+// integer rounding for every non-NaN value; a piece with a NaN takes store_piece).
+// At most 80 registers a thread (24 resident warps an SM); no spills in the hot column loops.
 // Rows are disjoint between groups of one step (streams own disjoint rows, a slot forms one group
 // per chunk), so every bank / G / stash row and every output element has one writer.
 //
@@ -40,6 +49,8 @@
 // butterfly; dlambda = exp(Lambda) * <G, pre>. Row sums per column: G' = fmaf chain in entry
 // order starting from exp(Lambda) * G; the read sum starts at +0, entries in group order, then
 // base + sum, rounded once to G's dtype. Nothing depends on the access path or the SM count.
+#include <type_traits>
+
 #include "backward.hpp"
 #include "backward_rows.cuh"
 #include "cuda_check.hpp"
@@ -101,10 +112,109 @@ __device__ __forceinline__ WriteEntry write_entry(const Geometry& geo, const Inp
   return entry;
 }
 
+// Entry b of a group whose lane l holds entry l's data (l < 32): a shuffle, or memory past 32.
+__device__ __forceinline__ WriteEntry group_entry(const WriteEntry& mine, int b, const Geometry& geo,
+                                                  const Inputs& in, const Phase1Buffers& p1, std::int64_t n,
+                                                  std::int64_t token0, const std::uint64_t* keys, int q) {
+  if (b >= 32) return write_entry(geo, in, p1, n, token0, keys[q + b]);
+  WriteEntry entry;
+  entry.row = __shfl_sync(kAllLanes, mine.row, b);
+  entry.scale = __shfl_sync(kAllLanes, mine.scale, b);
+  entry.k_eff = __shfl_sync(kAllLanes, mine.k_eff, b);
+  return entry;
+}
+
+// The rows one write group touches (lane independent; computed once per group). snapshot: the
+// group's own snapshot row (payload and scale moved to it, row index 0) in the compile-time mode.
+template <typename E, typename Gt>
+struct WriteRows {
+  Gt* grad;
+  E* bank;
+  float* stash;
+  const float* delta;
+  const float* du;
+  SnapshotRows snapshot;
+  float decay;
+};
+
 // Dot partials of a write pass: dlambda / exp(Lambda), dc, dk_eff.
 constexpr int kWriteDots = 3;
 
-template <typename E, typename Gt, bool kVec>
+// One pass of a write group over its row for entry b (kFirst: b == 0, kLast: b == size - 1), then
+// the pass's dots stored at sorted position e + b. kToStash: G' goes to the stash row (every pass
+// but the last, and the last when the chunk also reads the slot), else into G rounded once. Mode
+// "none" with vector access keeps the snapshot piece's bits from its one load and stores them back
+// into the bank (copy_piece's bits).
+template <bool kFirst, bool kLast, bool kToStash, SnapshotQuant kMode, bool kVec, typename E, typename Gt>
+__device__ __forceinline__ void write_pass(const WriteRows<E, Gt>& rows, const WriteEntry& entry, int hd, int lane,
+                                           const BackwardBuffers& bb, std::int64_t e, int b) {
+  // Lane pointers at the lane's first piece, advanced by a column step per piece; `rest` = the
+  // columns from the piece on (load_piece / store_piece see the piece as column 0 of a row of
+  // `rest` columns: the same columns and `valid`).
+  const int first = lane * kLaneCols;
+  Gt* grad = rows.grad + first;
+  E* bank = rows.bank + first;
+  float* stash = rows.stash + first;
+  const float* delta = rows.delta + entry.row + first;
+  const float* du = rows.du + entry.row + first;
+  const E* saved = static_cast<const E*>(rows.snapshot.payload) + first;
+  float dots[kWriteDots] = {};
+  for (int c0 = first; c0 < hd; c0 += kWarpCols) {
+    const int rest = hd - c0;
+    float g[kLaneCols], d[kLaneCols], u[kLaneCols], pre[kLaneCols], acc[kLaneCols];
+    PackedRow<E, kLaneCols> saved_bits;
+    const int valid = load_piece<kVec>(grad, 0, rest, g);
+    load_piece<kVec>(delta, 0, rest, d);
+    load_piece<kVec>(du, 0, rest, u);
+    if constexpr (kMode == SnapshotQuant::none && kVec) {
+      load_packed(saved, saved_bits);
+      unpack(saved_bits, pre);
+    } else {
+      load_snapshot_piece<kVec, E>(rows.snapshot, 0, c0, hd, pre);
+    }
+    if constexpr (kFirst) {
+#pragma unroll
+      for (int k = 0; k < kLaneCols; ++k) {
+        if (k < valid) dots[0] = fmaf(g[k], pre[k], dots[0]);
+        acc[k] = rows.decay * g[k];
+      }
+    } else {
+      load_piece<kVec>(stash, 0, rest, acc);
+    }
+#pragma unroll
+    for (int k = 0; k < kLaneCols; ++k) {
+      const float ret = entry.scale * u[k];
+      if (k < valid) {
+        dots[1] = fmaf(d[k], g[k], dots[1]);
+        dots[2] = fmaf(ret, pre[k], dots[2]);
+      }
+      acc[k] = fmaf(entry.k_eff, ret, acc[k]);
+    }
+    if constexpr (kToStash) store_piece<kVec>(stash, 0, rest, acc);
+    else store_piece_cvt<kVec>(grad, 0, rest, acc);
+    if constexpr (kLast) {
+      if constexpr (kMode == SnapshotQuant::none && kVec) {
+#pragma unroll
+        for (int k = 0; k < PackedRow<E, kLaneCols>::kWords / 4; ++k) {
+          reinterpret_cast<uint4*>(bank)[k] = make_uint4(saved_bits.w[4 * k], saved_bits.w[4 * k + 1],
+                                                         saved_bits.w[4 * k + 2], saved_bits.w[4 * k + 3]);
+        }
+      } else {
+        restore_snapshot_piece<kVec>(rows.snapshot, 0, c0, hd, pre, rows.bank);
+      }
+    }
+    grad += kWarpCols, bank += kWarpCols, stash += kWarpCols, delta += kWarpCols, du += kWarpCols;
+    saved += kWarpCols;
+  }
+  warp_sums(dots);
+  if (lane == 0) {
+    if (kFirst) bb.dlambda[e] = rows.decay * dots[0];
+    bb.dc[e + b] = dots[1];
+    bb.dk_eff[e + b] = dots[2];
+  }
+}
+
+template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     write_groups_backward(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, std::int64_t ti) {
   wait_for_predecessor();
@@ -112,69 +222,50 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const int q = static_cast<int>(blockIdx.y) * kWarps + static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (q >= CW) return;
-  const std::int64_t p = blockIdx.x, n = ti * geo.P + p, hd = geo.hd;
+  const std::int64_t p = blockIdx.x, n = ti * geo.P + p;
+  const int hd = static_cast<int>(geo.hd);
   const std::int64_t e = n * CW + q;  // the group's first sorted position = its snapshot row
   const std::uint64_t* keys = p1.keys + n * CW;
   const GroupStart group = find_group_start(keys, CW, q, geo.keys, geo.sps, lane);
   if (group.size == 0) return;
 
+  // Lane l < size loads entry l's data while the warp searches the read keys.
+  const std::int64_t token0 = p * geo.T + ti * geo.C;  // flat token of i = 0
+  const WriteEntry mine = lane < group.size ? write_entry(geo, in, p1, n, token0, group.key) : WriteEntry{};
   std::uint64_t read_key = 0;
   const int first_read = warp_lower_bound_key(bb.read_keys + n * CR, CR, bb.read_layout.encode(n, group.local, 0, 0),
                                               lane, &read_key);
-  const bool read_here = first_read < CR && bb.read_layout.local_slot(read_key) == group.local;
 
   const std::int64_t slot = p * geo.sps + group.local;
-  Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * hd;
-  E* bank = static_cast<E*>(bb.bank) + slot * hd;
-  float* stash = bb.stash + (p * CW + q) * hd;
-  const float* delta = bb.delta + n * geo.C * hd;
-  const float* du = bb.du + p * geo.C * hd;
-  const std::int64_t token0 = p * geo.T + ti * geo.C;  // flat token of i = 0
-  const float decay = p1.gdecay[e];
+  WriteRows<E, Gt> rows;
+  rows.grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
+  rows.bank = static_cast<E*>(bb.bank) + slot * geo.hd;
+  rows.stash = bb.stash + (p * CW + q) * geo.hd;
+  rows.delta = bb.delta + n * geo.C * geo.hd;
+  rows.du = bb.du + p * geo.C * geo.hd;
+  rows.snapshot = bb.snapshot;
+  rows.snapshot.mode = kMode;
+  rows.snapshot.payload = static_cast<unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes;
+  if constexpr (kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4) rows.snapshot.scales += e;
+  rows.decay = p1.gdecay[e];
 
   // One pass per entry (nearly always a single one). A longer group carries its G' sum from pass to
   // pass in its stash row (f32, so bitwise the same chain); G stays unchanged until the last pass,
   // which stores G' (stash or G) and restores the bank row.
-  for (int b = 0; b < group.size; ++b) {
-    const bool first = b == 0, last = b + 1 == group.size;
-    const WriteEntry entry =
-        write_entry(geo, in, p1, n, token0, b < 32 ? __shfl_sync(kAllLanes, group.key, b) : keys[q + b]);
-    float dots[kWriteDots] = {};
-    for (std::int64_t c0 = static_cast<std::int64_t>(lane) * kLaneCols; c0 < hd; c0 += kWarpCols) {
-      float g[kLaneCols], d[kLaneCols], u[kLaneCols], pre[kLaneCols], acc[kLaneCols];
-      const int valid = load_piece<kVec>(grad, c0, hd, g);
-      load_piece<kVec>(delta + entry.row, c0, hd, d);
-      load_piece<kVec>(du + entry.row, c0, hd, u);
-      load_snapshot_piece<kVec, E>(bb.snapshot, e, c0, hd, pre);
-      if (first) {
-#pragma unroll
-        for (int k = 0; k < kLaneCols; ++k) {
-          if (k < valid) dots[0] = fmaf(g[k], pre[k], dots[0]);
-          acc[k] = decay * g[k];
-        }
-      } else {
-        load_piece<kVec>(stash, c0, hd, acc);
-      }
-#pragma unroll
-      for (int k = 0; k < kLaneCols; ++k) {
-        const float ret = entry.scale * u[k];
-        if (k < valid) {
-          dots[1] = fmaf(d[k], g[k], dots[1]);
-          dots[2] = fmaf(ret, pre[k], dots[2]);
-        }
-        acc[k] = fmaf(entry.k_eff, ret, acc[k]);
-      }
-      if (!last || read_here) store_piece<kVec>(stash, c0, hd, acc);
-      else store_piece<kVec>(grad, c0, hd, acc);
-      if (last) restore_snapshot_piece<kVec>(bb.snapshot, e, c0, hd, pre, bank);
-    }
-    warp_sums(dots);
-    if (lane == 0) {
-      if (first) bb.dlambda[e] = decay * dots[0];
-      bb.dc[e + b] = dots[1];
-      bb.dk_eff[e + b] = dots[2];
-    }
+  const bool read_here = first_read < CR && bb.read_layout.local_slot(read_key) == group.local;
+  const auto entry = [&](int b) { return group_entry(mine, b, geo, in, p1, n, token0, keys, q); };
+  if (group.size == 1) {
+    if (read_here) write_pass<true, true, true, kMode, kVec>(rows, entry(0), hd, lane, bb, e, 0);
+    else write_pass<true, true, false, kMode, kVec>(rows, entry(0), hd, lane, bb, e, 0);
+    return;
   }
+  write_pass<true, false, true, kMode, kVec>(rows, entry(0), hd, lane, bb, e, 0);
+  for (int b = 1; b + 1 < group.size; ++b) {
+    write_pass<false, false, true, kMode, kVec>(rows, entry(b), hd, lane, bb, e, b);
+  }
+  const int b = group.size - 1;
+  if (read_here) write_pass<false, true, true, kMode, kVec>(rows, entry(b), hd, lane, bb, e, b);
+  else write_pass<false, true, false, kMode, kVec>(rows, entry(b), hd, lane, bb, e, b);
 }
 
 // ---- read groups --------------------------------------------------------------------------------
@@ -229,9 +320,9 @@ __device__ __forceinline__ void add_read_entry(const ReadBatch& batch, const flo
 
 // Entries 1 .. count - 1 of the batch on one column piece.
 template <bool kVec, int j = 1>
-__device__ __forceinline__ void add_later_reads(const ReadBatch& batch, const float* dy, std::int64_t c0,
-                                                std::int64_t hd, int valid, const float (&m0)[kLaneCols],
-                                                float (&dots)[kHeldReads], float (&acc)[kLaneCols]) {
+__device__ __forceinline__ void add_later_reads(const ReadBatch& batch, const float* dy, int c0, int hd, int valid,
+                                                const float (&m0)[kLaneCols], float (&dots)[kHeldReads],
+                                                float (&acc)[kLaneCols]) {
   if constexpr (j < kHeldReads) {
     if (j < batch.count) {
       float y[kLaneCols];
@@ -262,7 +353,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const int q = static_cast<int>(blockIdx.y) * kWarps + static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (q >= CR) return;
-  const std::int64_t p = blockIdx.x, n = ti * geo.P + p, hd = geo.hd;
+  const std::int64_t p = blockIdx.x, n = ti * geo.P + p;
+  const int hd = static_cast<int>(geo.hd);
   const std::uint64_t* keys = bb.read_keys + n * CR;
   const GroupStart group = find_group_start(keys, CR, q, layout, geo.sps, lane);
   if (group.size == 0) return;
@@ -274,10 +366,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const bool written = first_write < CW && geo.keys.local_slot(write_key) == group.local;
 
   const std::int64_t slot = p * geo.sps + group.local;
-  Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * hd;
-  const E* bank = static_cast<const E*>(bb.bank) + slot * hd;
-  const float* stash = bb.stash + (p * CW + first_write) * hd;  // used only when written
-  const float* dy = bb.dy + p * geo.C * hd;
+  Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
+  const E* bank = static_cast<const E*>(bb.bank) + slot * geo.hd;
+  const float* stash = bb.stash + (p * CW + first_write) * geo.hd;  // used only when written
+  const float* dy = bb.dy + p * geo.C * geo.hd;
 
   // Groups longer than kHeldReads: dq_w of the further entries, kHeldReads of them a pass.
   for (int b = kHeldReads; b < group.size; b += kHeldReads) {
@@ -285,7 +377,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     const ReadEntry other = lane < take ? read_entry(geo, p1, layout, n, keys[q + b + lane]) : ReadEntry{};
     const ReadBatch batch = share_reads(other, take);
     float dots[kHeldReads] = {};
-    for (std::int64_t c0 = static_cast<std::int64_t>(lane) * kLaneCols; c0 < hd; c0 += kWarpCols) {
+    for (int c0 = lane * kLaneCols; c0 < hd; c0 += kWarpCols) {
       float m0[kLaneCols], y[kLaneCols], unused[kLaneCols] = {};
       const int valid = load_piece<kVec>(bank, c0, hd, m0);
       load_piece<kVec>(dy + batch.row[0], c0, hd, y);
@@ -297,47 +389,76 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   }
 
   // The main pass: the first kHeldReads entries' dq_w, and the row sum over every entry (the further
-  // entries' data come from memory).
+  // entries' data come from memory). A group of one entry (the common case) gets its own copy of
+  // the loop without the further entries' branches. Lane pointers advance by a column step; `rest`
+  // = the columns from the piece on (the piece is column 0 of a row of `rest` columns).
   const ReadBatch batch = share_reads(mine, min(kHeldReads, group.size));
-  float dots[kHeldReads] = {};
-  for (std::int64_t c0 = static_cast<std::int64_t>(lane) * kLaneCols; c0 < hd; c0 += kWarpCols) {
-    float m0[kLaneCols], y[kLaneCols], base[kLaneCols], acc[kLaneCols] = {};
-    const int valid = load_piece<kVec>(bank, c0, hd, m0);
-    load_piece<kVec>(dy + batch.row[0], c0, hd, y);
-    if (written) load_piece<kVec>(stash, c0, hd, base);
-    else load_piece<kVec>(grad, c0, hd, base);
-    add_read_entry<0>(batch, y, valid, m0, dots, acc);
-    add_later_reads<kVec>(batch, dy, c0, hd, valid, m0, dots, acc);
-    for (int j = kHeldReads; j < group.size; ++j) {
-      const ReadEntry entry = read_entry(geo, p1, layout, n, keys[q + j]);
-      float later[kLaneCols];
-      load_piece<kVec>(dy + entry.row, c0, hd, later);
+  const auto main_pass = [&](auto single) {
+    constexpr bool kSingle = decltype(single)::value;
+    const int first = lane * kLaneCols;
+    const E* m0_at = bank + first;
+    const float* y_at = dy + batch.row[0] + first;
+    const float* stash_at = stash + first;
+    Gt* grad_at = grad + first;
+    float dots[kHeldReads] = {};
+    for (int c0 = first; c0 < hd; c0 += kWarpCols) {
+      const int rest = hd - c0;
+      float m0[kLaneCols], y[kLaneCols], base[kLaneCols], acc[kLaneCols] = {};
+      const int valid = load_piece<kVec>(m0_at, 0, rest, m0);
+      load_piece<kVec>(y_at, 0, rest, y);
+      if (written) load_piece<kVec>(stash_at, 0, rest, base);
+      else load_piece<kVec>(grad_at, 0, rest, base);
+      add_read_entry<0>(batch, y, valid, m0, dots, acc);
+      if constexpr (!kSingle) {
+        add_later_reads<kVec>(batch, dy, c0, hd, valid, m0, dots, acc);
+        for (int j = kHeldReads; j < group.size; ++j) {
+          const ReadEntry entry = read_entry(geo, p1, layout, n, keys[q + j]);
+          float later[kLaneCols];
+          load_piece<kVec>(dy + entry.row, c0, hd, later);
 #pragma unroll
-      for (int k = 0; k < kLaneCols; ++k) acc[k] = fmaf(entry.q_w, later[k], acc[k]);
+          for (int k = 0; k < kLaneCols; ++k) acc[k] = fmaf(entry.q_w, later[k], acc[k]);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kLaneCols; ++k) acc[k] = base[k] + acc[k];
+      store_piece_cvt<kVec>(grad_at, 0, rest, acc);
+      m0_at += kWarpCols, y_at += kWarpCols, stash_at += kWarpCols, grad_at += kWarpCols;
     }
-#pragma unroll
-    for (int k = 0; k < kLaneCols; ++k) acc[k] = base[k] + acc[k];
-    store_piece<kVec>(grad, c0, hd, acc);
-  }
-  warp_sums(dots);
-  store_read_dots(bb, dots, batch.count, mine, lane);
+    warp_sums(dots);
+    store_read_dots(bb, dots, batch.count, mine, lane);
+  };
+  if (group.size == 1) main_pass(std::true_type{});
+  else main_pass(std::false_type{});
 }
 
-template <typename E, typename Gt, bool kVec>
+template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
 void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
             std::int64_t ti, cudaStream_t stream) {
   const auto blocks = [](std::int64_t warps) { return static_cast<unsigned>((warps + kWarps - 1) / kWarps); };
   const unsigned streams = static_cast<unsigned>(geo.P);
-  launch_dependent(write_groups_backward<E, Gt, kVec>, dim3(streams, blocks(geo.C * geo.W)), dim3(kWarps * 32), 0,
-                   stream, "write_groups_backward", geo, in, p1, bb, ti);
+  launch_dependent(write_groups_backward<E, Gt, kVec, kMode>, dim3(streams, blocks(geo.C * geo.W)),
+                   dim3(kWarps * 32), 0, stream, "write_groups_backward", geo, in, p1, bb, ti);
   launch_dependent(read_groups_backward<E, Gt, kVec>, dim3(streams, blocks(geo.C * geo.R)), dim3(kWarps * 32), 0,
                    stream, "read_groups_backward", geo, p1, bb, ti);
+}
+
+// The snapshot mode (known on the host) becomes a template parameter: no mode switch in the loop.
+template <typename E, typename Gt, bool kVec>
+void launch_mode(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
+                 std::int64_t ti, cudaStream_t stream) {
+  switch (bb.snapshot.mode) {
+    case SnapshotQuant::none: launch<E, Gt, kVec, SnapshotQuant::none>(geo, in, p1, bb, ti, stream); break;
+    case SnapshotQuant::bf16: launch<E, Gt, kVec, SnapshotQuant::bf16>(geo, in, p1, bb, ti, stream); break;
+    case SnapshotQuant::fp8: launch<E, Gt, kVec, SnapshotQuant::fp8>(geo, in, p1, bb, ti, stream); break;
+    case SnapshotQuant::int4: launch<E, Gt, kVec, SnapshotQuant::int4>(geo, in, p1, bb, ti, stream); break;
+  }
 }
 
 template <typename E, typename Gt>
 void launch_rows(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
                  std::int64_t ti, cudaStream_t stream) {
-  bb.vec8 ? launch<E, Gt, true>(geo, in, p1, bb, ti, stream) : launch<E, Gt, false>(geo, in, p1, bb, ti, stream);
+  bb.vec8 ? launch_mode<E, Gt, true>(geo, in, p1, bb, ti, stream)
+          : launch_mode<E, Gt, false>(geo, in, p1, bb, ti, stream);
 }
 
 }  // namespace
