@@ -19,7 +19,9 @@
 //                    included). Lane l takes token i's write lanes w = l, l+32, ... (then its reads
 //                    r = l, l+32, ...); each walks its slot group backwards (add_walks). The terms of
 //                    a row are added in the order: lanes w ascending (then reads r ascending), within
-//                    one lane the group entries by descending sorted position (descending token)
+//                    one lane the group entries by descending sorted position (descending token).
+//                    The first terms of up to 4 items (w or r blocks of 32) per lane are gathered by
+//                    two rounds of independent loads before any is added (latency, not order)
 //   solve            one CTA per chunk, one warp per column k (zig-zag over 16 warps), lanes over
 //                    rows: right-looking forward substitution for column k of X = (I + diag(beta)
 //                    A)^-1 fused with QX = tril(QK) X (solve_column); every sum from +0 over j
@@ -189,38 +191,109 @@ struct ChunkRecords {
   KeyLayout layout;
 };
 
-// The walks of one warp down slot groups, one per lane: lane l visits the group entries at sorted
-// positions s_l, s_l - 1, ... while they hold slot local_l and adds, for each with token j < limit,
-//   row[j] = fmaf(coef_l * kappa_s, expf(log_l - L_s), row[j])
-// (a lane with s_l < 0 has no walk). The first term of every walk is loaded and evaluated by all
-// lanes at once; the adds then run lane by lane in ascending lane order, each lane finishing its
-// whole walk (further terms, rare, loaded on the way) before the next lane starts. So row[j]
-// receives its terms in (lane ascending, sorted position descending) order, whatever the timing.
-__device__ __forceinline__ void add_walks(const ChunkRecords& rec, std::int64_t s, std::int64_t local, float coef,
-                                          float log_w, std::int64_t limit, float* row, int lane) {
-  const bool walking = s >= 0;
-  std::int64_t j = limit;
-  float weight = 0.0f, decay = 0.0f;
-  bool more = false;
-  if (walking) {
-    j = rec.layout.token(rec.keys[s]);
-    weight = coef * rec.kappa[s];
-    decay = expf(log_w - rec.L[s]);
-    more = s > 0 && rec.layout.local_slot(rec.keys[s - 1]) == local;
+// One lane's walk down a slot group: it visits the entries at sorted positions s, s - 1, ...
+// while they hold slot `local` and adds, for each with token j < limit,
+//   row[j] = fmaf(coef * kappa_s, expf(log_w - L_s), row[j]).
+// The first term (token j, weight = coef * kappa_s, decay = expf(log_w - L_s)) is evaluated when
+// the walk is gathered; s < 0: no walk.
+struct Walk {
+  int s = -1, local = 0, j = 0;  // in-chunk position, local slot (< 2^31: slots are i32), token
+  float coef = 0.0f, log_w = 0.0f, weight = 0.0f, decay = 0.0f;
+  bool more = false;  // entry s - 1 holds the same slot
+};
+
+constexpr int kPairBatch = 4;  // walk items per lane gathered before any of them is added
+
+// Item k of row `row` for this lane: k < ceil(W / 32) is write lane w = 32 k + lane (A: entry
+// (i, w) walks its group from the entry before it), then read lane r = 32 (k - ceil(W / 32)) + lane
+// (QK: read (i, r) walks its group from its last visible write). A walk is gathered in two rounds
+// of loads, each issued for every item of a batch before any result is used: the item's sorted
+// position p (and rho), then the records at p, p - 1, p - 2 (WalkRecords).
+struct ItemPosition {
+  int p = -1;  // sorted position of the entry / the last visible write; -1: no walk
+  float rho = 0.0f;
+};
+
+__device__ __forceinline__ ItemPosition item_position(const Geometry& geo, const Phase1Buffers& buf, std::int64_t row,
+                                                      int item, int write_items, int lane) {
+  ItemPosition at;
+  if (item < write_items) {
+    const std::int64_t w = 32 * static_cast<std::int64_t>(item) + lane;
+    if (w < geo.W) {
+      const std::int32_t slot = buf.k_slot[row * geo.W + w], q = buf.inv_pos[row * geo.W + w];
+      at.p = slot >= 0 ? q : -1;
+    }
+  } else {
+    const std::int64_t r = 32 * static_cast<std::int64_t>(item - write_items) + lane;
+    if (r < geo.R) {
+      at.p = buf.q_pos[row * geo.R + r];
+      at.rho = buf.q_rho[row * geo.R + r];
+    }
   }
-  for (unsigned todo = __ballot_sync(kFullMask, walking); todo != 0; todo &= todo - 1) {
+  return at;
+}
+
+struct WalkRecords {
+  std::uint64_t key0 = 0, key1 = 0, key2 = 0;  // keys at p, p - 1, p - 2 (0 where absent)
+  float L0 = 0.0f, L1 = 0.0f, kappa0 = 0.0f, kappa1 = 0.0f;
+};
+
+__device__ __forceinline__ WalkRecords walk_records(const ChunkRecords& rec, int p) {
+  WalkRecords r;
+  if (p < 0) return r;
+  r.key0 = rec.keys[p], r.L0 = rec.L[p], r.kappa0 = rec.kappa[p];
+  if (p > 0) r.key1 = rec.keys[p - 1], r.L1 = rec.L[p - 1], r.kappa1 = rec.kappa[p - 1];
+  if (p > 1) r.key2 = rec.keys[p - 2];
+  return r;
+}
+
+__device__ __forceinline__ Walk make_walk(const KeyLayout& layout, const ItemPosition& at, const WalkRecords& r,
+                                          bool is_read) {
+  Walk walk;
+  if (at.p < 0) return walk;
+  const int p = at.p;
+  walk.local = static_cast<int>(layout.local_slot(r.key0));
+  walk.log_w = r.L0;
+  if (is_read) {  // starts at p itself
+    walk.coef = at.rho;
+    walk.s = p;
+    walk.j = static_cast<int>(layout.token(r.key0));
+    walk.weight = walk.coef * r.kappa0;
+    walk.decay = expf(walk.log_w - r.L0);
+    walk.more = p > 0 && layout.local_slot(r.key1) == walk.local;
+  } else {  // starts at p - 1 when that entry holds the same slot
+    walk.coef = r.kappa0;
+    if (p > 0 && layout.local_slot(r.key1) == walk.local) {
+      walk.s = p - 1;
+      walk.j = static_cast<int>(layout.token(r.key1));
+      walk.weight = walk.coef * r.kappa1;
+      walk.decay = expf(walk.log_w - r.L1);
+      walk.more = p > 1 && layout.local_slot(r.key2) == walk.local;
+    }
+  }
+  return walk;
+}
+
+// Adds the walks of one item, lane by lane in ascending lane order, each lane finishing its whole
+// walk (further terms, rare, loaded on the way) before the next lane starts. So row[j] receives
+// its terms in (lane ascending, sorted position descending) order, whatever the timing.
+__device__ __forceinline__ void add_walks(const ChunkRecords& rec, const Walk& walk, std::int64_t limit, float* row,
+                                          int lane) {
+  for (unsigned todo = __ballot_sync(kFullMask, walk.s >= 0); todo != 0; todo &= todo - 1) {
     if (lane == __ffs(static_cast<int>(todo)) - 1) {
-      if (j < limit) row[j] = fmaf(weight, decay, row[j]);
-      for (std::int64_t t = s - 1; more && t >= 0 && rec.layout.local_slot(rec.keys[t]) == local; --t) {
-        const std::int64_t jt = rec.layout.token(rec.keys[t]);
-        if (jt < limit) row[jt] = fmaf(coef * rec.kappa[t], expf(log_w - rec.L[t]), row[jt]);
+      if (walk.j < limit) row[walk.j] = fmaf(walk.weight, walk.decay, row[walk.j]);
+      for (int t = walk.s - 1; walk.more && t >= 0 && rec.layout.local_slot(rec.keys[t]) == walk.local;
+           --t) {
+        const int jt = static_cast<int>(rec.layout.token(rec.keys[t]));
+        if (jt < limit) row[jt] = fmaf(walk.coef * rec.kappa[t], expf(walk.log_w - rec.L[t]), row[jt]);
       }
     }
     __syncwarp();
   }
 }
 
-__global__ void __launch_bounds__(kPairWarps * 32) pair_products(Geometry geo, Phase1Buffers buf) {
+// 3 CTAs per SM: caps the registers that the batched gathers take (about 80, no real spills).
+__global__ void __launch_bounds__(kPairWarps * 32, 3) pair_products(Geometry geo, Phase1Buffers buf) {
   extern __shared__ float pair_rows[];  // per warp: its A row [C], then its QK row [C]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t C = geo.C, CW = C * geo.W;
@@ -233,34 +306,27 @@ __global__ void __launch_bounds__(kPairWarps * 32) pair_products(Geometry geo, P
   __syncwarp();
   const ChunkRecords rec{buf.keys + n * CW, buf.L + n * CW, buf.kappa + n * CW, geo.keys};
 
-  // A[i, j] = sum over slots shared by tokens i > j of kappa_e kappa_e' exp(L_e - L_e'): entry
-  // (i, w) walks its group from the entry before it (earlier tokens, descending).
-  for (std::int64_t w0 = 0; w0 < geo.W; w0 += 32) {
-    const std::int64_t w = w0 + lane;
-    std::int64_t s = -1, local = 0;
-    float kappa_e = 0.0f, l_e = 0.0f;
-    if (w < geo.W && buf.k_slot[row * geo.W + w] >= 0) {
-      const std::int64_t q = buf.inv_pos[row * geo.W + w];
-      local = geo.keys.local_slot(rec.keys[q]);
-      kappa_e = rec.kappa[q];
-      l_e = rec.L[q];
-      if (q > 0 && geo.keys.local_slot(rec.keys[q - 1]) == local) s = q - 1;
+  // A[i, j] = sum over slots shared by tokens i > j of kappa_e kappa_e' exp(L_e - L_e'): the write
+  // items, w ascending. QK[i, j] = sum over reads of token i and writes of token j <= i to the
+  // same slot of rho kappa_e' exp(Lq - L_e'): then the read items, r ascending.
+  const int write_items = static_cast<int>((geo.W + 31) / 32);
+  const int items = write_items + static_cast<int>((geo.R + 31) / 32);
+  for (int first = 0; first < items; first += kPairBatch) {
+    ItemPosition at[kPairBatch];
+#pragma unroll
+    for (int k = 0; k < kPairBatch; ++k) {
+      if (first + k < items) at[k] = item_position(geo, buf, row, first + k, write_items, lane);
     }
-    add_walks(rec, s, local, kappa_e, l_e, i, a_row, lane);
-  }
-  // QK[i, j] = sum over reads of token i and writes of token j <= i to the same slot of
-  // rho kappa_e' exp(Lq - L_e'): read (i, r) walks its group from its last visible write.
-  for (std::int64_t r0 = 0; r0 < geo.R; r0 += 32) {
-    const std::int64_t r = r0 + lane;
-    std::int64_t s = -1, local = 0;
-    float rho = 0.0f, lq = 0.0f;
-    if (r < geo.R && buf.q_pos[row * geo.R + r] >= 0) {
-      s = buf.q_pos[row * geo.R + r];
-      local = geo.keys.local_slot(rec.keys[s]);
-      rho = buf.q_rho[row * geo.R + r];
-      lq = rec.L[s];
+    WalkRecords records[kPairBatch];
+#pragma unroll
+    for (int k = 0; k < kPairBatch; ++k) records[k] = walk_records(rec, at[k].p);
+#pragma unroll
+    for (int k = 0; k < kPairBatch; ++k) {
+      if (first + k >= items) break;  // warp-uniform
+      const bool is_read = first + k >= write_items;
+      const Walk walk = make_walk(rec.layout, at[k], records[k], is_read);
+      add_walks(rec, walk, is_read ? i + 1 : i, is_read ? qk_row : a_row, lane);
     }
-    add_walks(rec, s, local, rho, lq, i + 1, qk_row, lane);
   }
   __syncwarp();
   for (std::int64_t j = lane; j < C; j += 32) {
