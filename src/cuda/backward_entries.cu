@@ -91,24 +91,36 @@ __global__ void write_entry_grads(Geometry geo, Inputs in, Phase1Buffers p1, Bac
     n = e / CW, local = geo.keys.local_slot(key), i = geo.keys.token(key), w = geo.keys.lane(key);
     bound = rl.encode(n, local, i, 0);
   }
+  const std::int64_t chunk0 = n * CW, chunk_end = chunk0 + CW;
+  const EntryPlace at = place(geo, n, i);
+  const std::int64_t entry = chunk0 + i * geo.W + w;
+  const bool real = in_range && local != geo.sps;
+  // The entry's own records, loaded before the search so that their latency overlaps it.
+  std::uint64_t prev_key = 0, next_key = 0;
+  float L_e = 0.0f, kappa_e = 0.0f, beta_i = 0.0f, dk_eff = 0.0f, dc = 0.0f, wcoef = 0.0f, k_eff = 0.0f;
+  if (real) {
+    if (e > chunk0) prev_key = p1.keys[e - 1];
+    if (e + 1 < chunk_end) next_key = p1.keys[e + 1];
+    L_e = p1.L[e], kappa_e = p1.kappa[e], beta_i = load_input(in.beta, in.beta_dtype, at.token);
+    dk_eff = bb.dk_eff[e], dc = bb.dc[e], wcoef = p1.wcoef[e], k_eff = p1.k_eff[entry];
+  }
   const std::int64_t first_chunk = __shfl_sync(0xffffffffu, n, 0);
   const std::int64_t first_read = warp_lower_bounds(bb.read_keys, geo.read_entries(), first_chunk * CR,
                                                     (first_chunk + 1) * CR, bound, static_cast<int>(threadIdx.x % 32));
   if (!in_range) return;
-  const std::int64_t chunk0 = n * CW, chunk_end = chunk0 + CW;
-  const EntryPlace at = place(geo, n, i);
-  const std::int64_t entry = chunk0 + i * geo.W + w;
-  if (local == geo.sps) {  // padding or masked
+  if (!real) {  // padding or masked
     bb.dgamma[entry] = 0.0f;
     if (at.t < geo.T && grad_k.data != nullptr) store_any(grad_k.data, grad_k.dtype, at.token * geo.W + w, 0.0f);
     return;
   }
   std::int64_t begin = e, end = e + 1;
-  while (begin > chunk0 && geo.keys.local_slot(p1.keys[begin - 1]) == local) --begin;
-  while (end < chunk_end && geo.keys.local_slot(p1.keys[end]) == local) ++end;
+  if (e > chunk0 && geo.keys.local_slot(prev_key) == local) {
+    for (--begin; begin > chunk0 && geo.keys.local_slot(p1.keys[begin - 1]) == local;) --begin;
+  }
+  if (e + 1 < chunk_end && geo.keys.local_slot(next_key) == local) {
+    for (++end; end < chunk_end && geo.keys.local_slot(p1.keys[end]) == local;) ++end;
+  }
 
-  const float L_e = p1.L[e], kappa_e = p1.kappa[e];
-  const float beta_i = load_input(in.beta, in.beta_dtype, at.token);
   const float* dms = bb.dms + n * C * C;
   const float* dqk = bb.dqk + n * C * C;
   float dkappa = 0.0f, dL = 0.0f;
@@ -136,11 +148,10 @@ __global__ void write_entry_grads(Geometry geo, Inputs in, Phase1Buffers p1, Bac
     dkappa += d * rho * decay;
     dL -= d * rho * kappa_e * decay;
   }
-  const float dk_eff = bb.dk_eff[e], dc = bb.dc[e];
-  dkappa += expf(L_e) * dk_eff + expf(p1.L[end - 1] - L_e) * dc;
-  dL += p1.k_eff[entry] * dk_eff;
+  dkappa += expf(L_e) * dk_eff + expf((end - 1 == e ? L_e : p1.L[end - 1]) - L_e) * dc;
+  dL += k_eff * dk_eff;
   bb.dL[e] = dL;
-  bb.dP[e] = p1.wcoef[e] * dc;
+  bb.dP[e] = wcoef * dc;
   if (grad_k.data != nullptr) store_any(grad_k.data, grad_k.dtype, at.token * geo.W + w, dkappa);
 }
 
@@ -186,43 +197,54 @@ __global__ void group_scans(Geometry geo, Phase1Buffers p1, BackwardBuffers bb) 
   const KeyLayout& rl = bb.read_layout;
   const bool in_range = e < total;
   std::int64_t n = 0, local = 0;
-  std::uint64_t bound = ~std::uint64_t{0};  // past the end: after every read key
+  std::uint64_t key = 0, bound = ~std::uint64_t{0};  // past the end: after every read key
   if (in_range) {
-    n = e / CW, local = geo.keys.local_slot(p1.keys[e]);
+    key = p1.keys[e];
+    n = e / CW, local = geo.keys.local_slot(key);
     bound = rl.encode(n, local, 0, 0);
+  }
+  const std::int64_t chunk0 = n * CW, chunk_end = chunk0 + CW;
+  // The entry's own records, loaded before the search so that their latency overlaps it.
+  std::uint64_t prev_key = 0, next_key = 0;
+  float dL_e = 0.0f, dlambda = 0.0f;
+  const bool real = in_range && local != geo.sps;
+  if (real) {
+    if (e > chunk0) prev_key = p1.keys[e - 1];
+    if (e + 1 < chunk_end) next_key = p1.keys[e + 1];
+    dL_e = bb.dL[e], dlambda = bb.dlambda[e];
   }
   const std::int64_t first_chunk = __shfl_sync(0xffffffffu, n, 0);
   const std::int64_t read_begin = warp_lower_bounds(bb.read_keys, geo.read_entries(), first_chunk * CR,
                                                     (first_chunk + 1) * CR, bound, static_cast<int>(threadIdx.x % 32));
-  if (!in_range || local == geo.sps) return;
-  const std::int64_t chunk0 = n * CW, chunk_end = chunk0 + CW;
-  if (e > chunk0 && geo.keys.local_slot(p1.keys[e - 1]) == local) return;
+  if (!real) return;
+  if (e > chunk0 && geo.keys.local_slot(prev_key) == local) return;  // not the group's first entry
   std::int64_t end = e + 1;
-  while (end < chunk_end && geo.keys.local_slot(p1.keys[end]) == local) ++end;
+  if (e + 1 < chunk_end && geo.keys.local_slot(next_key) == local) {
+    for (++end; end < chunk_end && geo.keys.local_slot(p1.keys[end]) == local;) ++end;
+  }
 
   const std::uint64_t* reads = bb.read_keys;
   std::int64_t read = read_begin;
   while (read < (n + 1) * CR && rl.local_slot(reads[read]) == local) ++read;
   --read;  // the slot's last read (reads are in token order)
-  const auto entry_of = [&](std::int64_t s) {
-    const std::uint64_t key = p1.keys[s];
-    return chunk0 + geo.keys.token(key) * geo.W + geo.keys.lane(key);
-  };
+  const auto entry_of = [&](std::uint64_t k) { return chunk0 + geo.keys.token(k) * geo.W + geo.keys.lane(k); };
 
+  // Suffix sums from the group's last entry back to e; entry e's (the last one formed) stays in
+  // a register, the others go to dgamma and are read back below.
   float suffix = 0.0f;
   for (std::int64_t s = end - 1; s >= e; --s) {
-    const std::int64_t i = geo.keys.token(p1.keys[s]);
-    suffix += bb.dL[s];
+    const std::uint64_t k = s == e ? key : p1.keys[s];
+    const std::int64_t i = geo.keys.token(k);
+    suffix += s == e ? dL_e : bb.dL[s];
     for (; read >= read_begin && rl.token(reads[read]) >= i; --read) {
       suffix += bb.dLq[n * CR + rl.token(reads[read]) * geo.R + rl.lane(reads[read])];
     }
-    bb.dgamma[entry_of(s)] = suffix;
+    if (s > e) bb.dgamma[entry_of(k)] = suffix;
   }
-  const float dlambda = bb.dlambda[e];
   float prefix = 0.0f;
   for (std::int64_t s = e; s < end; ++s) {
-    const std::int64_t entry = entry_of(s);
-    bb.dgamma[entry] = bb.dgamma[entry] + prefix + dlambda;
+    const std::int64_t entry = entry_of(s == e ? key : p1.keys[s]);
+    bb.dgamma[entry] = (s == e ? suffix : bb.dgamma[entry]) + prefix + dlambda;
     prefix += bb.dP[s];
   }
 }
