@@ -38,7 +38,9 @@
 // advanced by a column step (no 64-bit index products per piece); in mode "none" the snapshot
 // piece's bits from its one load are stored back into the bank (the bits copy_piece would copy);
 // a bf16 G piece is rounded by store_piece_cvt (the hardware pair conversion, bitwise the
-// integer rounding for every non-NaN value; a piece with a NaN takes store_piece).
+// integer rounding for every non-NaN value; a piece with a NaN takes store_piece). Write groups
+// of two or more entries (a few percent) run out of line (write_long_group), so the single-entry
+// path does not keep their state in registers or spill it.
 // At most 80 registers a thread (24 resident warps an SM); no spills in the hot column loops.
 // Rows are disjoint between groups of one step (streams own disjoint rows, a slot forms one group
 // per chunk), so every bank / G / stash row and every output element has one writer.
@@ -102,21 +104,30 @@ struct WriteEntry {
   float scale = 0.0f, k_eff = 0.0f;
 };
 
-__device__ __forceinline__ WriteEntry write_entry(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
-                                                  std::int64_t n, std::int64_t token0, std::uint64_t key) {
-  const std::int64_t i = geo.keys.token(key);
+// Where a chunk's write entries find their data (k_eff: chunk n's [C, W] block; token0: the flat
+// token of i = 0).
+struct WriteEntrySource {
+  const void* beta;
+  DType beta_dtype;
+  const float* k_eff;
+  KeyLayout keys;
+  std::int64_t hd, W, token0;
+};
+
+__device__ __forceinline__ WriteEntry write_entry(const WriteEntrySource& src, std::uint64_t key) {
+  const std::int64_t i = src.keys.token(key);
   WriteEntry entry;
-  entry.row = i * geo.hd;
-  entry.scale = -load_input(in.beta, in.beta_dtype, token0 + i);
-  entry.k_eff = p1.k_eff[(n * geo.C + i) * geo.W + geo.keys.lane(key)];
+  entry.row = i * src.hd;
+  entry.scale = -load_input(src.beta, src.beta_dtype, src.token0 + i);
+  entry.k_eff = src.k_eff[i * src.W + src.keys.lane(key)];
   return entry;
 }
 
-// Entry b of a group whose lane l holds entry l's data (l < 32): a shuffle, or memory past 32.
-__device__ __forceinline__ WriteEntry group_entry(const WriteEntry& mine, int b, const Geometry& geo,
-                                                  const Inputs& in, const Phase1Buffers& p1, std::int64_t n,
-                                                  std::int64_t token0, const std::uint64_t* keys, int q) {
-  if (b >= 32) return write_entry(geo, in, p1, n, token0, keys[q + b]);
+// Entry b of a group whose lane l holds entry l's data (l < 32): a shuffle, or memory past 32
+// (group_keys: the group's sorted keys).
+__device__ __forceinline__ WriteEntry group_entry(const WriteEntry& mine, int b, const WriteEntrySource& src,
+                                                  const std::uint64_t* group_keys) {
+  if (b >= 32) return write_entry(src, group_keys[b]);
   WriteEntry entry;
   entry.row = __shfl_sync(kAllLanes, mine.row, b);
   entry.scale = __shfl_sync(kAllLanes, mine.scale, b);
@@ -125,7 +136,8 @@ __device__ __forceinline__ WriteEntry group_entry(const WriteEntry& mine, int b,
 }
 
 // The rows one write group touches (lane independent; computed once per group). snapshot: the
-// group's own snapshot row (payload and scale moved to it, row index 0) in the compile-time mode.
+// group's own snapshot row (payload and scale moved to it, row index 0) in the compile-time mode;
+// dlambda / dc / dk_eff: the outputs at the group's first sorted position e.
 template <typename E, typename Gt>
 struct WriteRows {
   Gt* grad;
@@ -134,6 +146,9 @@ struct WriteRows {
   const float* delta;
   const float* du;
   SnapshotRows snapshot;
+  float* dlambda;
+  float* dc;
+  float* dk_eff;
   float decay;
 };
 
@@ -147,7 +162,7 @@ constexpr int kWriteDots = 3;
 // into the bank (copy_piece's bits).
 template <bool kFirst, bool kLast, bool kToStash, SnapshotQuant kMode, bool kVec, typename E, typename Gt>
 __device__ __forceinline__ void write_pass(const WriteRows<E, Gt>& rows, const WriteEntry& entry, int hd, int lane,
-                                           const BackwardBuffers& bb, std::int64_t e, int b) {
+                                           int b) {
   // Lane pointers at the lane's first piece, advanced by a column step per piece; `rest` = the
   // columns from the piece on (load_piece / store_piece see the piece as column 0 of a row of
   // `rest` columns: the same columns and `valid`).
@@ -208,10 +223,28 @@ __device__ __forceinline__ void write_pass(const WriteRows<E, Gt>& rows, const W
   }
   warp_sums(dots);
   if (lane == 0) {
-    if (kFirst) bb.dlambda[e] = rows.decay * dots[0];
-    bb.dc[e + b] = dots[1];
-    bb.dk_eff[e + b] = dots[2];
+    if (kFirst) rows.dlambda[0] = rows.decay * dots[0];
+    rows.dc[b] = dots[1];
+    rows.dk_eff[b] = dots[2];
   }
+}
+
+// A group of two or more entries (a few percent of them): one pass per entry. It carries its G'
+// sum from pass to pass in its stash row (f32, so bitwise the same chain); G stays unchanged until
+// the last pass, which stores G' (stash or G) and restores the bank row. Out of line, so that the
+// single-entry path does not hold this path's state in its registers.
+template <SnapshotQuant kMode, bool kVec, typename E, typename Gt>
+__device__ __noinline__ void write_long_group(const WriteRows<E, Gt> rows, const WriteEntry mine,
+                                              const WriteEntrySource src, const std::uint64_t* group_keys, int size,
+                                              bool read_here, int hd, int lane) {
+  write_pass<true, false, true, kMode, kVec>(rows, group_entry(mine, 0, src, group_keys), hd, lane, 0);
+  for (int b = 1; b + 1 < size; ++b) {
+    write_pass<false, false, true, kMode, kVec>(rows, group_entry(mine, b, src, group_keys), hd, lane, b);
+  }
+  const int b = size - 1;
+  const WriteEntry entry = group_entry(mine, b, src, group_keys);
+  if (read_here) write_pass<false, true, true, kMode, kVec>(rows, entry, hd, lane, b);
+  else write_pass<false, true, false, kMode, kVec>(rows, entry, hd, lane, b);
 }
 
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
@@ -230,8 +263,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   if (group.size == 0) return;
 
   // Lane l < size loads entry l's data while the warp searches the read keys.
-  const std::int64_t token0 = p * geo.T + ti * geo.C;  // flat token of i = 0
-  const WriteEntry mine = lane < group.size ? write_entry(geo, in, p1, n, token0, group.key) : WriteEntry{};
+  const WriteEntrySource src{in.beta, in.beta_dtype, p1.k_eff + n * CW, geo.keys, geo.hd, geo.W,
+                             p * geo.T + ti * geo.C};
+  const WriteEntry mine = lane < group.size ? write_entry(src, group.key) : WriteEntry{};
   std::uint64_t read_key = 0;
   const int first_read = warp_lower_bound_key(bb.read_keys + n * CR, CR, bb.read_layout.encode(n, group.local, 0, 0),
                                               lane, &read_key);
@@ -247,25 +281,20 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   rows.snapshot.mode = kMode;
   rows.snapshot.payload = static_cast<unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes;
   if constexpr (kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4) rows.snapshot.scales += e;
+  rows.dlambda = bb.dlambda + e;
+  rows.dc = bb.dc + e;
+  rows.dk_eff = bb.dk_eff + e;
   rows.decay = p1.gdecay[e];
 
-  // One pass per entry (nearly always a single one). A longer group carries its G' sum from pass to
-  // pass in its stash row (f32, so bitwise the same chain); G stays unchanged until the last pass,
-  // which stores G' (stash or G) and restores the bank row.
+  // One pass per entry (nearly always a single one); longer groups go out of line.
   const bool read_here = first_read < CR && bb.read_layout.local_slot(read_key) == group.local;
-  const auto entry = [&](int b) { return group_entry(mine, b, geo, in, p1, n, token0, keys, q); };
-  if (group.size == 1) {
-    if (read_here) write_pass<true, true, true, kMode, kVec>(rows, entry(0), hd, lane, bb, e, 0);
-    else write_pass<true, true, false, kMode, kVec>(rows, entry(0), hd, lane, bb, e, 0);
+  if (group.size > 1) {
+    write_long_group<kMode, kVec>(rows, mine, src, keys + q, group.size, read_here, hd, lane);
     return;
   }
-  write_pass<true, false, true, kMode, kVec>(rows, entry(0), hd, lane, bb, e, 0);
-  for (int b = 1; b + 1 < group.size; ++b) {
-    write_pass<false, false, true, kMode, kVec>(rows, entry(b), hd, lane, bb, e, b);
-  }
-  const int b = group.size - 1;
-  if (read_here) write_pass<false, true, true, kMode, kVec>(rows, entry(b), hd, lane, bb, e, b);
-  else write_pass<false, true, false, kMode, kVec>(rows, entry(b), hd, lane, bb, e, b);
+  const WriteEntry entry = group_entry(mine, 0, src, keys + q);
+  if (read_here) write_pass<true, true, true, kMode, kVec>(rows, entry, hd, lane, 0);
+  else write_pass<true, true, false, kMode, kVec>(rows, entry, hd, lane, 0);
 }
 
 // ---- read groups --------------------------------------------------------------------------------
