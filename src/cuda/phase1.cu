@@ -90,35 +90,44 @@ __global__ void scan_groups(Geometry geo, Inputs in, bool bf16_bank, unsigned sl
   if (cs.q >= CW) return;
   const std::int64_t n = cs.n, q = cs.q, e = n * CW + q, chunk_end = (n + 1) * CW;
   const std::uint64_t key = buf.keys[e];
+  // Every load the group's first entry needs from its own key, issued before any store: the
+  // neighbours' keys and the entry's gamma and k_val (a real entry's token is inside T).
+  const std::uint64_t prev_key = q > 0 ? buf.keys[e - 1] : 0, next_key = e + 1 < chunk_end ? buf.keys[e + 1] : 0;
   const std::int64_t local = geo.keys.local_slot(key);
+  const auto gamma_kappa = [&](std::uint64_t k, float& gamma, float& kappa) {
+    const std::int64_t i = geo.keys.token(k), w = geo.keys.lane(k);
+    const EntryPlace at = place_of(geo, n, i);
+    const std::int64_t token = at.p * geo.T + at.t;
+    gamma = load_input(in.g, in.g_dtype, token * geo.G + (geo.G == 1 ? 0 : w));
+    kappa = round_to_bank(load_input(in.k_val, in.k_val_dtype, token * geo.W + w), bf16_bank);
+  };
+  float gamma_e = 0.0f, kappa_e = 0.0f;
+  if (local != geo.sps) gamma_kappa(key, gamma_e, kappa_e);
   const std::int64_t own = n * CW + geo.keys.token(key) * geo.W + geo.keys.lane(key);
   buf.inv_pos[own] = static_cast<std::int32_t>(q);
   if (local == geo.sps) {
     buf.k_eff[own] = 0.0f;
     return;
   }
-  if (q > 0 && geo.keys.local_slot(buf.keys[e - 1]) == local) return;  // not the group's first entry
+  if (q > 0 && geo.keys.local_slot(prev_key) == local) return;  // not the group's first entry
 
   float lambda = 0.0f;  // running Lambda_s(i): f32, token order, this chunk only (segmented scan)
-  float first_L = 0.0f, first_kappa = 0.0f;  // entry e's, kept for the second pass
+  float first_L = 0.0f;  // entry e's, kept for the second pass
   std::int64_t end = e;
   for (; end < chunk_end; ++end) {
-    const std::uint64_t k = end == e ? key : buf.keys[end];
+    const std::uint64_t k = end == e ? key : end == e + 1 ? next_key : buf.keys[end];
     if (geo.keys.local_slot(k) != local) break;
-    const std::int64_t i = geo.keys.token(k), w = geo.keys.lane(k);
-    const EntryPlace at = place_of(geo, n, i);
-    const std::int64_t token = at.p * geo.T + at.t;
-    const float gamma = load_input(in.g, in.g_dtype, token * geo.G + (geo.G == 1 ? 0 : w));
-    const float kappa = round_to_bank(load_input(in.k_val, in.k_val_dtype, token * geo.W + w), bf16_bank);
+    float gamma = gamma_e, kappa = kappa_e;
+    if (end > e) gamma_kappa(k, gamma, kappa);
     lambda += gamma;
     buf.L[end] = lambda;
     buf.kappa[end] = kappa;
-    buf.k_eff[n * CW + i * geo.W + w] = kappa * expf(lambda);
-    if (end == e) first_L = lambda, first_kappa = kappa;
+    buf.k_eff[n * CW + geo.keys.token(k) * geo.W + geo.keys.lane(k)] = kappa * expf(lambda);
+    if (end == e) first_L = lambda;
   }
   const float total_decay = expf(lambda);
   for (std::int64_t s = e; s < end; ++s) {
-    const float L_s = s == e ? first_L : buf.L[s], kappa_s = s == e ? first_kappa : buf.kappa[s];
+    const float L_s = s == e ? first_L : buf.L[s], kappa_s = s == e ? kappa_e : buf.kappa[s];
     buf.wcoef[s] = kappa_s * expf(lambda - L_s);
     buf.gdecay[s] = total_decay;
   }
