@@ -348,6 +348,7 @@ __global__ void __launch_bounds__(kPairWarps * 32, 3) pair_products(Geometry geo
 
 constexpr int kSolveWarps = 16;       // columns in flight per chunk
 constexpr int kStagedMaxChunk = 64;   // C up to this: A, QK, X, QX of the chunk in shared memory
+constexpr int kStageBatch = 8;        // elements per thread and matrix loaded at once when staging
 
 // Column k of X and QX for one chunk, by one warp; lane l owns rows l, l + 32, ... (kRows of them,
 // 32 * kRows >= C). Right-looking forward substitution: at step j = k, k+1, ..., the owner of row
@@ -421,9 +422,21 @@ __global__ void __launch_bounds__(kSolveWarps * 32) solve(Geometry geo, Inputs i
     ld = C | 1;
     float* As = solve_tiles;
     float* QKs = As + C * ld;
-    for (int o = static_cast<int>(threadIdx.x); o < C * C; o += static_cast<int>(blockDim.x)) {
-      As[o / C * ld + o % C] = A[o];
-      QKs[o / C * ld + o % C] = QK[o];
+    // All of a thread's loads (kStageBatch per matrix) are issued before its first shared store.
+    const int threads = static_cast<int>(blockDim.x);
+    for (int o0 = static_cast<int>(threadIdx.x); o0 < C * C; o0 += kStageBatch * threads) {
+      float a[kStageBatch], qk[kStageBatch];
+#pragma unroll
+      for (int b = 0; b < kStageBatch; ++b) {
+        const int o = o0 + b * threads;
+        a[b] = o < C * C ? A[o] : 0.0f;
+        qk[b] = o < C * C ? QK[o] : 0.0f;
+      }
+#pragma unroll
+      for (int b = 0; b < kStageBatch; ++b) {
+        const int o = o0 + b * threads;
+        if (o < C * C) As[o / C * ld + o % C] = a[b], QKs[o / C * ld + o % C] = qk[b];
+      }
     }
     __syncthreads();
     A = As, QK = QKs, X = QKs + C * ld, QX = X + C * ld;
