@@ -206,18 +206,19 @@ __global__ void group_scans(Geometry geo, Phase1Buffers p1, BackwardBuffers bb) 
   const std::int64_t chunk0 = n * CW, chunk_end = chunk0 + CW;
   // The entry's own records, loaded before the search so that their latency overlaps it.
   std::uint64_t prev_key = 0, next_key = 0;
-  float dL_e = 0.0f, dlambda = 0.0f;
+  float dL_e = 0.0f;
   const bool real = in_range && local != geo.sps;
   if (real) {
     if (e > chunk0) prev_key = p1.keys[e - 1];
     if (e + 1 < chunk_end) next_key = p1.keys[e + 1];
-    dL_e = bb.dL[e], dlambda = bb.dlambda[e];
+    dL_e = bb.dL[e];
   }
   const std::int64_t first_chunk = __shfl_sync(0xffffffffu, n, 0);
   const std::int64_t read_begin = warp_lower_bounds(bb.read_keys, geo.read_entries(), first_chunk * CR,
                                                     (first_chunk + 1) * CR, bound, static_cast<int>(threadIdx.x % 32));
   if (!real) return;
   if (e > chunk0 && geo.keys.local_slot(prev_key) == local) return;  // not the group's first entry
+  const float dlambda = bb.dlambda[e];  // written at group-first positions only
   std::int64_t end = e + 1;
   if (e + 1 < chunk_end && geo.keys.local_slot(next_key) == local) {
     for (++end; end < chunk_end && geo.keys.local_slot(p1.keys[end]) == local;) ++end;
