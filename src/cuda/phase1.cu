@@ -5,8 +5,8 @@
 //   (cub radix sort of all keys on the chunk and slot bits only: make_write_keys stores entry
 //   (n, i, w) at n*C*W + i*W + w, so the keys arrive chunk-major in ascending (token, lane) order
 //   and the stable sort on the high bits alone leaves them fully sorted, in fewer passes)
-//   scan_groups      one thread per sorted entry; the first entry of each slot group walks the
-//                    group in token order: L (f32 running sum of log-decays), k_eff, then
+//   scan_groups      one thread per sorted entry (inv_pos and prev_pos of its entry); the first
+//                    entry of each slot group walks the group in token order: L (f32 running sum of log-decays), k_eff, then
 //                    wcoef = kappa exp(Lambda - L) and gdecay = exp(Lambda)
 //   lookup_reads     one thread per read entry: binary search of the last write of its slot at or
 //                    before its token (reads come after the token's writes), Lq and q_w. The CTA
@@ -20,8 +20,10 @@
 //                    r = l, l+32, ...); each walks its slot group backwards (add_walks). The terms of
 //                    a row are added in the order: lanes w ascending (then reads r ascending), within
 //                    one lane the group entries by descending sorted position (descending token).
-//                    The first terms of up to 4 items (w or r blocks of 32) per lane are gathered by
-//                    two rounds of independent loads before any is added (latency, not order)
+//                    The walk starts (prev_pos / q_pos, coalesced) of up to 4 items (w or r blocks
+//                    of 32) per lane are loaded first, then the first terms of the lanes that walk
+//                    (few: most entries are alone in their slot within a chunk), each round issued
+//                    for all items before any result is used (latency, not order)
 //   solve            ceil(C / 32) CTAs per chunk (2 at C = 64), one warp per column pair (k, C-1-k),
 //                    C + 1 steps each, lanes over rows: right-looking forward substitution for
 //                    column k of X = (I + diag(beta) A)^-1 fused with QX = tril(QK) X (solve_column);
@@ -105,11 +107,13 @@ __global__ void scan_groups(Geometry geo, Inputs in, bool bf16_bank, unsigned sl
   if (local != geo.sps) gamma_kappa(key, gamma_e, kappa_e);
   const std::int64_t own = n * CW + geo.keys.token(key) * geo.W + geo.keys.lane(key);
   buf.inv_pos[own] = static_cast<std::int32_t>(q);
+  const bool after_prev = local != geo.sps && q > 0 && geo.keys.local_slot(prev_key) == local;
+  buf.prev_pos[own] = after_prev ? static_cast<std::int32_t>(q - 1) : -1;
   if (local == geo.sps) {
     buf.k_eff[own] = 0.0f;
     return;
   }
-  if (q > 0 && geo.keys.local_slot(prev_key) == local) return;  // not the group's first entry
+  if (after_prev) return;  // not the group's first entry
 
   float lambda = 0.0f;  // running Lambda_s(i): f32, token order, this chunk only (segmented scan)
   float first_L = 0.0f;  // entry e's, kept for the second pass
@@ -214,72 +218,62 @@ struct Walk {
 constexpr int kPairBatch = 4;  // walk items per lane gathered before any of them is added
 
 // Item k of row `row` for this lane: k < ceil(W / 32) is write lane w = 32 k + lane (A: entry
-// (i, w) walks its group from the entry before it), then read lane r = 32 (k - ceil(W / 32)) + lane
-// (QK: read (i, r) walks its group from its last visible write). A walk is gathered in two rounds
-// of loads, each issued for every item of a batch before any result is used: the item's sorted
-// position p (and rho), then the records at p, p - 1, p - 2 (WalkRecords).
-struct ItemPosition {
-  int p = -1;  // sorted position of the entry / the last visible write; -1: no walk
+// (i, w) walks its group from the entry before it, prev_pos), then read lane r = 32 (k - ceil(W /
+// 32)) + lane (QK: read (i, r) walks its group from its last visible write, q_pos). A walk is
+// gathered in two rounds of loads, each issued for every item of a batch before any result is
+// used: the walk's start s (coalesced; s < 0, the common case: no walk and no further load), then
+// the records of a walking lane (WalkRecords).
+struct ItemStart {
+  int s = -1;  // sorted position where the walk starts; -1: no walk
   float rho = 0.0f;
 };
 
-__device__ __forceinline__ ItemPosition item_position(const Geometry& geo, const Phase1Buffers& buf, std::int64_t row,
-                                                      int item, int write_items, int lane) {
-  ItemPosition at;
+__device__ __forceinline__ ItemStart item_start(const Geometry& geo, const Phase1Buffers& buf, std::int64_t row,
+                                                int item, int write_items, int lane) {
+  ItemStart at;
   if (item < write_items) {
     const std::int64_t w = 32 * static_cast<std::int64_t>(item) + lane;
-    if (w < geo.W) {
-      const std::int32_t slot = buf.k_slot[row * geo.W + w], q = buf.inv_pos[row * geo.W + w];
-      at.p = slot >= 0 ? q : -1;
-    }
+    if (w < geo.W) at.s = buf.prev_pos[row * geo.W + w];
   } else {
     const std::int64_t r = 32 * static_cast<std::int64_t>(item - write_items) + lane;
     if (r < geo.R) {
-      at.p = buf.q_pos[row * geo.R + r];
+      at.s = buf.q_pos[row * geo.R + r];
       at.rho = buf.q_rho[row * geo.R + r];
     }
   }
   return at;
 }
 
+// The records a walk starting at s needs: key, L and kappa at s, the key at s - 1 (0 where
+// absent), and the walk's anchor: a write walks from the entry after s (coef = its kappa, log_w =
+// its L), a read from its last visible write s itself (coef = rho, log_w = L_s).
 struct WalkRecords {
-  std::uint64_t key0 = 0, key1 = 0, key2 = 0;  // keys at p, p - 1, p - 2 (0 where absent)
-  float L0 = 0.0f, L1 = 0.0f, kappa0 = 0.0f, kappa1 = 0.0f;
+  std::uint64_t key = 0, key_before = 0;
+  float L = 0.0f, kappa = 0.0f, coef = 0.0f, log_w = 0.0f;
 };
 
-__device__ __forceinline__ WalkRecords walk_records(const ChunkRecords& rec, int p) {
+__device__ __forceinline__ WalkRecords walk_records(const ChunkRecords& rec, const ItemStart& at, bool is_read) {
   WalkRecords r;
-  if (p < 0) return r;
-  r.key0 = rec.keys[p], r.L0 = rec.L[p], r.kappa0 = rec.kappa[p];
-  if (p > 0) r.key1 = rec.keys[p - 1], r.L1 = rec.L[p - 1], r.kappa1 = rec.kappa[p - 1];
-  if (p > 1) r.key2 = rec.keys[p - 2];
+  const int s = at.s;
+  if (s < 0) return r;
+  r.key = rec.keys[s], r.L = rec.L[s], r.kappa = rec.kappa[s];
+  if (s > 0) r.key_before = rec.keys[s - 1];
+  if (is_read) r.coef = at.rho, r.log_w = r.L;
+  else r.coef = rec.kappa[s + 1], r.log_w = rec.L[s + 1];
   return r;
 }
 
-__device__ __forceinline__ Walk make_walk(const KeyLayout& layout, const ItemPosition& at, const WalkRecords& r,
-                                          bool is_read) {
+__device__ __forceinline__ Walk make_walk(const KeyLayout& layout, int s, const WalkRecords& r) {
   Walk walk;
-  if (at.p < 0) return walk;
-  const int p = at.p;
-  walk.local = static_cast<int>(layout.local_slot(r.key0));
-  walk.log_w = r.L0;
-  if (is_read) {  // starts at p itself
-    walk.coef = at.rho;
-    walk.s = p;
-    walk.j = static_cast<int>(layout.token(r.key0));
-    walk.weight = walk.coef * r.kappa0;
-    walk.decay = expf(walk.log_w - r.L0);
-    walk.more = p > 0 && layout.local_slot(r.key1) == walk.local;
-  } else {  // starts at p - 1 when that entry holds the same slot
-    walk.coef = r.kappa0;
-    if (p > 0 && layout.local_slot(r.key1) == walk.local) {
-      walk.s = p - 1;
-      walk.j = static_cast<int>(layout.token(r.key1));
-      walk.weight = walk.coef * r.kappa1;
-      walk.decay = expf(walk.log_w - r.L1);
-      walk.more = p > 1 && layout.local_slot(r.key2) == walk.local;
-    }
-  }
+  if (s < 0) return walk;
+  walk.s = s;
+  walk.local = static_cast<int>(layout.local_slot(r.key));
+  walk.j = static_cast<int>(layout.token(r.key));
+  walk.coef = r.coef;
+  walk.log_w = r.log_w;
+  walk.weight = walk.coef * r.kappa;
+  walk.decay = expf(walk.log_w - r.L);
+  walk.more = s > 0 && layout.local_slot(r.key_before) == walk.local;
   return walk;
 }
 
@@ -301,8 +295,8 @@ __device__ __forceinline__ void add_walks(const ChunkRecords& rec, const Walk& w
   }
 }
 
-// 3 CTAs per SM: caps the registers that the batched gathers take (about 80, no real spills).
-__global__ void __launch_bounds__(kPairWarps * 32, 3) pair_products(Geometry geo, Phase1Buffers buf) {
+// 4 CTAs per SM: 64 registers (8 bytes spilled); a latency-bound kernel, occupancy first.
+__global__ void __launch_bounds__(kPairWarps * 32, 4) pair_products(Geometry geo, Phase1Buffers buf) {
   extern __shared__ float pair_rows[];  // per warp: its A row [C], then its QK row [C]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t C = geo.C, CW = C * geo.W;
@@ -321,20 +315,20 @@ __global__ void __launch_bounds__(kPairWarps * 32, 3) pair_products(Geometry geo
   const int write_items = static_cast<int>((geo.W + 31) / 32);
   const int items = write_items + static_cast<int>((geo.R + 31) / 32);
   for (int first = 0; first < items; first += kPairBatch) {
-    ItemPosition at[kPairBatch];
+    ItemStart at[kPairBatch];
 #pragma unroll
     for (int k = 0; k < kPairBatch; ++k) {
-      if (first + k < items) at[k] = item_position(geo, buf, row, first + k, write_items, lane);
+      if (first + k < items) at[k] = item_start(geo, buf, row, first + k, write_items, lane);
     }
     WalkRecords records[kPairBatch];
 #pragma unroll
-    for (int k = 0; k < kPairBatch; ++k) records[k] = walk_records(rec, at[k].p);
+    for (int k = 0; k < kPairBatch; ++k) records[k] = walk_records(rec, at[k], first + k >= write_items);
 #pragma unroll
     for (int k = 0; k < kPairBatch; ++k) {
       if (first + k >= items) break;  // warp-uniform
       const bool is_read = first + k >= write_items;
-      const Walk walk = make_walk(rec.layout, at[k], records[k], is_read);
-      add_walks(rec, walk, is_read ? i + 1 : i, is_read ? qk_row : a_row, lane);
+      add_walks(rec, make_walk(rec.layout, at[k].s, records[k]), is_read ? i + 1 : i, is_read ? qk_row : a_row,
+                lane);
     }
   }
   __syncwarp();
@@ -500,6 +494,7 @@ void plan_phase1(const Geometry& geo, Workspace& ws, Phase1Buffers& buf) {
   ws.plan(&buf.gdecay, ew);
   ws.plan(&buf.inv_pos, ew);
   ws.plan(&buf.k_slot, ew);
+  ws.plan(&buf.prev_pos, ew);
   ws.plan(&buf.k_eff, ew);
   ws.plan(&buf.q_slot, er);
   ws.plan(&buf.q_pos, er);

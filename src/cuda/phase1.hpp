@@ -8,6 +8,9 @@
 //   wcoef     f32 sorted   kappa_e * exp(Lambda_s - L_e)    (write coefficient, B.2)
 //   gdecay    f32 sorted   exp(Lambda_s) of the entry's group (total decay of the slot)
 //   k_slot    i32 [N, C, W] absolute bank row of entry (n, i, w); -1 for padding / masked
+//   prev_pos  i32 [N, C, W] in-chunk sorted position of the write before entry (n, i, w) in its
+//                           slot group (its own position - 1); -1 for a group's first entry and for
+//                           padding / masked entries
 //   k_eff     f32 [N, C, W] kappa * exp(L_e); 0 where k_slot < 0
 //   q_slot    i32 [N, C, R] absolute row of read (n, i, r); -1 for padding / masked
 //   q_w       f32 [N, C, R] rho * exp(Lq), Lq = Lambda_sigma(i) (0 if sigma unwritten so far)
@@ -40,6 +43,7 @@ struct Phase1Buffers {
   float* gdecay = nullptr;
   std::int32_t* inv_pos = nullptr;
   std::int32_t* k_slot = nullptr;
+  std::int32_t* prev_pos = nullptr;
   float* k_eff = nullptr;
   std::int32_t* q_slot = nullptr;
   std::int32_t* q_pos = nullptr;
