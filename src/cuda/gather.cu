@@ -3,13 +3,16 @@
 // Inputs:  bank M0 [S, hd] (E); Phase 1's k_slot / k_eff [N, C, W] and q_slot / q_w [N, C, R].
 // Outputs: retrieved, inter f32 [P*C, hd] (step rows p*C + i of step ti).
 // Math:    retrieved[i] = sum_w k_eff(i,w) M0[k_slot(i,w)];  inter[i] = sum_r q_w(i,r) M0[q_slot(i,r)].
-// Parallel decomposition: one CTA of 8 warps per (step row, column tile of 32*kVec columns).
-//   Lane l owns columns [l*kVec, l*kVec + kVec) of the tile (16-byte loads when kVec == 8);
-//   warp k sums the entries k, k+8, k+16, ... in that order (their slots and weights loaded once,
-//   one per lane, then broadcast by shuffles), 8 (bf16 bank) or 4 (f32) row loads in flight at
-//   a time, rows held as loaded (75 registers: 3 CTAs per SM, still one wave at readme's 384
-//   CTAs; a cap of 64 spills);
-//   the 8 warp partials are then added in warp order through shared memory.
+// Parallel decomposition: one CTA of 8 warps per (step row, column tile of 32*kVec columns), the
+//   tiles of a row in adjacent CTAs (1-D grid). Lane l owns columns [l*kVec, l*kVec + kVec) of the
+//   tile (16-byte loads when kVec == 8). Warp k sums the k entries k, k+8, k+16, ... in that order,
+//   then the q entries k, k+8, ... in that order: the slots and weights of both sides are loaded
+//   first (one per lane and side, one round trip), then the two sides form one stream of row
+//   loads with a rolling window of 8 (bf16 bank) or 4 (f32) rows in flight: the register freed
+//   by an add is refilled at once with the row kWindow positions ahead, across the k / q boundary.
+//   Rows are held as loaded (PackedRow); one accumulator (the k sum goes to shared memory when the
+//   q side starts): 62 registers, 4 CTAs per SM, no spills. The 8 warp partials are then added in
+//   warp order through shared memory.
 // Numerics: f32 accumulation; the order above is a function of (W, R, hd) only. Masked entries
 //   (slot -1: padding or an index outside the stream's rows) load nothing and add nothing.
 #include "cuda_check.hpp"
@@ -21,71 +24,123 @@ namespace sdm::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-// Row loads in flight per warp: rows are held as loaded (PackedRow), so a bf16 row piece takes
+// Row loads a warp keeps in flight: rows are held as loaded (PackedRow), so a bf16 row piece takes
 // half the registers of an f32 one and twice as many fit in the same budget.
 template <typename E>
-constexpr int kBatch = sizeof(E) == 2 ? 8 : 4;
+constexpr int kWindow = sizeof(E) == 2 ? 8 : 4;
 
-// Adds the entries warp, warp + 8, ... (< count, at most 32 of them since W, R <= 256) into acc,
-// in that order. Lane l first loads entry warp + 8 l's slot and weight; the rows then go
-// kBatch<E> at a time, all their loads in flight together (kept as loaded, converted at the FMA). Every lane runs the loop (shuffles);
-// only lanes with active columns load rows.
+// One side's entries of a warp, one per lane: lane l holds entry warp + 8 l's slot and weight
+// (slot -1 and weight 0 past the count or where the entry is masked).
+struct SideEntries {
+  std::int32_t slot = -1;
+  float weight = 0.0f;
+  int count = 0;   // the warp's entries of this side (<= 32)
+  int padded = 0;  // count rounded up to the window: the adds of this side's sum
+};
+
+template <typename E>
+__device__ __forceinline__ SideEntries load_side(const std::int32_t* __restrict__ slots,
+                                                 const float* __restrict__ weights, int total, int warp,
+                                                 int lane) {
+  SideEntries side;
+  const int mine = warp + kWarps * lane;
+  if (mine < total) {
+    const std::int32_t slot = slots[mine];
+    const float weight = weights[mine];
+    side.slot = slot;
+    side.weight = slot >= 0 ? weight : 0.0f;
+  }
+  side.count = total > warp ? (total - warp + kWarps - 1) / kWarps : 0;
+  side.padded = (side.count + kWindow<E> - 1) / kWindow<E> * kWindow<E>;
+  return side;
+}
+
+// The row piece of position j of the warp's entry stream (the k side's padded entries, then the
+// q side's): loaded when the entry exists, has a slot and the lane has columns, else zero.
+// Called by all 32 lanes with the same j (shuffles).
 template <typename E, int kVec>
-__device__ __forceinline__ void accumulate_rows(const E* __restrict__ bank, std::int64_t hd, std::int64_t c0,
-                                                bool active, const std::int32_t* __restrict__ slots,
-                                                const float* __restrict__ weights, std::int64_t count, int warp,
-                                                int lane, float (&acc)[kVec]) {
-  const std::int64_t mine = warp + static_cast<std::int64_t>(kWarps) * lane;
-  const std::int32_t my_slot = mine < count ? slots[mine] : -1;
-  const float my_weight = mine < count ? weights[mine] : 0.0f;
-  const int entries = count > warp ? static_cast<int>((count - warp + kWarps - 1) / kWarps) : 0;
-  constexpr int kRows = kBatch<E>;
-  for (int base = 0; base < entries; base += kRows) {
-    PackedRow<E, kVec> rows[kRows] = {};
-    float wts[kRows];
+__device__ __forceinline__ void issue_row(const E* __restrict__ bank_lane, std::int64_t hd, bool active,
+                                          const SideEntries& k_side, const SideEntries& q_side, int j,
+                                          PackedRow<E, kVec>& row) {
+  const bool in_k = j < k_side.padded;
+  const int idx = in_k ? j : j - k_side.padded;
+  const std::int32_t slot = __shfl_sync(0xffffffffu, in_k ? k_side.slot : q_side.slot, idx & 31);
+  row = {};
+  if (slot >= 0 && active) load_packed(bank_lane + static_cast<std::int64_t>(slot) * hd, row);
+}
+
+// Adds window positions base .. base + kWindow - 1 (all of one side; weights from side_weight,
+// starting at the side's entry first) into acc in that order, each as soon as its row is needed,
+// and refills each freed register with the row of position base + kWindow + b, so that kWindow
+// row loads stay in flight across windows and sides.
+template <typename E, int kVec>
+__device__ __forceinline__ void add_window(const E* __restrict__ bank_lane, std::int64_t hd, bool active,
+                                           const SideEntries& k_side, const SideEntries& q_side, float side_weight,
+                                           int first, int base, int total, PackedRow<E, kVec> (&rows)[kWindow<E>],
+                                           float (&acc)[kVec]) {
 #pragma unroll
-    for (int b = 0; b < kRows; ++b) {
-      const std::int32_t slot = __shfl_sync(0xffffffffu, my_slot, (base + b) & 31);
-      wts[b] = __shfl_sync(0xffffffffu, my_weight, (base + b) & 31);
-      if (base + b < entries && slot >= 0 && active) {
-        load_packed(bank + static_cast<std::int64_t>(slot) * hd + c0, rows[b]);
-      } else {
-        wts[b] = 0.0f;
-      }
+  for (int b = 0; b < kWindow<E>; ++b) {
+    const float w = __shfl_sync(0xffffffffu, side_weight, (first + b) & 31);
+    float x[kVec];
+    unpack(rows[b], x);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) acc[k] = fmaf(w, x[k], acc[k]);
+    const int next = base + kWindow<E> + b;
+    if (next < total) issue_row<E, kVec>(bank_lane, hd, active, k_side, q_side, next, rows[b]);
+  }
+}
+
+// The warp's sum of its k entries (warp, warp + 8, ... < W) into sums[0] and of its q entries into
+// sums[1], each side in that order, in one accumulator (the k sum is stored when the q side
+// starts); padding positions up to the window add w = 0 times a zero row, as every masked entry
+// does. Every lane runs every step (shuffles); only lanes with active columns load rows.
+template <typename E, int kVec>
+__device__ __forceinline__ void accumulate_rows(const E* __restrict__ bank_lane, std::int64_t hd, bool active,
+                                                const SideEntries& k_side, const SideEntries& q_side,
+                                                float* __restrict__ k_sum, float* __restrict__ q_sum) {
+  constexpr int kRows = kWindow<E>;
+  const int total = k_side.padded + q_side.padded;
+  PackedRow<E, kVec> rows[kRows];
+#pragma unroll
+  for (int b = 0; b < kRows; ++b) issue_row<E, kVec>(bank_lane, hd, active, k_side, q_side, b, rows[b]);
+  float acc[kVec] = {};
+  for (int base = 0; base < total; base += kRows) {
+    const bool in_k = base < k_side.padded;
+    if (base == k_side.padded) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) k_sum[k] = acc[k], acc[k] = 0.0f;
     }
+    add_window<E, kVec>(bank_lane, hd, active, k_side, q_side, in_k ? k_side.weight : q_side.weight,
+                        in_k ? base : base - k_side.padded, base, total, rows, acc);
+  }
+  const bool q_summed = k_side.padded < total;
 #pragma unroll
-    for (int b = 0; b < kRows; ++b) {
-      float x[kVec];
-      unpack(rows[b], x);
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) acc[k] = fmaf(wts[b], x[k], acc[k]);
-    }
+  for (int k = 0; k < kVec; ++k) {
+    q_sum[k] = q_summed ? acc[k] : 0.0f;
+    if (!q_summed) k_sum[k] = acc[k];
   }
 }
 
 template <typename E, int kVec>
-__global__ void __launch_bounds__(kWarps * 32)
-    gather_rows(Geometry geo, const E* __restrict__ bank, Phase1Buffers p1, std::int64_t ti,
+__global__ void __launch_bounds__(kWarps * 32, 4)
+    gather_rows(Geometry geo, const E* __restrict__ bank, Phase1Buffers p1, std::int64_t ti, unsigned tiles,
                 float* __restrict__ retrieved, float* __restrict__ inter) {
   constexpr int kTile = 32 * kVec;
   __shared__ float partial[kWarps][2][kTile];
   wait_for_predecessor();
-  const std::int64_t row = blockIdx.x;                     // step row p*C + i
+  const unsigned row32 = blockIdx.x / tiles;               // the column tiles of a row are adjacent
+  const std::int64_t row = row32;                          // step row p*C + i
   const std::int64_t token = ti * geo.P * geo.C + row;     // chunk-token n*C + i
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t tile0 = static_cast<std::int64_t>(blockIdx.y) * kTile;
+  const std::int64_t tile0 = static_cast<std::int64_t>(blockIdx.x - row32 * tiles) * kTile;
   const std::int64_t c0 = tile0 + lane * kVec;
   const bool active = c0 < geo.hd;
-  float ret[kVec] = {}, rd[kVec] = {};
-  accumulate_rows<E, kVec>(bank, geo.hd, c0, active, p1.k_slot + token * geo.W, p1.k_eff + token * geo.W, geo.W,
-                           warp, lane, ret);
-  accumulate_rows<E, kVec>(bank, geo.hd, c0, active, p1.q_slot + token * geo.R, p1.q_w + token * geo.R, geo.R,
-                           warp, lane, rd);
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) {
-    partial[warp][0][lane * kVec + k] = ret[k];
-    partial[warp][1][lane * kVec + k] = rd[k];
-  }
+  const SideEntries k_side = load_side<E>(p1.k_slot + token * geo.W, p1.k_eff + token * geo.W,
+                                          static_cast<int>(geo.W), warp, lane);
+  const SideEntries q_side = load_side<E>(p1.q_slot + token * geo.R, p1.q_w + token * geo.R,
+                                          static_cast<int>(geo.R), warp, lane);
+  accumulate_rows<E, kVec>(bank + c0, geo.hd, active, k_side, q_side, &partial[warp][0][lane * kVec],
+                           &partial[warp][1][lane * kVec]);
   __syncthreads();
   for (int o = static_cast<int>(threadIdx.x); o < 2 * kTile; o += kWarps * 32) {
     const int which = o / kTile, col = o % kTile;
@@ -101,9 +156,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename E, int kVec>
 void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
             cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(geo.P * geo.C), static_cast<unsigned>((geo.hd + 32 * kVec - 1) / (32 * kVec)));
+  const auto tiles = static_cast<unsigned>((geo.hd + 32 * kVec - 1) / (32 * kVec));
+  const dim3 grid(static_cast<unsigned>(geo.P * geo.C) * tiles);
   launch_dependent(gather_rows<E, kVec>, grid, dim3(kWarps * 32), 0, stream, "gather_rows", geo,
-                   static_cast<const E*>(sb.bank), p1, ti, sb.retrieved, sb.inter);
+                   static_cast<const E*>(sb.bank), p1, ti, tiles, sb.retrieved, sb.inter);
 }
 
 }  // namespace
