@@ -29,7 +29,8 @@
 // warp_lower_bounds: the lanes of a warp hold consecutive sorted write entries, so their bounds
 // ascend with the lane; the warp searches lane 0's bound once and every lane then takes its own
 // position from one coalesced window of 32 read keys (a per-lane search only when the window does
-// not cover lane 31's bound). The positions are exactly lower_bound_key's.
+// not cover lane 31's bound). The positions are exactly lower_bound_key's; the key at the position
+// comes from the window too, so the first read of the slot costs no further load.
 #include "backward.hpp"
 #include "backward_rows.cuh"
 #include "cuda_check.hpp"
@@ -56,9 +57,10 @@ __device__ __forceinline__ EntryPlace place(const Geometry& geo, std::int64_t n,
 // is searched by the whole warp; if some key of the window keys[lo, lo + 32) (keys past count read
 // as ~0) is >= lane 31's bound, every lane's position is in [lo, lo + 31] and is found by a binary
 // search over the window held one key per lane (shuffles); otherwise each lane searches [lo, count).
+// *key_at receives the key at the lane's position (~0 past count), from the window when it covers it.
 __device__ __forceinline__ std::int64_t warp_lower_bounds(const std::uint64_t* keys, std::int64_t count,
                                                           std::int64_t first_begin, std::int64_t first_end,
-                                                          std::uint64_t bound, int lane) {
+                                                          std::uint64_t bound, int lane, std::uint64_t* key_at) {
   constexpr unsigned kAll = 0xffffffffu;
   const std::uint64_t first_bound = __shfl_sync(kAll, bound, 0), last_bound = __shfl_sync(kAll, bound, 31);
   std::uint64_t key_at_lo = 0;
@@ -67,17 +69,25 @@ __device__ __forceinline__ std::int64_t warp_lower_bounds(const std::uint64_t* k
                                          lane, &key_at_lo);
   const std::int64_t at = lo + lane;
   const std::uint64_t window = at < count ? keys[at] : ~std::uint64_t{0};
-  if (__ballot_sync(kAll, window < last_bound) == kAll) return lo + lower_bound_key(keys + lo, count - lo, bound);
+  if (__ballot_sync(kAll, window < last_bound) == kAll) {
+    const std::int64_t at_bound = lo + lower_bound_key(keys + lo, count - lo, bound);
+    *key_at = at_bound < count ? keys[at_bound] : ~std::uint64_t{0};
+    return at_bound;
+  }
   int below = 0;  // window keys < bound: the largest prefix whose last key is below the bound
   for (int step = 32; step > 0; step /= 2) {
     const int candidate = below + step;
     const std::uint64_t key = __shfl_sync(kAll, window, (candidate - 1) & 31);
     if (candidate <= 32 && key < bound) below = candidate;
   }
+  // Some window key is >= lane 31's bound >= this lane's, so below < 32: the window holds the key.
+  *key_at = __shfl_sync(kAll, window, below & 31);
   return lo + below;
 }
 
-__global__ void write_entry_grads(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_k) {
+// 8 CTAs per SM: 64 registers (16 bytes spilled).
+__global__ void __launch_bounds__(kThreads, 8)
+    write_entry_grads(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_k) {
   const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t total = geo.write_entries();
   if (e - static_cast<std::int64_t>(threadIdx.x % 32) >= total) return;  // whole warps from here on
@@ -105,8 +115,10 @@ __global__ void write_entry_grads(Geometry geo, Inputs in, Phase1Buffers p1, Bac
     dk_eff = bb.dk_eff[e], dc = bb.dc[e], wcoef = p1.wcoef[e], k_eff = p1.k_eff[entry];
   }
   const std::int64_t first_chunk = __shfl_sync(0xffffffffu, n, 0);
-  const std::int64_t first_read = warp_lower_bounds(bb.read_keys, geo.read_entries(), first_chunk * CR,
-                                                    (first_chunk + 1) * CR, bound, static_cast<int>(threadIdx.x % 32));
+  std::uint64_t first_read_key = 0;
+  const std::int64_t first_read =
+      warp_lower_bounds(bb.read_keys, geo.read_entries(), first_chunk * CR, (first_chunk + 1) * CR, bound,
+                        static_cast<int>(threadIdx.x % 32), &first_read_key);
   if (!in_range) return;
   if (!real) {  // padding or masked
     bb.dgamma[entry] = 0.0f;
@@ -139,9 +151,11 @@ __global__ void write_entry_grads(Geometry geo, Inputs in, Phase1Buffers p1, Bac
     }
   }
   const std::uint64_t* reads = bb.read_keys;
-  for (std::int64_t s = first_read; s < (n + 1) * CR && rl.local_slot(reads[s]) == local; ++s) {
-    const std::int64_t iq = rl.token(reads[s]);
-    const std::int64_t read = n * CR + iq * geo.R + rl.lane(reads[s]);
+  for (std::int64_t s = first_read; s < (n + 1) * CR; ++s) {
+    const std::uint64_t read_key = s == first_read ? first_read_key : reads[s];
+    if (rl.local_slot(read_key) != local) break;
+    const std::int64_t iq = rl.token(read_key);
+    const std::int64_t read = n * CR + iq * geo.R + rl.lane(read_key);
     const float rho = p1.q_rho[read];
     const float decay = expf(p1.L[chunk0 + p1.q_pos[read]] - L_e);
     const float d = dqk[iq * C + i];
@@ -214,8 +228,10 @@ __global__ void group_scans(Geometry geo, Phase1Buffers p1, BackwardBuffers bb) 
     dL_e = bb.dL[e];
   }
   const std::int64_t first_chunk = __shfl_sync(0xffffffffu, n, 0);
-  const std::int64_t read_begin = warp_lower_bounds(bb.read_keys, geo.read_entries(), first_chunk * CR,
-                                                    (first_chunk + 1) * CR, bound, static_cast<int>(threadIdx.x % 32));
+  std::uint64_t first_read_key = 0;
+  const std::int64_t read_begin =
+      warp_lower_bounds(bb.read_keys, geo.read_entries(), first_chunk * CR, (first_chunk + 1) * CR, bound,
+                        static_cast<int>(threadIdx.x % 32), &first_read_key);
   if (!real) return;
   if (e > chunk0 && geo.keys.local_slot(prev_key) == local) return;  // not the group's first entry
   const float dlambda = bb.dlambda[e];  // written at group-first positions only
@@ -226,7 +242,7 @@ __global__ void group_scans(Geometry geo, Phase1Buffers p1, BackwardBuffers bb) 
 
   const std::uint64_t* reads = bb.read_keys;
   std::int64_t read = read_begin;
-  while (read < (n + 1) * CR && rl.local_slot(reads[read]) == local) ++read;
+  while (read < (n + 1) * CR && rl.local_slot(read == read_begin ? first_read_key : reads[read]) == local) ++read;
   --read;  // the slot's last read (reads are in token order)
   const auto entry_of = [&](std::uint64_t k) { return chunk0 + geo.keys.token(k) * geo.W + geo.keys.lane(k); };
 
