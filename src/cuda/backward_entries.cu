@@ -23,6 +23,7 @@
 //                      (j ascending); grad_g = dgamma (G = W) or sum_w dgamma_(i,w) (w ascending).
 //                      Rows are loaded 32 columns at a time, one per lane; every lane runs the
 //                      serial sums on shuffled values (the one-thread order); G = W stores by lanes.
+//                      The first 32 columns, rdot and the first 32 dgamma are loaded before the sums.
 // Every sum has one thread and a fixed order; no atomics.
 //
 // write_entry_grads and group_scans find the first read of their slot (at or after a token) with
@@ -274,33 +275,43 @@ __global__ void token_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, 
   const std::int64_t C = geo.C, n = ci / C, i = ci % C;
   const EntryPlace at = place(geo, n, i);
   if (at.t >= geo.T) return;
-  if (grad_beta.data != nullptr) {
-    const float* a = p1.A + ci * C;
-    const float* dms = bb.dms + ci * C;
+  // Every load before the first store (the stores may alias them for all the compiler knows): the
+  // first 32 columns of A / dMs, rdot, and the first 32 dgamma of the token.
+  const bool beta_out = grad_beta.data != nullptr, g_out = grad_g.data != nullptr;
+  const float* a = p1.A + ci * C;
+  const float* dms = bb.dms + ci * C;
+  const float* dgamma = bb.dgamma + ci * geo.W;
+  const bool first_mine = beta_out && lane < i;
+  const float a_first = first_mine ? a[lane] : 0.0f, dms_first = first_mine ? dms[lane] : 0.0f;
+  const float rdot = beta_out && lane == 0 ? bb.rdot[ci] : 0.0f;
+  const float dgamma_first = g_out && lane < geo.W ? dgamma[lane] : 0.0f;
+  if (beta_out) {
     float a_dms = 0.0f;
     for (std::int64_t j0 = 0; j0 < i; j0 += 32) {
       const bool mine = j0 + lane < i;
-      const float a_lane = mine ? a[j0 + lane] : 0.0f, dms_lane = mine ? dms[j0 + lane] : 0.0f;
+      const float a_lane = j0 == 0 ? a_first : mine ? a[j0 + lane] : 0.0f;
+      const float dms_lane = j0 == 0 ? dms_first : mine ? dms[j0 + lane] : 0.0f;
       const int count = i - j0 < 32 ? static_cast<int>(i - j0) : 32;
       for (int k = 0; k < count; ++k) {
         const float a_j = __shfl_sync(kAll, a_lane, k), dms_j = __shfl_sync(kAll, dms_lane, k);
         a_dms += a_j * dms_j;
       }
     }
-    if (lane == 0) store_any(grad_beta.data, grad_beta.dtype, at.token, bb.rdot[ci] + a_dms);
+    if (lane == 0) store_any(grad_beta.data, grad_beta.dtype, at.token, rdot + a_dms);
   }
-  if (grad_g.data != nullptr) {
-    const float* dgamma = bb.dgamma + ci * geo.W;
+  if (g_out) {
     if (geo.G == 1) {
       float sum = 0.0f;
       for (std::int64_t w0 = 0; w0 < geo.W; w0 += 32) {
-        const float lane_value = w0 + lane < geo.W ? dgamma[w0 + lane] : 0.0f;
+        const float lane_value = w0 == 0 ? dgamma_first : w0 + lane < geo.W ? dgamma[w0 + lane] : 0.0f;
         const int count = geo.W - w0 < 32 ? static_cast<int>(geo.W - w0) : 32;
         for (int k = 0; k < count; ++k) sum += __shfl_sync(kAll, lane_value, k);
       }
       if (lane == 0) store_any(grad_g.data, grad_g.dtype, at.token, sum);
     } else {
-      for (std::int64_t w = lane; w < geo.W; w += 32) store_any(grad_g.data, grad_g.dtype, at.token * geo.W + w, dgamma[w]);
+      for (std::int64_t w = lane; w < geo.W; w += 32) {
+        store_any(grad_g.data, grad_g.dtype, at.token * geo.W + w, w == lane ? dgamma_first : dgamma[w]);
+      }
     }
   }
 }
