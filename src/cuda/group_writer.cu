@@ -15,7 +15,10 @@
 //   warp at a group's first entry is the group's only writer, the others exit at once. Lane l owns
 //   columns l*kVec + 32*kVec*s (16-byte accesses when kVec == 8). The group's entries are read 32
 //   at a time, one per lane (key, delta row offset, coefficient: one coalesced load), and then
-//   broadcast by shuffles; nearly every group fits in one such batch. The row is processed in
+//   broadcast by shuffles; nearly every group fits in one such batch. The first batch's keys and
+//   coefficients, the previous key and the decay are loaded in one round trip before the warp
+//   knows whether it writes, and the first entry's delta pieces are prefetched into L1 while the
+//   row's loads fly. The row is processed in
 //   blocks of kHeld pieces (kVec 8: 4 pieces = 1024 columns; kVec 1: 8 pieces = 256 columns):
 //   a block's row pieces are all loaded first (loads in flight together) and kept as loaded
 //   (PackedRow) for the snapshot and the update, then for each entry all of the block's delta
@@ -51,21 +54,34 @@ struct EntryBatch {
   int count = 0;
 };
 
+// Fetches the 32-byte line piece at p into L1 (a hint: no register, no fault on any address).
+__device__ __forceinline__ void prefetch_l1(const float* p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
+
 // The batch of the entries at chunk positions first .. first + 31 (< CW) that have local slot
-// `local`. Called by all 32 lanes of a warp (ballot).
+// `local`, from this lane's key and coefficient at position first + lane (any values past CW).
+// Called by all 32 lanes of a warp (ballot).
+__device__ __forceinline__ EntryBatch batch_of(std::uint64_t key, float coef, int first, int CW, std::int64_t local,
+                                               const KeyLayout& layout, std::int64_t hd, int lane) {
+  const bool member = first + lane < CW && layout.local_slot(key) == local;
+  const unsigned members = __ballot_sync(0xffffffffu, member);
+  EntryBatch batch;
+  batch.count = members == 0xffffffffu ? 32 : __ffs(~members) - 1;
+  batch.offset = member ? layout.token(key) * hd : 0;
+  batch.coef = member ? coef : 0.0f;
+  return batch;
+}
+
+// batch_of for the positions first + lane, loading their keys and coefficients.
 __device__ __forceinline__ EntryBatch load_entries(const std::uint64_t* __restrict__ keys,
                                                    const float* __restrict__ wcoef, int first, int CW,
                                                    std::int64_t local, const KeyLayout& layout, std::int64_t hd,
                                                    int lane) {
   const int mine = first + lane;
   const std::uint64_t key = mine < CW ? keys[mine] : 0;
-  const bool member = mine < CW && layout.local_slot(key) == local;
-  const unsigned members = __ballot_sync(0xffffffffu, member);
-  EntryBatch batch;
-  batch.count = members == 0xffffffffu ? 32 : __ffs(~members) - 1;
-  batch.offset = member ? layout.token(key) * hd : 0;
-  batch.coef = member ? wcoef[mine] : 0.0f;
-  return batch;
+  const float coef = mine < CW ? wcoef[mine] : 0.0f;
+  return batch_of(key, coef, first, CW, local, layout, hd, lane);
 }
 
 template <typename E, int kVec, SnapshotQuant kMode>
@@ -84,9 +100,16 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   const std::int64_t p = stream, n = ti * geo.P + p, e = n * CW + q;
   const std::uint64_t* __restrict__ keys = p1.keys + n * CW;  // the chunk's sorted keys
   const float* __restrict__ wcoef = p1.wcoef + n * CW;
-  const std::int64_t local = geo.keys.local_slot(keys[q]);
+  // One round trip for the warp's metadata: the keys and coefficients of positions q .. q + 31,
+  // the previous key and the decay, all loaded before the warp knows whether it writes.
+  const int mine = q + lane;
+  const std::uint64_t my_key = mine < CW ? keys[mine] : 0;
+  const float my_coef = mine < CW ? wcoef[mine] : 0.0f;
+  const std::uint64_t prev_key = q > 0 ? keys[q - 1] : 0;
+  const float decay = p1.gdecay[e];
+  const std::int64_t local = geo.keys.local_slot(__shfl_sync(0xffffffffu, my_key, 0));
   if (local == geo.sps) return;
-  if (q > 0 && geo.keys.local_slot(keys[q - 1]) == local) return;
+  if (q > 0 && geo.keys.local_slot(prev_key) == local) return;
 
   const std::int64_t hd = geo.hd;
   E* __restrict__ row = static_cast<E*>(sb.bank) + (p * geo.sps + local) * hd;
@@ -96,8 +119,9 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   unsigned char* __restrict__ snapshot =
       sb.snapshot != nullptr ? static_cast<unsigned char*>(sb.snapshot) + e * row_bytes : nullptr;
   const float* __restrict__ delta = sb.delta + (sb.delta_per_chunk ? n * geo.C : p * geo.C) * hd;
-  const float decay = p1.gdecay[e];
-  const EntryBatch head = load_entries(keys, wcoef, q, CW, local, geo.keys, hd, lane);
+  const EntryBatch head = batch_of(my_key, my_coef, q, CW, local, geo.keys, hd, lane);
+  // The group's first entry (lane 0 of the head batch is always a member).
+  const std::int64_t offset0 = __shfl_sync(0xffffffffu, head.offset, 0);
 
   // add(offset, coef) for every entry of the group, in group order (ascending token).
   auto for_each_entry = [&](auto&& add) {
@@ -133,6 +157,12 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 #pragma unroll
     for (int s = 0; s < kHeld; ++s) {
       if (s * kPiece < room) load_packed(row_lane + s * kPiece, held[s]);
+    }
+    // The first entry's delta pieces are fetched into L1 while the row's loads fly (no registers
+    // held): its adds below then wait for an L1 hit instead of a second round trip.
+#pragma unroll
+    for (int s = 0; s < kHeld; ++s) {
+      if (s * kPiece < room) prefetch_l1(delta_lane + offset0 + s * kPiece);
     }
     if constexpr (kQuantised) {
       if (one_block) {
