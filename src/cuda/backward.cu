@@ -10,7 +10,8 @@
 //   Phase 1 again (phase1.cu: the same kernels on the same inputs, hence bit-identical records,
 //     L, k_eff, wcoef, q_w, A, QK, X), then the read records (backward_reads.cu)
 //   G = grad_final_bank or 0 (backward_grad_bank.cu)
-//   for ti = Nt-1 .. 0: token side (backward_tokens.cu), then slot side (backward_slots.cu)
+//   for ti = Nt-1 .. 0: token side (backward_tokens.cu), then slot side (backward_slots.cu: one
+//     kernel; a slot written and read in the chunk is finished by one warp, G' kept in registers)
 //   per-entry gradients of all chunks (backward_entries.cu); grad_memory from G
 // Every launch goes to options.cuda_stream with no host sync after the optional check, so the
 // call can be captured in a CUDA graph. Deterministic by construction: one writer per gradient
@@ -19,7 +20,8 @@
 //
 // Memory: the workspace holds Phase 1 (as in the forward), the read records (two 8-byte keys per
 // read entry), per-chunk C x C dMs and dQK, per-entry scalars (6 floats per write entry, 2 per read
-// entry), four step-sized f32 buffers ([P*C, hd] x 3 and the [P*C*W, hd] stash of G'), and, unless
+// entry), four step-sized f32 buffers ([P*C, hd] x 3 and the [P*C*W, hd] scratch rows that carry G'
+// between the passes of write groups of two or more entries), and, unless
 // grad_memory has the row dtype (then G lives in it), an owned G of P*sps rows.
 #include <cstdint>
 

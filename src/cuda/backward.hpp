@@ -3,7 +3,7 @@
 //   backward_grad_bank.cu  the gradient bank G: initial value, final conversion into grad_memory
 //   backward_reads.cu      read records: the read entries of every chunk sorted by slot
 //   backward_tokens.cu     per step, token side: dy staging, GWR, the transposed solves, the C x C dots
-//   backward_slots.cu      per step, slot side: write groups (PA) and read groups (GDS)
+//   backward_slots.cu      per step, slot side: write groups (PA) and read groups (GDS), one kernel
 //   backward_entries.cu    after the loop, per entry: the sparse A / QK backward, the chain to
 //                          k_val, q_val, beta, and the per-slot scans to g
 //
@@ -13,8 +13,9 @@
 //   (j <= i),  rdot[i] = <res_i, dU_i>;  per write group s: dLambda = exp(Lambda) <G[s], pre_s>,
 //   dc_e = <delta_i, G[s]>, dk_eff_e = <dret_i, pre_s>, G'[s] = exp(Lambda) G[s] + sum k_eff dret,
 //   bank[s] <- pre_s;  per read group sigma: dq_w = <dy_i, M0[sigma]>, G[sigma] <- rnd(base + sum q_w dy)
-//   with base = G'[sigma] if sigma is written in the chunk, else G[sigma]; written rows nobody reads
-//   store rnd(G'). One rounding of a G row per chunk (SPEC Z.6).
+//   with base = G'[sigma] if sigma is written in the chunk (one warp does both sides of such a slot,
+//   G' stays in its registers), else G[sigma]; written rows nobody reads store rnd(G'). One rounding
+//   of a G row per chunk (SPEC Z.6).
 #pragma once
 
 #include <cstdint>
@@ -54,8 +55,9 @@ struct BackwardBuffers {
   // Upstream gradient.
   AnyFloat grad_readings;
 
-  // Per step (reused): dy, D_w, dU as f32 step rows [P*C, hd]; G' of the written rows that are
-  // also read in their chunk, f32 [P*C*W, hd] at step row p*C*W + q (the group's first position).
+  // Per step (reused): dy, D_w, dU as f32 step rows [P*C, hd]; the scratch rows of write groups of
+  // two or more entries (G' between their passes), f32 [P*C*W, hd] at step row p*C*W + q (the
+  // group's first position).
   float* dy = nullptr;
   float* dw = nullptr;
   float* du = nullptr;

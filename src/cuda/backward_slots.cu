@@ -1,58 +1,66 @@
 // backward_slots.cu - the slot side of one reverse step of the CUDA backward (SPEC C.3 "PA" and
 // "GDS", C.2 steps 7-8), for the P chunks n = ti*P + p of step ti. Runs after the token side (it
-// reads dU and dy of the step). Two kernels, in launch order:
+// reads dU and dy of the step). One kernel, slot_groups_backward; for each slot s that chunk n
+// writes or reads:
 //
-//   write_groups_backward  write group of slot s (entries e in token order, token i_e, pre = the
-//     snapshot row = M0[s], decoded by load_snapshot_piece):
+//   write group of s (entries e in token order, token i_e, pre = the snapshot row = M0[s],
+//   decoded by load_snapshot_piece):
 //       dlambda = exp(Lambda) <G[s], pre>;  per e: dc_e = <delta_i, G[s]>, dk_eff_e = <-beta_i dU_i, pre>
 //       G'[s] = exp(Lambda) G[s] + sum_e k_eff_e (-beta_i dU_i)     (f32, entries in group order)
 //       bank[s] <- pre (restore_snapshot_piece: a bit copy in mode "none")
-//     G' goes to the stash when the chunk also reads s (the read side finishes the row), else it is
-//     stored into G[s] rounded once.
-//   read_groups_backward   read group of slot sigma (reads r in (token, lane) order):
-//       per r: dq_w = <dy_i, bank[sigma]> (the bank holds M0 now)
-//       G[sigma] <- rnd( base + (sum_r q_w dy_i) ), base = the stash (sigma written in the chunk)
-//       or G[sigma]; the sum starts at +0 and runs in group order.
+//   read group of s (reads r in (token, lane) order; M0[s] = pre if s is written, else bank[s]):
+//       per r: dq_w = <dy_i, M0[s]>
+//   G[s] <- rnd( base + (sum_r q_w dy_i) ), base = G'[s] if s is written in the chunk, else G[s];
+//       the read sum starts at +0 and runs in group order (no reads: G[s] <- rnd(G'[s])).
 //
-// Parallel decomposition: grid (P, sorted positions / 8), one warp per sorted position of chunk n;
-// the warp at a group's first position is the group's only worker, the others exit after one
-// coalesced key load (find_group_start: lane l looks at position q + l, so the group's size and its
-// entries' keys come from one load per lane). Whether the slot is also read / written in the chunk,
-// and where, comes from warp_lower_bound_key over the other side's sorted keys (3 dependent loads
-// for 4096 keys). Lane l owns the 8-column pieces c0 = 256 s + 8 l (backward_rows.cuh). A worker
-// walks the row's columns once per pass; every dot's lane partial stays in a register next to the
-// row accumulator, and the butterflies of all of a pass's dots run together at its end (warp_sums).
+// Parallel decomposition: grid (P, (C*W + C*R) / 8), one warp per sorted position of chunk n:
+// first the C*W sorted write positions, then the C*R sorted read positions. The warp at a write
+// group's first position is the only worker of its slot: the write side, and, when the chunk
+// also reads the slot, the read side in the same walk over the row, with M0 = the decoded pre it
+// already holds (bitwise the values the restored bank row holds: restore stores exactly them, or
+// in mode "none" the saved bits, which decode to the same f32), so G' never leaves registers. The
+// warp at a read group's first position works only when the chunk does not write the slot (the
+// bank row is M0 there, base = G). Other warps exit after one coalesced key load
+// (find_group_start: lane l looks at position q + l, so the group's size and its entries' keys
+// come from one load per lane). Whether the slot is also read / written in the chunk, and where,
+// comes from warp_lower_bound_key over the other side's sorted keys (3 dependent loads for 4096
+// keys). Lane l owns the 8-column pieces c0 = 256 s + 8 l (backward_rows.cuh). A worker walks the
+// row's columns once per pass; every dot's lane partial stays in a register next to the row
+// accumulators, and the butterflies of a pass's dots run at its end (warp_sums).
 //   write: one pass per entry (nearly every group has one: slots_per_stream is large). Per piece it
-//     loads G, the entry's delta and dU pieces and the snapshot piece once (all issued before any
-//     is used) and updates dlambda (first pass), dc, dk_eff and G'. A longer group carries G' from
-//     pass to pass in its own stash row (f32: bitwise the same chain); G stays unchanged until the
-//     last pass, which stores G' and restores the bank row. Lane l < size loads entry l's scalars
-//     (token row, -beta, k_eff) once, next to the read-key search; a pass gets them by shuffles.
-//   read: the main pass loads M0 and the base once per piece and dy once per entry; it keeps the
-//     dots of the first kHeldReads entries and reads the further entries' data from memory for the
-//     row sum; their dots take one earlier pass per kHeldReads of them.
-// Instruction economy of the column loops (they are instruction / latency bound, not DRAM bound):
-// the snapshot mode is a template parameter (the host knows it), so a loop holds one decoder and
-// no mode switch; each pass is compiled for its place in the group (first / last / G' to stash
-// or G), so the loop has no run-time role tests; row pointers are formed once per pass and then
-// advanced by a column step (no 64-bit index products per piece); in mode "none" the snapshot
-// piece's bits from its one load are stored back into the bank (the bits copy_piece would copy);
-// a bf16 G piece is rounded by store_piece_cvt (the hardware pair conversion, bitwise the
-// integer rounding for every non-NaN value; a piece with a NaN takes store_piece). Write groups
-// of two or more entries (a few percent) run out of line (write_long_group), so the single-entry
-// path does not keep their state in registers or spill it.
+//     loads G, the entry's delta and dU pieces, the snapshot piece and, when the slot is read, the
+//     first read entry's dy piece once (all issued before any is used) and updates dlambda (first
+//     pass), dc, dk_eff, G' and the read side's dots and sum. A group of two or more entries
+//     carries G' from pass to pass in its own scratch row (the stash, f32: bitwise the same chain);
+//     G stays unchanged until the last pass, which does the read side, stores G and restores the
+//     bank row. Lane l < size loads entry l's scalars (token row, -beta, k_eff) once, next to the
+//     read-key search; a pass gets them by shuffles. Read entries likewise (row, q_w, index).
+//   read: the main pass (the write group's last pass for a written slot) keeps the dots of the
+//     first kHeldReads entries and reads the further entries' data from memory for the row sum;
+//     their dots take one more pass per kHeldReads of them (M0 from the bank row, or decoded again
+//     from the snapshot row for a written slot).
+// Instruction economy of the column loops (they are instruction / latency bound): the snapshot
+// mode is a template parameter (the host knows it), so a loop holds one decoder and no mode
+// switch; each pass is compiled for its place in the group (first / last / G' to the scratch row
+// or G / no, one or more reads), so the loop has no run-time role tests; row pointers are formed
+// once per pass and then advanced by a column step (no 64-bit index products per piece); in mode
+// "none" the snapshot piece's bits from its one load are stored back into the bank (the bits
+// copy_piece would copy); a bf16 G piece is rounded by store_piece_cvt (the hardware pair
+// conversion, bitwise the integer rounding for every non-NaN value; a piece with a NaN takes
+// store_piece). Write groups of two or more entries and single-entry write groups whose slot the
+// chunk reads more than once (a few percent) run out of line (write_long_group), so the common
+// paths do not keep their state in registers or spill it.
 // At most 80 registers a thread (24 resident warps an SM); no spills in the hot column loops.
-// Rows are disjoint between groups of one step (streams own disjoint rows, a slot forms one group
-// per chunk), so every bank / G / stash row and every output element has one writer.
+// Rows are disjoint between slots (streams own disjoint rows, a slot forms at most one write and
+// one read group per chunk, and one warp works on both), so every bank / G / scratch row and every
+// output element has one writer.
 //
 // Numerics (bitwise those of warp_dot's per-dot walks): every dot's lane partial is an fmaf chain
 // over the lane's columns in ascending order (dlambda: fmaf(G, pre), dc: fmaf(delta, G), dk_eff:
 // fmaf(scale * dU, pre) with scale * dU rounded first, dq_w: fmaf(dy, M0)), then warp_sum's
 // butterfly; dlambda = exp(Lambda) * <G, pre>. Row sums per column: G' = fmaf chain in entry
-// order starting from exp(Lambda) * G; the read sum starts at +0, entries in group order, then
-// base + sum, rounded once to G's dtype. Nothing depends on the access path or the SM count.
-#include <type_traits>
-
+// order starting from exp(Lambda) * G; the read sum = fmaf chain in group order starting at +0;
+// then base + sum, rounded once to G's dtype. Nothing depends on the access path or the SM count.
 #include "backward.hpp"
 #include "backward_rows.cuh"
 #include "cuda_check.hpp"
@@ -65,6 +73,9 @@ constexpr int kWarps = 8;
 constexpr int kMinBlocks = 3;  // at most 80 registers a thread: 24 warps an SM
 constexpr int kHeldReads = 2;  // read entries whose dots one pass keeps in registers
 constexpr unsigned kAllLanes = 0xffffffffu;
+
+// The read side a pass computes: none, a single read entry, or any number of them.
+enum class Reads { none, one, many };
 
 // The slot group starting at sorted position q of a chunk (keys: the chunk's `count` sorted keys),
 // as one warp sees it: lane l holds the key at q + l, which is the group's entry l when l < size.
@@ -95,7 +106,161 @@ __device__ __forceinline__ GroupStart find_group_start(const std::uint64_t* keys
   return group;
 }
 
-// ---- write groups -------------------------------------------------------------------------------
+// ---- read entries -------------------------------------------------------------------------------
+
+// Where a chunk's read entries find their data (entry0 = n*C*R, the chunk's first read entry).
+struct ReadEntrySource {
+  const float* q_w;
+  KeyLayout keys;
+  std::int64_t hd, R, entry0;
+};
+
+// A read entry's data: row = i * hd (its token's dy step row), q_w, and its entry index (for dq_w).
+struct ReadEntry {
+  std::int64_t row = 0, index = 0;
+  float q_w = 0.0f;
+};
+
+__device__ __forceinline__ ReadEntry read_entry(const ReadEntrySource& src, std::uint64_t key) {
+  const std::int64_t i = src.keys.token(key);
+  ReadEntry entry;
+  entry.row = i * src.hd;
+  entry.index = src.entry0 + i * src.R + src.keys.lane(key);
+  entry.q_w = src.q_w[entry.index];
+  return entry;
+}
+
+// Up to kHeldReads read entries (rows and weights), in every lane's registers (entries past `count`:
+// row 0, a valid address).
+struct ReadBatch {
+  std::int64_t row[kHeldReads] = {};
+  float q_w[kHeldReads] = {};
+  int count = 0;
+};
+
+__device__ __forceinline__ ReadBatch share_reads(const ReadEntry& mine, int count) {
+  ReadBatch batch;
+#pragma unroll
+  for (int j = 0; j < kHeldReads; ++j) {
+    batch.row[j] = __shfl_sync(kAllLanes, mine.row, j);
+    batch.q_w[j] = __shfl_sync(kAllLanes, mine.q_w, j);
+  }
+  batch.count = count;
+  return batch;
+}
+
+// A slot's read group as its worker sees it (size == 0: the chunk does not read the slot).
+struct ReadGroup {
+  const float* dy = nullptr;              // the step's dy rows [C, hd] of chunk n
+  const std::uint64_t* keys = nullptr;    // the group's sorted read keys
+  ReadEntrySource src{};
+  float* dq_w = nullptr;                  // per read entry (entry order)
+  ReadEntry mine;                         // lane l < size: entry l
+  ReadBatch batch;                        // the first kHeldReads entries
+  int size = 0;
+};
+
+// The read group at sorted read position q (group: its find_group_start): lane l < size loads entry
+// l's data; the caller shares the batch (share_reads) once other independent loads are issued.
+__device__ __forceinline__ ReadGroup load_read_group(const GroupStart& group, const std::uint64_t* keys, int q,
+                                                     const ReadEntrySource& src, const float* dy, float* dq_w,
+                                                     int lane) {
+  ReadGroup reads;
+  reads.dy = dy;
+  reads.keys = keys + q;
+  reads.src = src;
+  reads.dq_w = dq_w;
+  reads.size = group.size;
+  if (lane < group.size) reads.mine = read_entry(src, group.key);
+  return reads;
+}
+
+// Entry j's terms of one column piece (y: the piece of dy_i): dq_j += y . M0 over the `valid` real
+// columns, and acc += q_w y.
+template <int j, int kDots>
+__device__ __forceinline__ void add_read_entry(const ReadBatch& batch, const float (&y)[kLaneCols], int valid,
+                                               const float (&m0)[kLaneCols], float (&dots)[kDots],
+                                               float (&acc)[kLaneCols]) {
+#pragma unroll
+  for (int k = 0; k < kLaneCols; ++k) {
+    if (k < valid) dots[j] = fmaf(y[k], m0[k], dots[j]);
+    acc[k] = fmaf(batch.q_w[j], y[k], acc[k]);
+  }
+}
+
+// Entries 1 .. count - 1 of the batch on one column piece.
+template <bool kVec, int j = 1>
+__device__ __forceinline__ void add_later_reads(const ReadBatch& batch, const float* dy, int c0, int hd, int valid,
+                                                const float (&m0)[kLaneCols], float (&dots)[kHeldReads],
+                                                float (&acc)[kLaneCols]) {
+  if constexpr (j < kHeldReads) {
+    if (j < batch.count) {
+      float y[kLaneCols];
+      load_piece<kVec>(dy + batch.row[j], c0, hd, y);
+      add_read_entry<j>(batch, y, valid, m0, dots, acc);
+      add_later_reads<kVec, j + 1>(batch, dy, c0, hd, valid, m0, dots, acc);
+    }
+  }
+}
+
+// The read side of one column piece of a main pass (y: the first entry's dy piece): the held
+// entries' dots, and the read sum of every entry into acc (from +0, in group order; entries past
+// kHeldReads from memory).
+template <Reads kReads, bool kVec, int kDots>
+__device__ __forceinline__ void add_read_piece(const ReadGroup& reads, const float (&y)[kLaneCols], int c0, int hd,
+                                               int valid, const float (&m0)[kLaneCols], float (&dots)[kDots],
+                                               float (&acc)[kLaneCols]) {
+  add_read_entry<0>(reads.batch, y, valid, m0, dots, acc);
+  if constexpr (kReads == Reads::many) {
+    add_later_reads<kVec>(reads.batch, reads.dy, c0, hd, valid, m0, dots, acc);
+    for (int j = kHeldReads; j < reads.size; ++j) {
+      const ReadEntry entry = read_entry(reads.src, reads.keys[j]);
+      float later[kLaneCols];
+      load_piece<kVec>(reads.dy + entry.row, c0, hd, later);
+#pragma unroll
+      for (int k = 0; k < kLaneCols; ++k) acc[k] = fmaf(entry.q_w, later[k], acc[k]);
+    }
+  }
+}
+
+// The dots a main pass keeps: one for a single read, else kHeldReads.
+template <Reads kReads>
+constexpr int kReadDots = kReads == Reads::many ? kHeldReads : 1;
+
+// Lane j < count stores the batch's dq_w j at its entry index (the lane's own entry).
+template <int kDots>
+__device__ __forceinline__ void store_read_dots(const ReadGroup& reads, const float (&dots)[kDots], int count,
+                                                const ReadEntry& mine, int lane) {
+  float dq_w = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kDots; ++j) {
+    if (lane == j) dq_w = dots[j];
+  }
+  if (lane < count) reads.dq_w[mine.index] = dq_w;
+}
+
+// Groups longer than kHeldReads: dq_w of the entries past the first kHeldReads, kHeldReads of them
+// a pass. load_m0(c0, m0) loads M0's piece at column c0.
+template <bool kVec, typename LoadM0>
+__device__ __forceinline__ void read_dot_passes(const ReadGroup& reads, LoadM0 load_m0, int hd, int lane) {
+  for (int b = kHeldReads; b < reads.size; b += kHeldReads) {
+    const int take = min(kHeldReads, reads.size - b);
+    const ReadEntry other = lane < take ? read_entry(reads.src, reads.keys[b + lane]) : ReadEntry{};
+    const ReadBatch batch = share_reads(other, take);
+    float dots[kHeldReads] = {};
+    for (int c0 = lane * kLaneCols; c0 < hd; c0 += kWarpCols) {
+      float m0[kLaneCols], y[kLaneCols], unused[kLaneCols] = {};
+      load_m0(c0, m0);
+      const int valid = load_piece<kVec>(reads.dy + batch.row[0], c0, hd, y);
+      add_read_entry<0>(batch, y, valid, m0, dots, unused);
+      add_later_reads<kVec>(batch, reads.dy, c0, hd, valid, m0, dots, unused);
+    }
+    warp_sums(dots);
+    store_read_dots(reads, dots, take, other, lane);
+  }
+}
+
+// ---- write entries ------------------------------------------------------------------------------
 
 // A write entry's data: row = i * hd (its token's row in the step's dU rows and the chunk's delta
 // rows), scale = -beta_i, k_eff.
@@ -137,7 +302,8 @@ __device__ __forceinline__ WriteEntry group_entry(const WriteEntry& mine, int b,
 
 // The rows one write group touches (lane independent; computed once per group). snapshot: the
 // group's own snapshot row (payload and scale moved to it, row index 0) in the compile-time mode;
-// dlambda / dc / dk_eff: the outputs at the group's first sorted position e.
+// stash: the group's scratch row (G' between passes); dlambda / dc / dk_eff: the outputs at the
+// group's first sorted position e.
 template <typename E, typename Gt>
 struct WriteRows {
   Gt* grad;
@@ -156,13 +322,16 @@ struct WriteRows {
 constexpr int kWriteDots = 3;
 
 // One pass of a write group over its row for entry b (kFirst: b == 0, kLast: b == size - 1), then
-// the pass's dots stored at sorted position e + b. kToStash: G' goes to the stash row (every pass
-// but the last, and the last when the chunk also reads the slot), else into G rounded once. Mode
-// "none" with vector access keeps the snapshot piece's bits from its one load and stores them back
-// into the bank (copy_piece's bits).
-template <bool kFirst, bool kLast, bool kToStash, SnapshotQuant kMode, bool kVec, typename E, typename Gt>
+// the pass's dots stored at sorted position e + b. kToStash: G' goes to the scratch row (every pass
+// but the last), else the last pass stores G rounded once: rnd(G'), or with kReads != none
+// rnd(G' + read sum), the read side (`reads`, M0 = pre) computed in the same walk. Mode "none" with
+// vector access keeps the snapshot piece's bits from its one load and stores them back into the
+// bank (copy_piece's bits).
+template <bool kFirst, bool kLast, bool kToStash, Reads kReads, SnapshotQuant kMode, bool kVec, typename E,
+          typename Gt>
 __device__ __forceinline__ void write_pass(const WriteRows<E, Gt>& rows, const WriteEntry& entry, int hd, int lane,
-                                           int b) {
+                                           int b, const ReadGroup& reads) {
+  static_assert(kReads == Reads::none || (kLast && !kToStash), "the read side runs in the last pass");
   // Lane pointers at the lane's first piece, advanced by a column step per piece; `rest` = the
   // columns from the piece on (load_piece / store_piece see the piece as column 0 of a row of
   // `rest` columns: the same columns and `valid`).
@@ -173,10 +342,13 @@ __device__ __forceinline__ void write_pass(const WriteRows<E, Gt>& rows, const W
   const float* delta = rows.delta + entry.row + first;
   const float* du = rows.du + entry.row + first;
   const E* saved = static_cast<const E*>(rows.snapshot.payload) + first;
+  const float* dy = nullptr;
+  if constexpr (kReads != Reads::none) dy = reads.dy + reads.batch.row[0] + first;
   float dots[kWriteDots] = {};
+  float read_dots[kReadDots<kReads>] = {};
   for (int c0 = first; c0 < hd; c0 += kWarpCols) {
     const int rest = hd - c0;
-    float g[kLaneCols], d[kLaneCols], u[kLaneCols], pre[kLaneCols], acc[kLaneCols];
+    float g[kLaneCols], d[kLaneCols], u[kLaneCols], pre[kLaneCols], acc[kLaneCols], y[kLaneCols];
     PackedRow<E, kLaneCols> saved_bits;
     const int valid = load_piece<kVec>(grad, 0, rest, g);
     load_piece<kVec>(delta, 0, rest, d);
@@ -187,6 +359,7 @@ __device__ __forceinline__ void write_pass(const WriteRows<E, Gt>& rows, const W
     } else {
       load_snapshot_piece<kVec, E>(rows.snapshot, 0, c0, hd, pre);
     }
+    if constexpr (kReads != Reads::none) load_piece<kVec>(dy, 0, rest, y);
     if constexpr (kFirst) {
 #pragma unroll
       for (int k = 0; k < kLaneCols; ++k) {
@@ -205,6 +378,12 @@ __device__ __forceinline__ void write_pass(const WriteRows<E, Gt>& rows, const W
       }
       acc[k] = fmaf(entry.k_eff, ret, acc[k]);
     }
+    if constexpr (kReads != Reads::none) {
+      float sum[kLaneCols] = {};
+      add_read_piece<kReads, kVec>(reads, y, c0, hd, valid, pre, read_dots, sum);
+#pragma unroll
+      for (int k = 0; k < kLaneCols; ++k) acc[k] = acc[k] + sum[k];
+    }
     if constexpr (kToStash) store_piece<kVec>(stash, 0, rest, acc);
     else store_piece_cvt<kVec>(grad, 0, rest, acc);
     if constexpr (kLast) {
@@ -220,6 +399,7 @@ __device__ __forceinline__ void write_pass(const WriteRows<E, Gt>& rows, const W
     }
     grad += kWarpCols, bank += kWarpCols, stash += kWarpCols, delta += kWarpCols, du += kWarpCols;
     saved += kWarpCols;
+    if constexpr (kReads != Reads::none) dy += kWarpCols;
   }
   warp_sums(dots);
   if (lane == 0) {
@@ -227,35 +407,59 @@ __device__ __forceinline__ void write_pass(const WriteRows<E, Gt>& rows, const W
     rows.dc[b] = dots[1];
     rows.dk_eff[b] = dots[2];
   }
-}
-
-// A group of two or more entries (a few percent of them): one pass per entry. It carries its G'
-// sum from pass to pass in its stash row (f32, so bitwise the same chain); G stays unchanged until
-// the last pass, which stores G' (stash or G) and restores the bank row. Out of line, so that the
-// single-entry path does not hold this path's state in its registers.
-template <SnapshotQuant kMode, bool kVec, typename E, typename Gt>
-__device__ __noinline__ void write_long_group(const WriteRows<E, Gt> rows, const WriteEntry mine,
-                                              const WriteEntrySource src, const std::uint64_t* group_keys, int size,
-                                              bool read_here, int hd, int lane) {
-  write_pass<true, false, true, kMode, kVec>(rows, group_entry(mine, 0, src, group_keys), hd, lane, 0);
-  for (int b = 1; b + 1 < size; ++b) {
-    write_pass<false, false, true, kMode, kVec>(rows, group_entry(mine, b, src, group_keys), hd, lane, b);
+  if constexpr (kReads != Reads::none) {
+    warp_sums(read_dots);
+    store_read_dots(reads, read_dots, reads.batch.count, reads.mine, lane);
   }
-  const int b = size - 1;
-  const WriteEntry entry = group_entry(mine, b, src, group_keys);
-  if (read_here) write_pass<false, true, true, kMode, kVec>(rows, entry, hd, lane, b);
-  else write_pass<false, true, false, kMode, kVec>(rows, entry, hd, lane, b);
 }
 
+// A write group of two or more entries, or of one entry whose slot the chunk reads two or more
+// times (a few percent of them): one pass per entry. It carries its G' sum from pass to pass in its
+// scratch row (f32, so bitwise the same chain); G stays unchanged until the last pass, which does
+// the read side, stores G and restores the bank row. Then the dots of read entries past the first
+// kHeldReads, with M0 decoded again from the snapshot row. Out of line, so that the common paths
+// do not hold this path's state in their registers.
+template <SnapshotQuant kMode, bool kVec, typename E, typename Gt>
+__device__ __noinline__ void write_long_group(const WriteRows<E, Gt> group_rows, const WriteEntry mine,
+                                              const WriteEntrySource src, const std::uint64_t* group_keys, int size,
+                                              const ReadGroup reads, int hd, int lane) {
+  WriteRows<E, Gt> rows = group_rows;
+  rows.snapshot.mode = kMode;  // known here too: load_snapshot_piece keeps one decoder
+  const int last = size - 1;
+  const WriteEntry entry = group_entry(mine, last, src, group_keys);
+  if (size == 1) {
+    // Only reached with two or more reads.
+    write_pass<true, true, false, Reads::many, kMode, kVec>(rows, entry, hd, lane, 0, reads);
+  } else {
+    write_pass<true, false, true, Reads::none, kMode, kVec>(rows, group_entry(mine, 0, src, group_keys), hd, lane,
+                                                            0, reads);
+    for (int b = 1; b < last; ++b) {
+      write_pass<false, false, true, Reads::none, kMode, kVec>(rows, group_entry(mine, b, src, group_keys), hd, lane,
+                                                               b, reads);
+    }
+    if (reads.size == 0) {
+      write_pass<false, true, false, Reads::none, kMode, kVec>(rows, entry, hd, lane, last, reads);
+    } else if (reads.size == 1) {
+      write_pass<false, true, false, Reads::one, kMode, kVec>(rows, entry, hd, lane, last, reads);
+    } else {
+      write_pass<false, true, false, Reads::many, kMode, kVec>(rows, entry, hd, lane, last, reads);
+    }
+  }
+  read_dot_passes<kVec>(
+      reads, [&](int c0, float(&m0)[kLaneCols]) { load_snapshot_piece<kVec, E>(rows.snapshot, 0, c0, hd, m0); }, hd,
+      lane);
+}
+
+// ---- the two kinds of workers -------------------------------------------------------------------
+
+// The warp at sorted write position q of chunk n (stream p): the slot's only worker when q starts a
+// write group.
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    write_groups_backward(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, std::int64_t ti) {
-  wait_for_predecessor();
+__device__ __forceinline__ void write_group_worker(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
+                                                   const BackwardBuffers& bb, std::int64_t ti, std::int64_t p,
+                                                   int q, int lane) {
   const int CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C * geo.R);
-  const int q = static_cast<int>(blockIdx.y) * kWarps + static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  if (q >= CW) return;
-  const std::int64_t p = blockIdx.x, n = ti * geo.P + p;
+  const std::int64_t n = ti * geo.P + p;
   const int hd = static_cast<int>(geo.hd);
   const std::int64_t e = n * CW + q;  // the group's first sorted position = its snapshot row
   const std::uint64_t* keys = p1.keys + n * CW;
@@ -266,9 +470,16 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const WriteEntrySource src{in.beta, in.beta_dtype, p1.k_eff + n * CW, geo.keys, geo.hd, geo.W,
                              p * geo.T + ti * geo.C};
   const WriteEntry mine = lane < group.size ? write_entry(src, group.key) : WriteEntry{};
+  const std::uint64_t* read_keys = bb.read_keys + n * CR;
   std::uint64_t read_key = 0;
-  const int first_read = warp_lower_bound_key(bb.read_keys + n * CR, CR, bb.read_layout.encode(n, group.local, 0, 0),
-                                              lane, &read_key);
+  const int first_read =
+      warp_lower_bound_key(read_keys, CR, bb.read_layout.encode(n, group.local, 0, 0), lane, &read_key);
+  ReadGroup reads;
+  if (first_read < CR && bb.read_layout.local_slot(read_key) == group.local) {
+    const GroupStart read_group = find_group_start(read_keys, CR, first_read, bb.read_layout, geo.sps, lane);
+    const ReadEntrySource read_src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
+    reads = load_read_group(read_group, read_keys, first_read, read_src, bb.dy + p * geo.C * geo.hd, bb.dq_w, lane);
+  }
 
   const std::int64_t slot = p * geo.sps + group.local;
   WriteRows<E, Gt> rows;
@@ -285,190 +496,95 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   rows.dc = bb.dc + e;
   rows.dk_eff = bb.dk_eff + e;
   rows.decay = p1.gdecay[e];
+  reads.batch = share_reads(reads.mine, min(kHeldReads, reads.size));
 
-  // One pass per entry (nearly always a single one); longer groups go out of line.
-  const bool read_here = first_read < CR && bb.read_layout.local_slot(read_key) == group.local;
-  if (group.size > 1) {
-    write_long_group<kMode, kVec>(rows, mine, src, keys + q, group.size, read_here, hd, lane);
+  // One pass for one entry and at most one read (nearly always); the rest goes out of line.
+  if (group.size > 1 || reads.size > 1) {
+    write_long_group<kMode, kVec>(rows, mine, src, keys + q, group.size, reads, hd, lane);
     return;
   }
   const WriteEntry entry = group_entry(mine, 0, src, keys + q);
-  if (read_here) write_pass<true, true, true, kMode, kVec>(rows, entry, hd, lane, 0);
-  else write_pass<true, true, false, kMode, kVec>(rows, entry, hd, lane, 0);
+  if (reads.size == 1) write_pass<true, true, false, Reads::one, kMode, kVec>(rows, entry, hd, lane, 0, reads);
+  else write_pass<true, true, false, Reads::none, kMode, kVec>(rows, entry, hd, lane, 0, reads);
 }
 
-// ---- read groups --------------------------------------------------------------------------------
-
-// A read entry's data: row = i * hd (its token's dy step row), q_w, and its entry index (for dq_w).
-struct ReadEntry {
-  std::int64_t row = 0, index = 0;
-  float q_w = 0.0f;
-};
-
-__device__ __forceinline__ ReadEntry read_entry(const Geometry& geo, const Phase1Buffers& p1, const KeyLayout& layout,
-                                                std::int64_t n, std::uint64_t key) {
-  const std::int64_t i = layout.token(key);
-  ReadEntry entry;
-  entry.row = i * geo.hd;
-  entry.index = (n * geo.C + i) * geo.R + layout.lane(key);
-  entry.q_w = p1.q_w[entry.index];
-  return entry;
-}
-
-// Up to kHeldReads read entries (rows and weights), in every lane's registers (entries past `count`:
-// row 0, a valid address).
-struct ReadBatch {
-  std::int64_t row[kHeldReads];
-  float q_w[kHeldReads];
-  int count;
-};
-
-__device__ __forceinline__ ReadBatch share_reads(const ReadEntry& mine, int count) {
-  ReadBatch batch;
+// The read main pass of a slot the chunk does not write (bank row = M0, base = G): the first
+// kHeldReads entries' dq_w and G <- rnd(G + read sum). Lane pointers advance by a column step;
+// `rest` = the columns from the piece on (the piece is column 0 of a row of `rest` columns).
+template <Reads kReads, bool kVec, typename E, typename Gt>
+__device__ __forceinline__ void read_main_pass(Gt* grad, const E* bank, const ReadGroup& reads, int hd, int lane) {
+  const int first = lane * kLaneCols;
+  const E* m0_at = bank + first;
+  const float* y_at = reads.dy + reads.batch.row[0] + first;
+  Gt* grad_at = grad + first;
+  float dots[kReadDots<kReads>] = {};
+  for (int c0 = first; c0 < hd; c0 += kWarpCols) {
+    const int rest = hd - c0;
+    float m0[kLaneCols], y[kLaneCols], base[kLaneCols], sum[kLaneCols] = {};
+    const int valid = load_piece<kVec>(m0_at, 0, rest, m0);
+    load_piece<kVec>(y_at, 0, rest, y);
+    load_piece<kVec>(grad_at, 0, rest, base);
+    add_read_piece<kReads, kVec>(reads, y, c0, hd, valid, m0, dots, sum);
 #pragma unroll
-  for (int j = 0; j < kHeldReads; ++j) {
-    batch.row[j] = __shfl_sync(kAllLanes, mine.row, j);
-    batch.q_w[j] = __shfl_sync(kAllLanes, mine.q_w, j);
+    for (int k = 0; k < kLaneCols; ++k) sum[k] = base[k] + sum[k];
+    store_piece_cvt<kVec>(grad_at, 0, rest, sum);
+    m0_at += kWarpCols, y_at += kWarpCols, grad_at += kWarpCols;
   }
-  batch.count = count;
-  return batch;
+  warp_sums(dots);
+  store_read_dots(reads, dots, reads.batch.count, reads.mine, lane);
 }
 
-// Entry j's terms of one column piece (y: the piece of dy_i): dq_j += y . M0 over the `valid` real
-// columns, and acc += q_w y.
-template <int j>
-__device__ __forceinline__ void add_read_entry(const ReadBatch& batch, const float (&y)[kLaneCols], int valid,
-                                               const float (&m0)[kLaneCols], float (&dots)[kHeldReads],
-                                               float (&acc)[kLaneCols]) {
-#pragma unroll
-  for (int k = 0; k < kLaneCols; ++k) {
-    if (k < valid) dots[j] = fmaf(y[k], m0[k], dots[j]);
-    acc[k] = fmaf(batch.q_w[j], y[k], acc[k]);
-  }
-}
-
-// Entries 1 .. count - 1 of the batch on one column piece.
-template <bool kVec, int j = 1>
-__device__ __forceinline__ void add_later_reads(const ReadBatch& batch, const float* dy, int c0, int hd, int valid,
-                                                const float (&m0)[kLaneCols], float (&dots)[kHeldReads],
-                                                float (&acc)[kLaneCols]) {
-  if constexpr (j < kHeldReads) {
-    if (j < batch.count) {
-      float y[kLaneCols];
-      load_piece<kVec>(dy + batch.row[j], c0, hd, y);
-      add_read_entry<j>(batch, y, valid, m0, dots, acc);
-      add_later_reads<kVec, j + 1>(batch, dy, c0, hd, valid, m0, dots, acc);
-    }
-  }
-}
-
-// Lane j < count stores the batch's dq_w j at its entry index (the lane's own entry).
-__device__ __forceinline__ void store_read_dots(const BackwardBuffers& bb, const float (&dots)[kHeldReads], int count,
-                                                const ReadEntry& mine, int lane) {
-  float dq_w = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kHeldReads; ++j) {
-    if (lane == j) dq_w = dots[j];
-  }
-  if (lane < count) bb.dq_w[mine.index] = dq_w;
-}
-
+// The warp at sorted read position q of chunk n (stream p): the slot's only worker when q starts a
+// read group and the chunk does not write the slot (else the write group's worker does the reads).
 template <typename E, typename Gt, bool kVec>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    read_groups_backward(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, std::int64_t ti) {
-  wait_for_predecessor();
+__device__ __forceinline__ void read_group_worker(const Geometry& geo, const Phase1Buffers& p1,
+                                                  const BackwardBuffers& bb, std::int64_t ti, std::int64_t p, int q,
+                                                  int lane) {
   const int CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C * geo.R);
-  const KeyLayout& layout = bb.read_layout;
-  const int q = static_cast<int>(blockIdx.y) * kWarps + static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  if (q >= CR) return;
-  const std::int64_t p = blockIdx.x, n = ti * geo.P + p;
+  const std::int64_t n = ti * geo.P + p;
   const int hd = static_cast<int>(geo.hd);
   const std::uint64_t* keys = bb.read_keys + n * CR;
-  const GroupStart group = find_group_start(keys, CR, q, layout, geo.sps, lane);
+  const GroupStart group = find_group_start(keys, CR, q, bb.read_layout, geo.sps, lane);
   if (group.size == 0) return;
 
-  const ReadEntry mine = lane < group.size ? read_entry(geo, p1, layout, n, group.key) : ReadEntry{};
+  const ReadEntrySource src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
+  ReadGroup reads = load_read_group(group, keys, q, src, bb.dy + p * geo.C * geo.hd, bb.dq_w, lane);
   std::uint64_t write_key = 0;
   const int first_write =
       warp_lower_bound_key(p1.keys + n * CW, CW, geo.keys.encode(n, group.local, 0, 0), lane, &write_key);
-  const bool written = first_write < CW && geo.keys.local_slot(write_key) == group.local;
+  if (first_write < CW && geo.keys.local_slot(write_key) == group.local) return;
+  reads.batch = share_reads(reads.mine, min(kHeldReads, reads.size));
 
   const std::int64_t slot = p * geo.sps + group.local;
   Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
   const E* bank = static_cast<const E*>(bb.bank) + slot * geo.hd;
-  const float* stash = bb.stash + (p * CW + first_write) * geo.hd;  // used only when written
-  const float* dy = bb.dy + p * geo.C * geo.hd;
+  read_dot_passes<kVec>(
+      reads, [&](int c0, float(&m0)[kLaneCols]) { load_piece<kVec>(bank, c0, hd, m0); }, hd, lane);
+  if (reads.size == 1) read_main_pass<Reads::one, kVec>(grad, bank, reads, hd, lane);
+  else read_main_pass<Reads::many, kVec>(grad, bank, reads, hd, lane);
+}
 
-  // Groups longer than kHeldReads: dq_w of the further entries, kHeldReads of them a pass.
-  for (int b = kHeldReads; b < group.size; b += kHeldReads) {
-    const int take = min(kHeldReads, group.size - b);
-    const ReadEntry other = lane < take ? read_entry(geo, p1, layout, n, keys[q + b + lane]) : ReadEntry{};
-    const ReadBatch batch = share_reads(other, take);
-    float dots[kHeldReads] = {};
-    for (int c0 = lane * kLaneCols; c0 < hd; c0 += kWarpCols) {
-      float m0[kLaneCols], y[kLaneCols], unused[kLaneCols] = {};
-      const int valid = load_piece<kVec>(bank, c0, hd, m0);
-      load_piece<kVec>(dy + batch.row[0], c0, hd, y);
-      add_read_entry<0>(batch, y, valid, m0, dots, unused);
-      add_later_reads<kVec>(batch, dy, c0, hd, valid, m0, dots, unused);
-    }
-    warp_sums(dots);
-    store_read_dots(bb, dots, take, other, lane);
-  }
-
-  // The main pass: the first kHeldReads entries' dq_w, and the row sum over every entry (the further
-  // entries' data come from memory). A group of one entry (the common case) gets its own copy of
-  // the loop without the further entries' branches. Lane pointers advance by a column step; `rest`
-  // = the columns from the piece on (the piece is column 0 of a row of `rest` columns).
-  const ReadBatch batch = share_reads(mine, min(kHeldReads, group.size));
-  const auto main_pass = [&](auto single) {
-    constexpr bool kSingle = decltype(single)::value;
-    const int first = lane * kLaneCols;
-    const E* m0_at = bank + first;
-    const float* y_at = dy + batch.row[0] + first;
-    const float* stash_at = stash + first;
-    Gt* grad_at = grad + first;
-    float dots[kHeldReads] = {};
-    for (int c0 = first; c0 < hd; c0 += kWarpCols) {
-      const int rest = hd - c0;
-      float m0[kLaneCols], y[kLaneCols], base[kLaneCols], acc[kLaneCols] = {};
-      const int valid = load_piece<kVec>(m0_at, 0, rest, m0);
-      load_piece<kVec>(y_at, 0, rest, y);
-      if (written) load_piece<kVec>(stash_at, 0, rest, base);
-      else load_piece<kVec>(grad_at, 0, rest, base);
-      add_read_entry<0>(batch, y, valid, m0, dots, acc);
-      if constexpr (!kSingle) {
-        add_later_reads<kVec>(batch, dy, c0, hd, valid, m0, dots, acc);
-        for (int j = kHeldReads; j < group.size; ++j) {
-          const ReadEntry entry = read_entry(geo, p1, layout, n, keys[q + j]);
-          float later[kLaneCols];
-          load_piece<kVec>(dy + entry.row, c0, hd, later);
-#pragma unroll
-          for (int k = 0; k < kLaneCols; ++k) acc[k] = fmaf(entry.q_w, later[k], acc[k]);
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < kLaneCols; ++k) acc[k] = base[k] + acc[k];
-      store_piece_cvt<kVec>(grad_at, 0, rest, acc);
-      m0_at += kWarpCols, y_at += kWarpCols, stash_at += kWarpCols, grad_at += kWarpCols;
-    }
-    warp_sums(dots);
-    store_read_dots(bb, dots, batch.count, mine, lane);
-  };
-  if (group.size == 1) main_pass(std::true_type{});
-  else main_pass(std::false_type{});
+// Grid (P, ceil((C*W + C*R) / kWarps)): warp q < C*W takes sorted write position q, the others
+// sorted read position q - C*W.
+template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    slot_groups_backward(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, std::int64_t ti) {
+  wait_for_predecessor();
+  const int CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C * geo.R);
+  const int q = static_cast<int>(blockIdx.y) * kWarps + static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t p = blockIdx.x;
+  if (q < CW) write_group_worker<E, Gt, kVec, kMode>(geo, in, p1, bb, ti, p, q, lane);
+  else if (q < CW + CR) read_group_worker<E, Gt, kVec>(geo, p1, bb, ti, p, q - CW, lane);
 }
 
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
 void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
             std::int64_t ti, cudaStream_t stream) {
-  const auto blocks = [](std::int64_t warps) { return static_cast<unsigned>((warps + kWarps - 1) / kWarps); };
-  const unsigned streams = static_cast<unsigned>(geo.P);
-  launch_dependent(write_groups_backward<E, Gt, kVec, kMode>, dim3(streams, blocks(geo.C * geo.W)),
-                   dim3(kWarps * 32), 0, stream, "write_groups_backward", geo, in, p1, bb, ti);
-  launch_dependent(read_groups_backward<E, Gt, kVec>, dim3(streams, blocks(geo.C * geo.R)), dim3(kWarps * 32), 0,
-                   stream, "read_groups_backward", geo, p1, bb, ti);
+  const std::int64_t warps = geo.C * geo.W + geo.C * geo.R;
+  const dim3 grid(static_cast<unsigned>(geo.P), static_cast<unsigned>((warps + kWarps - 1) / kWarps));
+  launch_dependent(slot_groups_backward<E, Gt, kVec, kMode>, grid, dim3(kWarps * 32), 0, stream,
+                   "slot_groups_backward", geo, in, p1, bb, ti);
 }
 
 // The snapshot mode (known on the host) becomes a template parameter: no mode switch in the loop.
