@@ -24,12 +24,12 @@
 //                    of 32) per lane are loaded first, then the first terms of the lanes that walk
 //                    (few: most entries are alone in their slot within a chunk), each round issued
 //                    for all items before any result is used (latency, not order)
-//   solve            ceil(C / 32) CTAs per chunk (2 at C = 64), one warp per column pair (k, C-1-k),
-//                    C + 1 steps each, lanes over rows: right-looking forward substitution for
-//                    column k of X = (I + diag(beta) A)^-1 fused with QX = tril(QK) X (solve_column);
-//                    every sum from +0 over j ascending, bitwise the left-looking column solve.
-//                    C <= 64: A, QK staged in shared memory (odd row stride), X / QX built there and
-//                    the CTA's columns stored coalesced; larger C: the same code on global memory
+//   solve            one CTA per chunk, one warp per column k (zig-zag over 16 warps), lanes over
+//                    rows: right-looking forward substitution for column k of X = (I + diag(beta)
+//                    A)^-1 fused with QX = tril(QK) X (solve_column); every sum from +0 over j
+//                    ascending, bitwise the left-looking column solve. C <= 64: A, QK, X, QX staged
+//                    in shared memory (odd row stride), X / QX stored coalesced; larger C: the same
+//                    code on global memory
 #include "phase1.hpp"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(kPairWarps * 32, 4) pair_products(Geometry geo
 
 // ---- solve -----------------------------------------------------------------------------------
 
-constexpr int kSolveWarps = 16;       // most column pairs per solve CTA
+constexpr int kSolveWarps = 16;       // columns in flight per chunk
 constexpr int kStagedMaxChunk = 64;   // C up to this: A, QK, X, QX of the chunk in shared memory
 constexpr int kStageBatch = 8;        // elements per thread and matrix loaded at once when staging
 
@@ -391,27 +391,14 @@ __device__ __forceinline__ void solve_column(const float* A, const float* QK, in
 
 static_assert(8 * 32 >= core::kMaxChunk, "solve's global-memory instantiation covers every chunk size");
 
-// Column pairs: pair g holds columns g and C - 1 - g (one column when they coincide), C + 1 steps
-// of solve_column in all, so every pair costs the same. A chunk's ceil(C / 2) pairs are spread
-// over `parts` CTAs of `warps` warps each, one pair per warp: pair g runs in CTA part g / warps.
-struct SolveSplit {
-  int parts, warps;
-};
-
-__host__ __device__ __forceinline__ SolveSplit solve_split(int C) {
-  const int pairs = (C + 1) / 2, parts = (pairs + kSolveWarps - 1) / kSolveWarps;
-  return {parts, (pairs + parts - 1) / parts};
-}
-
 template <int kRows, bool kStaged>
-__global__ void __launch_bounds__(kSolveWarps * 32, kStaged ? 3 : 1) solve(Geometry geo, Inputs in, Phase1Buffers buf) {
+__global__ void __launch_bounds__(kSolveWarps * 32) solve(Geometry geo, Inputs in, Phase1Buffers buf) {
   extern __shared__ float solve_tiles[];  // kStaged: A, QK, X, QX, each [C][C | 1]
   const int C = static_cast<int>(geo.C);
-  const SolveSplit split = solve_split(C);
-  const std::int64_t n = blockIdx.x / split.parts, cc = static_cast<std::int64_t>(C) * C;
-  const int part = static_cast<int>(blockIdx.x % split.parts);
+  const std::int64_t n = blockIdx.x, cc = static_cast<std::int64_t>(C) * C;
   const std::int64_t p = n % geo.P, t0 = (n / geo.P) * C;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int warps = static_cast<int>(blockDim.x) / 32;
   float beta[kRows];
   bool valid[kRows];
 #pragma unroll
@@ -448,20 +435,19 @@ __global__ void __launch_bounds__(kSolveWarps * 32, kStaged ? 3 : 1) solve(Geome
     __syncthreads();
     A = As, QK = QKs, X = QKs + C * ld, QX = X + C * ld;
   }
-  const int pair = part * split.warps + warp;  // past (C + 1) / 2 (no columns) in the last part
-  const int columns = pair < C - 1 - pair ? 2 : pair == C - 1 - pair ? 1 : 0;
-  for (int c = 0; c < columns; ++c) {
-    solve_column<kRows>(A, QK, ld, X, QX, ld, C, c == 0 ? pair : C - 1 - pair, lane, beta, valid);
+  // Columns zig-zag over the warps (round r: warp w takes r*warps + w, or r*warps + warps-1-w when
+  // r is odd) so that the long (left) and short (right) columns even out.
+  for (int round = 0; round * warps < C; ++round) {
+    const int k = round * warps + (round % 2 == 0 ? warp : warps - 1 - warp);
+    if (k < C) solve_column<kRows>(A, QK, ld, X, QX, ld, C, k, lane, beta, valid);
   }
-  if constexpr (kStaged) {  // this CTA's columns only
+  if constexpr (kStaged) {
     __syncthreads();
     float* Xg = buf.X + n * cc;
     float* QXg = buf.QX + n * cc;
     for (int o = static_cast<int>(threadIdx.x); o < C * C; o += static_cast<int>(blockDim.x)) {
-      const int k = o % C;
-      if ((k < C - 1 - k ? k : C - 1 - k) / split.warps != part) continue;
-      Xg[o] = X[o / C * ld + k];
-      QXg[o] = QX[o / C * ld + k];
+      Xg[o] = X[o / C * ld + o % C];
+      QXg[o] = QX[o / C * ld + o % C];
     }
   }
 }
@@ -474,9 +460,8 @@ void launch_solve(const Geometry& geo, const Inputs& in, const Phase1Buffers& bu
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                "cudaFuncSetAttribute (solve shared memory)");
   }
-  const SolveSplit split = solve_split(static_cast<int>(geo.C));
-  kernel<<<static_cast<unsigned>(geo.N) * static_cast<unsigned>(split.parts), 32u * static_cast<unsigned>(split.warps),
-           smem, stream>>>(geo, in, buf);
+  const unsigned threads = 32u * static_cast<unsigned>(geo.C < kSolveWarps ? geo.C : kSolveWarps);
+  kernel<<<static_cast<unsigned>(geo.N), threads, smem, stream>>>(geo, in, buf);
   check_launch("solve");
 }
 
