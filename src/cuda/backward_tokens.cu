@@ -8,7 +8,7 @@
 //                 warp's lanes load the slots / coefs of 32 of its entries at once, then the warp
 //                 keeps 8 G row pieces in flight (raw, converted when added) per batch of adds.
 //   solve_side    dy = grad_readings of the step as f32 rows (any dtype; 0 for padding tokens), stored
-//                 into bb.dy [P*C, hd] (pair_dots and read_groups_backward read it);
+//                 into bb.dy [P*C, hd] (pair_dots and slot_groups_backward read it);
 //                 ddelta_j = D_w[j] + (sum_{i>=j} QK[i][j] dy_i);  dU_j = sum_{i>=j} X[i][j] ddelta_i;
 //                 stores dU (step rows) and grad_v = beta dU (valid tokens, if requested).
 //                 Grid (column tiles of kCols = 32 / 16 / 8, P): the CTA keeps dy and ddelta of its
