@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
           float x[kVec];
           unpack(held[s], x);
 #pragma unroll
-          for (int k = 0; k < kVec; ++k) amax = core::quant_amax_update(amax, x[k]);  // inactive: 0
+          for (int k = 0; k < kVec; ++k) amax = snapshot_amax_update(amax, x[k]);  // inactive: 0
         }
         quant = snapshot_scale_of<kMode>(amax);
       }
