@@ -15,10 +15,12 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/snapshot_quant.hpp"
 #include "core/validate.hpp"
 #include "device_tensor.hpp"
 #include "host_tensor.hpp"
@@ -26,6 +28,7 @@
 #include "sdm/error.hpp"
 #include "sdm/ops.hpp"
 #include "sdm/reference.hpp"
+#include "snapshot_codec_runs.hpp"
 
 namespace {
 
@@ -616,6 +619,213 @@ void test_bank_over_2_pow_32_elements() {
   expect(zero, "untouched rows of the large bank stay zero");
 }
 
+
+// ---- snapshot quantiser: the device codec == the host quantiser, exhaustively -------------------
+// The engine's device encoder (encode_snapshot_piece, as the writer calls it, kVec 8 and 1) against
+// core::quant_encode for every bf16 value (bf16 rows, fast quotient) and for every bf16 value plus
+// 8192 other f32 values (f32 rows, IEEE division), code by code, for 60 row scales; its decoder
+// (load_snapshot_piece, restore_snapshot_piece) against core::quant_restore(core::quant_decode(..))
+// for all 256 fp8 codes / all nibble pairs x the scales x both banks, bitwise (two NaNs are equal);
+// the row scale (snapshot_row_scale) against core::quant_scale of core's amax; the hardware bf16
+// rounding against core::round_to_bf16 for all 2^32 f32 bit patterns.
+
+// bitwise, any two NaNs equal
+bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || core::float_bits(a) == core::float_bits(b); }
+
+// Row scales as core::quant_scale makes them (bf16 values): powers of two 2^-30 .. 2^20, and the
+// scales of amax values at the bounds (0, subnormal, 1e-12, inf, FLT_MAX), multiples of qmax, odd
+// bf16 mantissas and others, for both qmax.
+std::vector<float> codec_scales() {
+  std::vector<float> scales;
+  for (int e = -30; e <= 20; e += 2) scales.push_back(std::ldexp(1.0f, e));
+  const float amaxes[] = {0.0f,     1e-40f,      1e-12f,         3e-10f,
+                          0.1f,     1.0f,        3.0f,           7.0f,
+                          448.0f,   7.0f * 1024, 448.0f / 4096,  1000.0f,
+                          12345.678f, core::bf16_to_float(0x3f81), core::bf16_to_float(0x4b7f),
+                          std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity()};
+  for (const float qmax : {core::kFp8QMax, core::kInt4QMax}) {
+    for (const float amax : amaxes) scales.push_back(core::quant_scale(amax, qmax));
+  }
+  return scales;
+}
+
+const char* quant_name(SnapshotQuant mode) { return mode == SnapshotQuant::fp8 ? "fp8" : "int4"; }
+
+// Device encode of the n = x.size() row values (given to the device as `values`, bank dtype)
+// against core::quant_encode, per scale and code.
+void check_encode(SnapshotQuant mode, DType bank, const void* values, const std::vector<float>& x,
+                  const std::vector<float>& scales) {
+  const auto n = static_cast<std::int64_t>(x.size());
+  const auto row_bytes = static_cast<std::int64_t>(core::snapshot_payload_bytes(mode, bank, n));
+  std::vector<std::uint8_t> want(x.size() * scales.size());
+  for (std::size_t r = 0; r < scales.size(); ++r) {
+    const float reciprocal = core::quant_reciprocal(scales[r]);
+    for (std::int64_t c = 0; c < n; ++c) {
+      want[r * x.size() + c] = core::quant_encode(mode, x[c], scales[r], reciprocal, bank == DType::bf16);
+    }
+  }
+  for (const int vec : {8, 1}) {
+    const std::vector<std::uint8_t> got = device_encode(mode, bank, values, n, scales, vec);
+    long long mismatches = 0;
+    for (std::size_t r = 0; r < scales.size(); ++r) {
+      for (std::int64_t c = 0; c < n; ++c) {
+        const std::uint8_t code = core::quantized_code(mode, got.data() + r * row_bytes, c);
+        const std::uint8_t expected = want[r * x.size() + c];
+        if (code == expected) continue;
+        if (mismatches++ < 5) {
+          std::printf("      x %a (bits %08x) scale %a: device %02x, host %02x\n", static_cast<double>(x[c]),
+                      core::float_bits(x[c]), static_cast<double>(scales[r]), code, expected);
+        }
+      }
+    }
+    char what[160];
+    std::snprintf(what, sizeof what, "encode %s, %s rows, kVec %d: %lld of %lld codes differ", quant_name(mode),
+                  dtype_name(bank), vec, mismatches, static_cast<long long>(n) * static_cast<long long>(scales.size()));
+    std::printf("    %s\n", what);
+    expect(mismatches == 0, what);
+  }
+}
+
+// Device decode and restore of every code (fp8: bytes 0..255 as 256 columns; int4: as 512
+// columns, every nibble pair) against core, per scale; also the element path with a partial last
+// piece (columns past hd must read 0 and stay unwritten).
+void check_decode(SnapshotQuant mode, DType bank, const std::vector<float>& scales) {
+  constexpr std::int64_t kRowBytes = 256;
+  const std::int64_t full_hd = mode == SnapshotQuant::fp8 ? 256 : 512;
+  std::vector<std::uint8_t> payload(static_cast<std::size_t>(kRowBytes) * scales.size());
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::uint8_t>(i % kRowBytes);
+  const struct {
+    bool vec;
+    std::int64_t hd;
+  } runs[] = {{true, full_hd}, {false, full_hd}, {false, full_hd - 3}};
+  for (const auto& run : runs) {
+    const DecodedRows got = device_decode(mode, bank, payload, kRowBytes, run.hd, scales, run.vec);
+    const std::int64_t hd8 = (run.hd + 7) / 8 * 8;
+    long long mismatches = 0;
+    for (std::size_t r = 0; r < scales.size(); ++r) {
+      for (std::int64_t c = 0; c < hd8; ++c) {
+        const std::size_t i = r * static_cast<std::size_t>(hd8) + static_cast<std::size_t>(c);
+        float want = 0.0f;
+        std::uint32_t want_bits = 0;
+        if (c < run.hd) {
+          const std::uint8_t code = core::quantized_code(mode, payload.data() + r * kRowBytes, c);
+          want = core::quant_restore(core::quant_decode(mode, code), scales[r], bank);
+          want_bits = bank == DType::bf16 ? core::bf16_from_float(want) : core::float_bits(want);
+        }
+        const std::uint32_t bits = got.restored[i];
+        const bool restored_ok = std::isnan(want) ? (bank == DType::bf16 ? (bits & 0x7fffu) > 0x7f80u
+                                                                          : std::isnan(core::bits_float(bits)))
+                                                  : bits == want_bits;
+        if (same_float(got.values[i], want) && restored_ok) continue;
+        if (mismatches++ < 5) {
+          std::printf("      column %lld scale %a: decoded %a (host %a), restored %08x (host %08x)\n",
+                      static_cast<long long>(c), static_cast<double>(scales[r]), static_cast<double>(got.values[i]),
+                      static_cast<double>(want), bits, want_bits);
+        }
+      }
+    }
+    char what[160];
+    std::snprintf(what, sizeof what, "decode %s, %s bank, %s, hd %lld: %lld of %lld values differ", quant_name(mode),
+                  dtype_name(bank), run.vec ? "vector" : "elements", static_cast<long long>(run.hd), mismatches,
+                  static_cast<long long>(hd8) * static_cast<long long>(scales.size()));
+    std::printf("    %s\n", what);
+    expect(mismatches == 0, what);
+  }
+}
+
+// Device row scales against core: rows of random bf16 bit patterns (NaN, inf, subnormals
+// included), random finite values, and special rows (all NaN, all -0, subnormals only, one inf).
+void check_row_scales() {
+  constexpr std::int64_t kRows = 48, kHd = 520;  // hd % 256 != 0: partial pieces
+  std::mt19937 rng(77);
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(kRows * kHd));
+  for (std::int64_t r = 0; r < kRows; ++r) {
+    for (std::int64_t c = 0; c < kHd; ++c) {
+      auto b = static_cast<std::uint16_t>(rng() & 0xffffu);
+      switch (r % 8) {
+        case 0: break;                                                        // any pattern
+        case 1: b = static_cast<std::uint16_t>((b & 0x80ffu) | 0x3c00u); break;  // finite, 2^-7 .. 2^-5
+        case 2: b = c % 97 == 5 ? std::uint16_t{0x7fc1} : static_cast<std::uint16_t>(b & 0xbfffu); break;  // finite + NaNs
+        case 3: b = static_cast<std::uint16_t>(0x7f81u | (b & 0x807eu)); break;  // NaN only
+        case 4: b = 0x8000; break;                                           // -0 only
+        case 5: b &= 0x807fu; break;                                          // subnormals and zeros
+        case 6: b = c == 300 ? 0xff80 : static_cast<std::uint16_t>(b & 0x3fffu); break;  // one -inf
+        default: b = static_cast<std::uint16_t>((b & 0x81ffu) | 0x4600u); break;  // large finite
+      }
+      bits[static_cast<std::size_t>(r * kHd + c)] = b;
+    }
+  }
+  std::vector<float> f32(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    // f32 rows: the same values, with random low bits on finite nonzero ones of odd rows
+    const float v = core::bf16_to_float(bits[i]);
+    const bool finite = std::isfinite(v) && v != 0.0f;
+    const bool odd_row = (i / static_cast<std::size_t>(kHd)) % 2 == 1;
+    const auto low = static_cast<std::uint32_t>(rng() & 0xffffu);
+    f32[i] = odd_row && finite ? core::bits_float(core::float_bits(v) | low) : v;
+  }
+  long long mismatches = 0, checked = 0;
+  for (const SnapshotQuant mode : {SnapshotQuant::fp8, SnapshotQuant::int4}) {
+    for (const DType bank : {DType::bf16, DType::f32}) {
+      for (const int vec : {8, 1}) {
+        const void* rows = bank == DType::bf16 ? static_cast<const void*>(bits.data()) : f32.data();
+        const std::vector<float> got = device_row_scales(mode, bank, rows, kRows, kHd, vec);
+        for (std::int64_t r = 0; r < kRows; ++r) {
+          float amax = 0.0f;
+          for (std::int64_t c = 0; c < kHd; ++c) {
+            const auto i = static_cast<std::size_t>(r * kHd + c);
+            amax = core::quant_amax_update(amax, bank == DType::bf16 ? core::bf16_to_float(bits[i]) : f32[i]);
+          }
+          const float want = core::quant_scale(amax, core::quant_qmax(mode));
+          ++checked;
+          if (core::float_bits(got[static_cast<std::size_t>(r)]) == core::float_bits(want)) continue;
+          if (mismatches++ < 5) {
+            std::printf("      %s %s kVec %d row %lld: device scale %a, host %a\n", quant_name(mode), dtype_name(bank), vec,
+                        static_cast<long long>(r), static_cast<double>(got[static_cast<std::size_t>(r)]),
+                        static_cast<double>(want));
+          }
+        }
+      }
+    }
+  }
+  char what[128];
+  std::snprintf(what, sizeof what, "row scales: %lld of %lld differ", mismatches, checked);
+  std::printf("    %s\n", what);
+  expect(mismatches == 0, what);
+}
+
+void test_snapshot_codec_exhaustive() {
+  const std::uint64_t rounding = device_bf16_rounding_mismatches();
+  char what[128];
+  std::snprintf(what, sizeof what, "hardware rnd_bf16 of all 2^32 f32 patterns: %llu differ",
+                static_cast<unsigned long long>(rounding));
+  std::printf("    %s\n", what);
+  expect(rounding == 0, what);
+
+  const std::vector<float> scales = codec_scales();
+  std::vector<std::uint16_t> bf16_values(65536);
+  std::vector<float> x(65536);
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    bf16_values[b] = static_cast<std::uint16_t>(b);
+    x[b] = core::bf16_to_float(static_cast<std::uint16_t>(b));
+  }
+  // f32 rows: every bf16 value, 4096 random bit patterns, and 4096 with random high halves and low
+  // halves at or next to a bf16 rounding tie (quotients by powers of two tie exactly).
+  std::vector<float> f32_values = x;
+  std::mt19937 rng(2024);
+  const std::uint32_t lows[] = {0x8000u, 0x7fffu, 0x8001u, 0x0001u, 0xffffu, 0x4000u, 0xc000u, 0x0000u};
+  for (int i = 0; i < 4096; ++i) f32_values.push_back(core::bits_float(static_cast<std::uint32_t>(rng())));
+  for (int i = 0; i < 4096; ++i) {
+    f32_values.push_back(core::bits_float((static_cast<std::uint32_t>(rng()) & 0xffff0000u) | lows[i % 8]));
+  }
+  for (const SnapshotQuant mode : {SnapshotQuant::fp8, SnapshotQuant::int4}) {
+    check_encode(mode, DType::bf16, bf16_values.data(), x, scales);
+    check_encode(mode, DType::f32, f32_values.data(), f32_values, scales);
+    check_decode(mode, DType::bf16, scales);
+    check_decode(mode, DType::f32, scales);
+  }
+  check_row_scales();
+}
 }  // namespace
 
 // Arguments: substrings of test names to run (all tests without arguments).
@@ -637,6 +847,7 @@ int main(int argc, char** argv) {
       {"snapshot modes: saved bytes, forward unchanged", test_snapshot_modes_forward},
       {"CUDA vs CPU engine", test_cuda_vs_cpu_engine},
       {"bank of more than 2^32 elements", test_bank_over_2_pow_32_elements},
+      {"snapshot quantiser: device == host, exhaustive", test_snapshot_codec_exhaustive},
   };
   int failed_tests = 0;
   int ran = 0;
