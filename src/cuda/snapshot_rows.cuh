@@ -72,7 +72,7 @@ struct SnapshotScale {
 // ---- the per-value codec (SPEC D.2 steps 1, 3-5) ----------------------------------------------
 // Bitwise the amax, codes and restored values of core::quant_amax_update, quant_encode and
 // quant_restore(quant_decode(..)) (restored NaNs: NaN, payload aside), with the hardware's
-// conversions in place of core's integer code: checked for every bf16 value x a set of scales by
+// conversions in place of core's integer code: checked for every bf16 value and a set of scales by
 // the GPU test "snapshot quantiser: device == host, exhaustive". The fp8 conversions need sm_89+;
 // older architectures use core's functions.
 
