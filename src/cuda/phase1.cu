@@ -110,7 +110,11 @@ __global__ void scan_groups(Geometry geo, Inputs in, bool bf16_bank, unsigned sl
   const bool after_prev = local != geo.sps && q > 0 && geo.keys.local_slot(prev_key) == local;
   buf.prev_pos[own] = after_prev ? static_cast<std::int32_t>(q - 1) : -1;
   if (local == geo.sps) {
+    // Padding / masked entries join no group; their sorted coefficients are defined as 0 so that
+    // kernels that load a warp's coefficients before testing membership read initialised memory.
     buf.k_eff[own] = 0.0f;
+    buf.wcoef[e] = 0.0f;
+    buf.gdecay[e] = 0.0f;
     return;
   }
   if (after_prev) return;  // not the group's first entry

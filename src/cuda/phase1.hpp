@@ -5,8 +5,8 @@
 //   keys      u64 [N*C*W] sorted write keys (chunk_plan.hpp): slot groups in token order
 //   L         f32 sorted   L_e = per-slot inclusive cumulative log-decay (segmented f32 scan)
 //   kappa     f32 sorted   k_val rounded to the bank dtype
-//   wcoef     f32 sorted   kappa_e * exp(Lambda_s - L_e)    (write coefficient, B.2)
-//   gdecay    f32 sorted   exp(Lambda_s) of the entry's group (total decay of the slot)
+//   wcoef     f32 sorted   kappa_e * exp(Lambda_s - L_e)    (write coefficient, B.2); 0 for padding / masked
+//   gdecay    f32 sorted   exp(Lambda_s) of the entry's group (total decay of the slot); 0 for padding / masked
 //   k_slot    i32 [N, C, W] absolute bank row of entry (n, i, w); -1 for padding / masked
 //   prev_pos  i32 [N, C, W] in-chunk sorted position of the write before entry (n, i, w) in its
 //                           slot group (its own position - 1); -1 for a group's first entry and for
