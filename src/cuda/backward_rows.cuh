@@ -7,10 +7,11 @@
 // are accessed one element at a time. The ownership, hence every reduction order below, depends
 // on hd only, never on the access path or on pointer alignment.
 //
-// warp_dot: lane partial = fmaf chain over its columns in ascending c (f32, RN), then a butterfly
-// over the 32 lanes combining lanes that differ in bit 4 first, then 3, 2, 1, 0. Every lane ends
-// with the same value. warp_sums runs that butterfly on several values at once (bitwise the same
-// per value), for kernels that accumulate many dots' lane partials in one walk over a row.
+// The warp dot order (every row dot of the backward's slot kernels): lane partial = fmaf chain over
+// the lane's columns in ascending c (f32, RN), then warp_sum's butterfly over the 32 lanes combining
+// lanes that differ in bit 4 first, then 3, 2, 1, 0. Every lane ends with the same value. warp_sums
+// runs that butterfly on several values at once (bitwise the same per value), for kernels that
+// accumulate many dots' lane partials in one walk over a row.
 #pragma once
 
 #include <cstdint>
@@ -114,28 +115,6 @@ __device__ __forceinline__ void warp_sums(float (&x)[kCount]) {
 #pragma unroll
     for (int j = 0; j < kCount; ++j) x[j] += __shfl_xor_sync(0xffffffffu, x[j], offset);
   }
-}
-
-// sum_c (scale * a[c]) * b[c] over the hd columns (scale * a[c] rounded once), in the order of
-// the file header. Called by all 32 lanes of a warp.
-template <bool kVec, typename A, typename B>
-__device__ __forceinline__ float warp_dot_scaled(const A* a, float scale, const B* b, std::int64_t hd, int lane) {
-  float partial = 0.0f;
-  for (std::int64_t c0 = static_cast<std::int64_t>(lane) * kLaneCols; c0 < hd; c0 += kWarpCols) {
-    float x[kLaneCols], y[kLaneCols];
-    const int valid = load_piece<kVec>(a, c0, hd, x);
-    load_piece<kVec>(b, c0, hd, y);
-#pragma unroll
-    for (int k = 0; k < kLaneCols; ++k) {
-      if (k < valid) partial = fmaf(scale * x[k], y[k], partial);
-    }
-  }
-  return warp_sum(partial);
-}
-
-template <bool kVec, typename A, typename B>
-__device__ __forceinline__ float warp_dot(const A* a, const B* b, std::int64_t hd, int lane) {
-  return warp_dot_scaled<kVec>(a, 1.0f, b, hd, lane);
 }
 
 // One element of a float tensor of any dtype (f64 / f32 / bf16 / f16) as f32 (f64: rounded once).

@@ -55,7 +55,7 @@
 // one read group per chunk, and one warp works on both), so every bank / G / scratch row and every
 // output element has one writer.
 //
-// Numerics (bitwise those of warp_dot's per-dot walks): every dot's lane partial is an fmaf chain
+// Numerics (the warp dot order of backward_rows.cuh): every dot's lane partial is an fmaf chain
 // over the lane's columns in ascending order (dlambda: fmaf(G, pre), dc: fmaf(delta, G), dk_eff:
 // fmaf(scale * dU, pre) with scale * dU rounded first, dq_w: fmaf(dy, M0)), then warp_sum's
 // butterfly; dlambda = exp(Lambda) * <G, pre>. Row sums per column: G' = fmaf chain in entry
