@@ -12,7 +12,8 @@
 //   G = grad_final_bank or 0 (backward_grad_bank.cu)
 //   for ti = Nt-1 .. 0: token side (backward_tokens.cu), then slot side (backward_slots.cu: one
 //     kernel; a slot written and read in the chunk is finished by one warp, G' kept in registers)
-//   per-entry gradients of all chunks (backward_entries.cu); grad_memory from G
+//   the C x C dots of all chunks (pair_dots: off the loop's dependency chain, so one launch), then
+//   the per-entry gradients of all chunks (backward_entries.cu); grad_memory from G
 // Every launch goes to options.cuda_stream with no host sync after the optional check, so the
 // call can be captured in a CUDA graph. Deterministic by construction: one writer per gradient
 // element and per G / bank row, every f32 sum in an order fixed by the shape (the kernel headers
@@ -20,8 +21,9 @@
 //
 // Memory: the workspace holds Phase 1 (as in the forward), the read records (two 8-byte keys per
 // read entry), per-chunk C x C dMs and dQK, per-entry scalars (6 floats per write entry, 2 per read
-// entry), four step-sized f32 buffers ([P*C, hd] x 3 and the [P*C*W, hd] scratch rows that carry G'
-// between the passes of write groups of two or more entries), and, unless
+// entry), dy and dU of every chunk (f32 [N*C, hd] each), two step-sized f32 buffers (D_w [P*C, hd]
+// and the [P*C*W, hd] scratch rows that carry G' between the passes of write groups of two or more
+// entries), and, unless
 // grad_memory has the row dtype (then G lives in it), an owned G of P*sps rows.
 #include <cstdint>
 
@@ -39,10 +41,10 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 AnyFloat any_float(const TensorRef& t) { return t.defined() ? AnyFloat{t.data, t.dtype} : AnyFloat{}; }
 
 void plan_step_and_entry_buffers(const Geometry& geo, Workspace& ws, BackwardBuffers& bb) {
-  const std::int64_t step_rows = geo.P * geo.C * geo.hd;
-  ws.plan(&bb.dy, step_rows);
+  const std::int64_t step_rows = geo.P * geo.C * geo.hd, chunk_rows = geo.N * geo.C * geo.hd;
+  ws.plan(&bb.dy, chunk_rows);
+  ws.plan(&bb.du, chunk_rows);
   ws.plan(&bb.dw, step_rows);
-  ws.plan(&bb.du, step_rows);
   ws.plan(&bb.stash, step_rows * geo.W);
   const std::int64_t cc = geo.N * geo.C * geo.C, ew = geo.write_entries(), er = geo.read_entries();
   ws.plan(&bb.dms, cc);
@@ -118,6 +120,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
     launch_token_side(geo, in, p1, bb, grad_v, ti, stream);
     launch_slot_side(geo, in, p1, bb, ti, stream);
   }
+  launch_pair_dots(geo, bb, stream);
   const TokenGrads token_grads{any_float(grads.k_val), grad_v, any_float(grads.beta), any_float(grads.g),
                                any_float(grads.q_val)};
   launch_entry_grads(geo, in, p1, bb, token_grads, stream);

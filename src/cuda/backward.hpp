@@ -2,7 +2,8 @@
 // backward.cu (the entry point: planning and launch order) and the kernel files:
 //   backward_grad_bank.cu  the gradient bank G: initial value, final conversion into grad_memory
 //   backward_reads.cu      read records: the read entries of every chunk sorted by slot
-//   backward_tokens.cu     per step, token side: dy staging, GWR, the transposed solves, the C x C dots
+//   backward_tokens.cu     per step, token side: dy staging, GWR, the transposed solves; after the
+//                          loop the C x C dots of every chunk
 //   backward_slots.cu      per step, slot side: write groups (PA) and read groups (GDS), one kernel
 //   backward_entries.cu    after the loop, per entry: the sparse A / QK backward, the chain to
 //                          k_val, q_val, beta, and the per-slot scans to g
@@ -55,12 +56,13 @@ struct BackwardBuffers {
   // Upstream gradient.
   AnyFloat grad_readings;
 
-  // Per step (reused): dy, D_w, dU as f32 step rows [P*C, hd]; the scratch rows of write groups of
-  // two or more entries (G' between their passes), f32 [P*C*W, hd] at step row p*C*W + q (the
-  // group's first position).
+  // dy and dU of every chunk, f32 [N*C, hd] at row n*C + i (pair_dots reads them after the loop).
+  // Per step (reused): D_w as f32 step rows [P*C, hd]; the scratch rows of write groups of two or
+  // more entries (G' between their passes), f32 [P*C*W, hd] at step row p*C*W + q (the group's
+  // first position).
   float* dy = nullptr;
-  float* dw = nullptr;
   float* du = nullptr;
+  float* dw = nullptr;
   float* stash = nullptr;
 
   // Read records: sorted read keys (chunk | local slot | token | lane) of every chunk.
@@ -112,7 +114,9 @@ void launch_token_side(const Geometry& geo, const Inputs& in, const Phase1Buffer
 void launch_slot_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
                       std::int64_t ti, cudaStream_t stream);
 
-// After the loop: every per-entry and per-token gradient (k_val, q_val, beta, g).
+// After the loop: the C x C dots of every chunk (dQK, dMs, rdot; backward_tokens.cu), then every
+// per-entry and per-token gradient (k_val, q_val, beta, g).
+void launch_pair_dots(const Geometry& geo, const BackwardBuffers& bb, cudaStream_t stream);
 void launch_entry_grads(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
                         const TokenGrads& out, cudaStream_t stream);
 

@@ -478,7 +478,7 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
   if (first_read < CR && bb.read_layout.local_slot(read_key) == group.local) {
     const GroupStart read_group = find_group_start(read_keys, CR, first_read, bb.read_layout, geo.sps, lane);
     const ReadEntrySource read_src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
-    reads = load_read_group(read_group, read_keys, first_read, read_src, bb.dy + p * geo.C * geo.hd, bb.dq_w, lane);
+    reads = load_read_group(read_group, read_keys, first_read, read_src, bb.dy + n * geo.C * geo.hd, bb.dq_w, lane);
   }
 
   const std::int64_t slot = p * geo.sps + group.local;
@@ -487,7 +487,7 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
   rows.bank = static_cast<E*>(bb.bank) + slot * geo.hd;
   rows.stash = bb.stash + (p * CW + q) * geo.hd;
   rows.delta = bb.delta + n * geo.C * geo.hd;
-  rows.du = bb.du + p * geo.C * geo.hd;
+  rows.du = bb.du + n * geo.C * geo.hd;
   rows.snapshot = bb.snapshot;
   rows.snapshot.mode = kMode;
   rows.snapshot.payload = static_cast<unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes;
@@ -548,7 +548,7 @@ __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Pha
   if (group.size == 0) return;
 
   const ReadEntrySource src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
-  ReadGroup reads = load_read_group(group, keys, q, src, bb.dy + p * geo.C * geo.hd, bb.dq_w, lane);
+  ReadGroup reads = load_read_group(group, keys, q, src, bb.dy + n * geo.C * geo.hd, bb.dq_w, lane);
   std::uint64_t write_key = 0;
   const int first_write =
       warp_lower_bound_key(p1.keys + n * CW, CW, geo.keys.encode(n, group.local, 0, 0), lane, &write_key);

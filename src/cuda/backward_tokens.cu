@@ -8,9 +8,10 @@
 //                 warp's lanes load the slots / coefs of 32 of its entries at once, then the warp
 //                 keeps 8 G row pieces in flight (raw, converted when added) per batch of adds.
 //   solve_side    dy = grad_readings of the step as f32 rows (any dtype; 0 for padding tokens), stored
-//                 into bb.dy [P*C, hd] (pair_dots and slot_groups_backward read it);
+//                 into bb.dy [N*C, hd] at the chunk's rows (slot_groups_backward and pair_dots read it);
 //                 ddelta_j = D_w[j] + (sum_{i>=j} QK[i][j] dy_i);  dU_j = sum_{i>=j} X[i][j] ddelta_i;
-//                 stores dU (step rows) and grad_v = beta dU (valid tokens, if requested).
+//                 stores dU (bb.du [N*C, hd], the chunk's rows) and grad_v = beta dU (valid tokens, if
+//                 requested).
 //                 Grid (column tiles of kCols = 32 / 16 / 8, P): the CTA keeps dy and ddelta of its
 //                 columns for all C rows in shared memory (transposed), so the two chained products
 //                 never leave the CTA; thread t owns column t % kCols and 4 consecutive rows of each
@@ -19,7 +20,9 @@
 //                 C <= 64 (solve_side_small): QK and X are staged whole by cp.async, and dy (raw bits),
 //                 D_w and beta of the CTA are loaded, before the first __syncthreads: one global
 //                 round trip, then both products from shared memory (the same chains, same bits).
-//   pair_dots     per chunk, the lower triangle of 4 x 4 blocks of pairs (i, j), one CTA per block:
+//   pair_dots     once after the reverse loop, for every chunk (nothing in the loop reads its output; its
+//                 inputs dy, dU, delta, residual are kept for all chunks): grid (chunk n, block), the
+//                 lower triangle of 4 x 4 blocks of pairs (i, j), one CTA per block:
 //                 dQK[i][j] = <dy_i, delta_j> (j <= i), dMs[i][j] = -<dU_i, delta_j> (j < i) and
 //                 rdot[i] = <res_i, dU_i> (diagonal blocks, in the slot of dMs[i][i]). The CTA's
 //                 warps = min(8, ceil(ceil(hd/4) / 96)) split the columns in units of 4: warp w, lane l
@@ -187,7 +190,7 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
     if (in_cols && i < C) {
       const std::int64_t t = ti * C + i;
       if (t < geo.T) x = load_any(bb.grad_readings.data, bb.grad_readings.dtype, (p * geo.T + t) * hd + c);
-      bb.dy[(p * C + i) * hd + c] = x;
+      bb.dy[(n * C + i) * hd + c] = x;
     }
     dy_col[i] = x;
   }
@@ -217,7 +220,7 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
     for (int r = 0; r < kRows; ++r) {
       const int j = R0 + r0 + r;
       if (j >= C) break;
-      bb.du[(p * C + j) * hd + c] = acc[r];
+      bb.du[(n * C + j) * hd + c] = acc[r];
       const std::int64_t t = ti * C + j;
       if (grad_v.data != nullptr && t < geo.T) {
         const std::int64_t token = p * geo.T + t;
@@ -281,7 +284,7 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
     const int i = group + k * groups;
     const std::int64_t t = ti * C + i;
     const float x = in_cols && i < C && t < geo.T ? chunk::any_from_bits(dy_bits[k], bb.grad_readings.dtype) : 0.0f;
-    if (in_cols && i < C) bb.dy[(p * C + i) * hd + c] = x;
+    if (in_cols && i < C) bb.dy[(n * C + i) * hd + c] = x;
     dy_col[i] = x;
   }
   chunk::wait_copies();
@@ -304,7 +307,7 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   for (int r = 0; r < kRows; ++r) {
     const int j = r0 + r;
     if (j >= C) break;
-    bb.du[(p * C + j) * hd + c] = du[r];
+    bb.du[(n * C + j) * hd + c] = du[r];
     const std::int64_t t = ti * C + j;
     if (want_grad_v && t < geo.T) {
       store_any(grad_v.data, grad_v.dtype, (p * geo.T + t) * hd + c,
@@ -398,24 +401,24 @@ __device__ __forceinline__ void pair_partials(const float* __restrict__ dy, cons
 }
 
 template <bool kVec>
-__global__ void __launch_bounds__(kThreads) pair_dots(Geometry geo, BackwardBuffers bb, std::int64_t ti) {
+__global__ void __launch_bounds__(kThreads) pair_dots(Geometry geo, BackwardBuffers bb) {
   __shared__ float partial[kWarps][32];
   wait_for_predecessor();
   const int C = static_cast<int>(geo.C);
   const std::int64_t hd = geo.hd;
   // Block x of the lower triangle of 4 x 4 blocks: row block iq, column block jq <= iq.
-  const int x = static_cast<int>(blockIdx.x);
+  const int x = static_cast<int>(blockIdx.y);
   int iq = static_cast<int>((sqrtf(8.0f * static_cast<float>(x) + 1.0f) - 1.0f) * 0.5f);
   while (iq * (iq + 1) / 2 > x) --iq;
   while ((iq + 1) * (iq + 2) / 2 <= x) ++iq;
   const int jq = x - iq * (iq + 1) / 2;
-  const std::int64_t p = blockIdx.y, n = ti * geo.P + p;
+  const std::int64_t n = blockIdx.x;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int warps = static_cast<int>(blockDim.x) / 32;
   const int i0 = kQuad * iq, j0 = kQuad * jq;
   const int ni = C - i0 < kQuad ? C - i0 : kQuad, nj = C - j0 < kQuad ? C - j0 : kQuad;
-  const float* dy = bb.dy + (p * C + i0) * hd;
-  const float* du = bb.du + (p * C + i0) * hd;
+  const float* dy = bb.dy + (n * C + i0) * hd;
+  const float* du = bb.du + (n * C + i0) * hd;
   const float* res = bb.residual + (n * C + i0) * hd;
   const float* delta = bb.delta + (n * C + j0) * hd;
 
@@ -483,16 +486,18 @@ void launch_token_side(const Geometry& geo, const Inputs& in, const Phase1Buffer
     case 16: launch_solve_side<16>(geo, in, p1, bb, grad_v, ti, stream); break;
     default: launch_solve_side<8>(geo, in, p1, bb, grad_v, ti, stream); break;
   }
+}
 
+void launch_pair_dots(const Geometry& geo, const BackwardBuffers& bb, cudaStream_t stream) {
   const std::int64_t quads = (geo.C + kQuad - 1) / kQuad;
   const std::int64_t units = (geo.hd + kUnit - 1) / kUnit;
   const std::int64_t column_warps = (units + 32 * kLaneUnits - 1) / (32 * kLaneUnits);
-  const dim3 grid(static_cast<unsigned>(quads * (quads + 1) / 2), static_cast<unsigned>(geo.P));
+  const dim3 grid(static_cast<unsigned>(geo.N), static_cast<unsigned>(quads * (quads + 1) / 2));
   const dim3 block(static_cast<unsigned>(32 * (column_warps < kWarps ? column_warps : kWarps)));
   const auto aligned = [](const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; };
   const bool vec = geo.hd % kUnit == 0 && aligned(bb.dy) && aligned(bb.du) && aligned(bb.residual) && aligned(bb.delta);
-  if (vec) launch_dependent(pair_dots<true>, grid, block, 0, stream, "pair_dots", geo, bb, ti);
-  else launch_dependent(pair_dots<false>, grid, block, 0, stream, "pair_dots", geo, bb, ti);
+  if (vec) launch_dependent(pair_dots<true>, grid, block, 0, stream, "pair_dots", geo, bb);
+  else launch_dependent(pair_dots<false>, grid, block, 0, stream, "pair_dots", geo, bb);
 }
 
 }  // namespace sdm::cuda
