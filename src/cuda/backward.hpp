@@ -2,6 +2,7 @@
 // backward.cu (the entry point: planning and launch order) and the kernel files:
 //   backward_grad_bank.cu  the gradient bank G: initial value, final conversion into grad_memory
 //   backward_reads.cu      read records: the read entries of every chunk sorted by slot
+//   backward_slot_partners.cu  the slot kernel's warp roles (which write group reads where)
 //   backward_tokens.cu     per step, token side: dy staging, GWR, the transposed solves; after the
 //                          loop the C x C dots of every chunk
 //   backward_slots.cu      per step, slot side: write groups (PA) and read groups (GDS), one kernel
@@ -72,6 +73,9 @@ struct BackwardBuffers {
   void* read_sort_temp = nullptr;
   std::size_t read_sort_temp_bytes = 0;
 
+  // Per chunk and sorted position: the role of the slot kernel's warp there ([N, C*W + C*R]).
+  std::int32_t* slot_partners = nullptr;
+
   // Per chunk: dMs, dQK [N, C, C] (entries j <= i written), rdot [N*C].
   float* dms = nullptr;
   float* dqk = nullptr;
@@ -89,6 +93,13 @@ struct BackwardBuffers {
   float* dLq = nullptr;
 };
 
+// Roles of slot_groups_backward's warps (backward_slot_partners.cu): per chunk and sorted position
+// (write positions, then read positions), the first read position of a write group's slot
+// (>= 0), kSlotNoPartner (a write group whose slot the chunk does not read, or a read group whose
+// slot it does not write), or kSlotIdle (no work at this position).
+constexpr std::int32_t kSlotNoPartner = -1;
+constexpr std::int32_t kSlotIdle = -2;
+
 // The token gradients the caller asked for (absent: data == nullptr).
 struct TokenGrads {
   AnyFloat k_val, v, beta, g, q_val;
@@ -100,6 +111,11 @@ KeyLayout read_key_layout(const Geometry& geo);
 void plan_read_records(const Geometry& geo, Workspace& ws, BackwardBuffers& bb);
 // Sorts the read entries of every chunk by (slot, token, lane) (after Phase 1).
 void sort_reads(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuffers& bb, cudaStream_t stream);
+
+// Plans slot_partners in `ws`; finds every chunk's warp roles (after Phase 1 and sort_reads).
+void plan_slot_partners(const Geometry& geo, Workspace& ws, BackwardBuffers& bb);
+void find_slot_partners(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuffers& bb,
+                        cudaStream_t stream);
 
 // G = grad_final_bank (or 0) rounded to the row dtype, over `rows` rows.
 void init_grad_bank(const Geometry& geo, const BackwardBuffers& bb, std::int64_t rows, AnyFloat grad_final_bank,

@@ -100,6 +100,17 @@ __device__ __forceinline__ void copy_piece(const E* src, E* dst, std::int64_t c0
   }
 }
 
+// Asks L2 for a row of `bytes` bytes, one 32-byte sector per lane and instruction (all 32 lanes
+// call it). No register holds anything and no value changes: a later load of the row finds it in
+// L2 instead of waiting on DRAM, so a worker can start its rows' DRAM trips before the dependent
+// loads (keys, searches, entry scalars) that precede its first row access.
+__device__ __forceinline__ void prefetch_row_l2(const void* row, std::int64_t bytes, int lane) {
+  const char* at = static_cast<const char*>(row);
+  for (std::int64_t offset = 32 * lane; offset < bytes; offset += 32 * 32) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(at + offset));
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);

@@ -20,11 +20,13 @@
 // already holds (bitwise the values the restored bank row holds: restore stores exactly them, or
 // in mode "none" the saved bits, which decode to the same f32), so G' never leaves registers. The
 // warp at a read group's first position works only when the chunk does not write the slot (the
-// bank row is M0 there, base = G). Other warps exit after one coalesced key load
-// (find_group_start: lane l looks at position q + l, so the group's size and its entries' keys
-// come from one load per lane). Whether the slot is also read / written in the chunk, and where,
-// comes from warp_lower_bound_key over the other side's sorted keys (3 dependent loads for 4096
-// keys). Lane l owns the 8-column pieces c0 = 256 s + 8 l (backward_rows.cuh). A worker walks the
+// bank row is M0 there, base = G). Each warp first loads its role (bb.slot_partners, found for
+// every chunk before the loop by backward_slot_partners.cu: idle, or which read position a write
+// group's slot starts at) together with its keys (find_group_start: lane l looks at position
+// q + l, so the group's size and its entries' keys come from one load per lane); idle warps exit
+// there, so no warp searches the other side's keys inside the loop. A worker then asks L2 for its
+// G row and its snapshot row (write) or bank row (read) (prefetch_row_l2), whose DRAM trips
+// overlap the dependent loads of its entries' scalars and the read keys. Lane l owns the 8-column pieces c0 = 256 s + 8 l (backward_rows.cuh). A worker walks the
 // row's columns once per pass; every dot's lane partial stays in a register next to the row
 // accumulators, and the butterflies of a pass's dots run at its end (warp_sums).
 //   write: one pass per entry (nearly every group has one: slots_per_stream is large). Per piece it
@@ -34,7 +36,7 @@
 //     carries G' from pass to pass in its own scratch row (the stash, f32: bitwise the same chain);
 //     G stays unchanged until the last pass, which does the read side, stores G and restores the
 //     bank row. Lane l < size loads entry l's scalars (token row, -beta, k_eff) once, next to the
-//     read-key search; a pass gets them by shuffles. Read entries likewise (row, q_w, index).
+//     read-key load; a pass gets them by shuffles. Read entries likewise (row, q_w, index).
 //   read: the main pass (the write group's last pass for a written slot) keeps the dots of the
 //     first kHeldReads entries and reads the further entries' data from memory for the row sum;
 //     their dots take one more pass per kHeldReads of them (M0 from the bank row, or decoded again
@@ -463,25 +465,27 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
   const int hd = static_cast<int>(geo.hd);
   const std::int64_t e = n * CW + q;  // the group's first sorted position = its snapshot row
   const std::uint64_t* keys = p1.keys + n * CW;
+  const std::int32_t partner = bb.slot_partners[n * (CW + CR) + q];  // in flight with the keys
   const GroupStart group = find_group_start(keys, CW, q, geo.keys, geo.sps, lane);
-  if (group.size == 0) return;
+  if (partner == kSlotIdle) return;
+  const std::int64_t slot = p * geo.sps + group.local;
+  prefetch_row_l2(static_cast<const unsigned char*>(bb.grad_rows) + slot * geo.hd * sizeof(Gt),
+                  geo.hd * static_cast<std::int64_t>(sizeof(Gt)), lane);
+  prefetch_row_l2(static_cast<const unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes,
+                  bb.snapshot.row_bytes, lane);
 
-  // Lane l < size loads entry l's data while the warp searches the read keys.
+  // Lane l < size loads entry l's data while the warp loads the slot's read keys.
   const WriteEntrySource src{in.beta, in.beta_dtype, p1.k_eff + n * CW, geo.keys, geo.hd, geo.W,
                              p * geo.T + ti * geo.C};
   const WriteEntry mine = lane < group.size ? write_entry(src, group.key) : WriteEntry{};
-  const std::uint64_t* read_keys = bb.read_keys + n * CR;
-  std::uint64_t read_key = 0;
-  const int first_read =
-      warp_lower_bound_key(read_keys, CR, bb.read_layout.encode(n, group.local, 0, 0), lane, &read_key);
   ReadGroup reads;
-  if (first_read < CR && bb.read_layout.local_slot(read_key) == group.local) {
-    const GroupStart read_group = find_group_start(read_keys, CR, first_read, bb.read_layout, geo.sps, lane);
+  if (partner >= 0) {
+    const std::uint64_t* read_keys = bb.read_keys + n * CR;
+    const GroupStart read_group = find_group_start(read_keys, CR, partner, bb.read_layout, geo.sps, lane);
     const ReadEntrySource read_src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
-    reads = load_read_group(read_group, read_keys, first_read, read_src, bb.dy + n * geo.C * geo.hd, bb.dq_w, lane);
+    reads = load_read_group(read_group, read_keys, partner, read_src, bb.dy + n * geo.C * geo.hd, bb.dq_w, lane);
   }
 
-  const std::int64_t slot = p * geo.sps + group.local;
   WriteRows<E, Gt> rows;
   rows.grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
   rows.bank = static_cast<E*>(bb.bank) + slot * geo.hd;
@@ -544,18 +548,19 @@ __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Pha
   const std::int64_t n = ti * geo.P + p;
   const int hd = static_cast<int>(geo.hd);
   const std::uint64_t* keys = bb.read_keys + n * CR;
+  const std::int32_t partner = bb.slot_partners[n * (CW + CR) + CW + q];  // in flight with the keys
   const GroupStart group = find_group_start(keys, CR, q, bb.read_layout, geo.sps, lane);
-  if (group.size == 0) return;
+  if (partner == kSlotIdle) return;  // not a group start, or the slot's write worker does the reads
+  const std::int64_t slot = p * geo.sps + group.local;
+  const std::int64_t row_bytes = geo.hd * static_cast<std::int64_t>(sizeof(E));
+  prefetch_row_l2(static_cast<const unsigned char*>(bb.grad_rows) + slot * geo.hd * sizeof(Gt),
+                  geo.hd * static_cast<std::int64_t>(sizeof(Gt)), lane);
+  prefetch_row_l2(static_cast<const unsigned char*>(bb.bank) + slot * row_bytes, row_bytes, lane);
 
   const ReadEntrySource src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
   ReadGroup reads = load_read_group(group, keys, q, src, bb.dy + n * geo.C * geo.hd, bb.dq_w, lane);
-  std::uint64_t write_key = 0;
-  const int first_write =
-      warp_lower_bound_key(p1.keys + n * CW, CW, geo.keys.encode(n, group.local, 0, 0), lane, &write_key);
-  if (first_write < CW && geo.keys.local_slot(write_key) == group.local) return;
   reads.batch = share_reads(reads.mine, min(kHeldReads, reads.size));
 
-  const std::int64_t slot = p * geo.sps + group.local;
   Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
   const E* bank = static_cast<const E*>(bb.bank) + slot * geo.hd;
   read_dot_passes<kVec>(
