@@ -170,6 +170,12 @@ SDM_HOST_DEVICE float quant_restore(float q, float scale, DType bank) {
 
 // ---- sizes -----------------------------------------------------------------------------------
 
+// The mode a snapshot row is stored in (both engines): "bf16" on a bf16 bank stores the rows as
+// they are ("none").
+SDM_HOST_DEVICE SnapshotQuant effective_snapshot_mode(SnapshotQuant mode, DType bank) {
+  return mode == SnapshotQuant::bf16 && bank == DType::bf16 ? SnapshotQuant::none : mode;
+}
+
 // Payload bytes of one snapshot row (without the scale): none hd * sizeof(E), bf16 2 hd,
 // fp8 hd, int4 ceil(hd / 2).
 SDM_HOST_DEVICE std::size_t snapshot_payload_bytes(SnapshotQuant mode, DType bank, std::int64_t hd) {

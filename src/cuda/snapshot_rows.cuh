@@ -59,11 +59,6 @@ struct SnapshotRows {
   std::int64_t row_bytes = 0;                // core::snapshot_payload_bytes(mode, bank, hd)
 };
 
-// The effective mode: "bf16" on a bf16 bank stores the rows as they are.
-inline SnapshotQuant effective_snapshot_mode(SnapshotQuant mode, DType bank) {
-  return mode == SnapshotQuant::bf16 && bank == DType::bf16 ? SnapshotQuant::none : mode;
-}
-
 // A quantised row's scale and its reciprocal (fp8 / int4); unused for none / bf16.
 struct SnapshotScale {
   float scale = 0.0f, reciprocal = 0.0f;

@@ -58,7 +58,7 @@ SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptio
   const std::size_t snapshot_rows = token_rows * static_cast<std::size_t>(shape.W);
   const std::size_t hd = static_cast<std::size_t>(shape.hd);
   SavedLayout layout;
-  layout.mode = effective_snapshot_mode(options.snapshot_quant, shape.bank);
+  layout.mode = core::effective_snapshot_mode(options.snapshot_quant, shape.bank);
   layout.row_bytes = core::snapshot_payload_bytes(layout.mode, shape.bank, shape.hd);
   layout.has_scales = core::snapshot_scale_bytes(layout.mode) > 0;
   layout.delta = 0;
