@@ -6,13 +6,13 @@
 //         after every real slot) | token i | lane r (chunk_plan.hpp's KeyLayout with R lanes).
 //         Chunk n's sorted reads are [n*C*R, (n+1)*C*R): slot groups in (token, lane) order.
 // make_read_keys: one thread per read entry (a CTA per slice of one chunk), key of entry
-// (n, i, r) at n*C*R + i*R + r; then one stable cub radix sort of the unique keys on the chunk and
-// slot bits only (the keys arrive in (token, lane) order within each chunk: sorted_bits_begin).
+// (n, i, r) at n*C*R + i*R + r; then sort_chunk_keys (chunk_sort.hpp): the keys arrive in (token,
+// lane) order within each chunk, so a stable sort of each chunk's C*R keys on its slot bits alone
+// leaves them fully sorted (one CTA per chunk up to 8192 keys, else cub's device-wide radix sort).
 #include <string>
 
-#include <cub/device/device_radix_sort.cuh>
-
 #include "backward.hpp"
+#include "chunk_sort.hpp"
 #include "cuda_check.hpp"
 #include "sdm/error.hpp"
 
@@ -32,6 +32,12 @@ __global__ void make_read_keys(Geometry geo, KeyLayout layout, unsigned slices, 
   const std::int32_t slot = q_slot[e];
   const std::int64_t local = slot < 0 ? geo.sps : slot - (n % geo.P) * geo.sps;
   keys[e] = layout.encode(n, local, i, r);
+}
+
+// The sort of the read keys (planned the same way by plan_read_records and sort_reads).
+ChunkSort read_key_sort(const Geometry& geo, const KeyLayout& layout) {
+  const int begin = sorted_bits_begin(layout);
+  return plan_chunk_sort(geo.N, geo.C * geo.R, begin, begin + layout.slot_bits, layout.total_bits());
 }
 
 }  // namespace
@@ -56,23 +62,16 @@ void plan_read_records(const Geometry& geo, Workspace& ws, BackwardBuffers& bb) 
   bb.read_layout = read_key_layout(geo);
   ws.plan(&bb.read_keys_unsorted, count);
   ws.plan(&bb.read_keys, count);
-  bb.read_sort_temp_bytes = 0;
-  check_cuda(cub::DeviceRadixSort::SortKeys(nullptr, bb.read_sort_temp_bytes, bb.read_keys_unsorted, bb.read_keys,
-                                            count, sorted_bits_begin(bb.read_layout), bb.read_layout.total_bits()),
-             "cub::DeviceRadixSort::SortKeys (read records, size query)");
+  bb.read_sort_temp_bytes = read_key_sort(geo, bb.read_layout).temp_bytes;
   ws.plan_bytes(&bb.read_sort_temp, bb.read_sort_temp_bytes);
 }
 
 void sort_reads(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuffers& bb, cudaStream_t stream) {
-  const std::int64_t count = geo.read_entries();
   const unsigned slices = static_cast<unsigned>((geo.C * geo.R + kThreads - 1) / kThreads);
   make_read_keys<<<static_cast<unsigned>(geo.N) * slices, kThreads, 0, stream>>>(geo, bb.read_layout, slices, p1.q_slot,
                                                                                  bb.read_keys_unsorted);
   check_launch("make_read_keys");
-  std::size_t temp_bytes = bb.read_sort_temp_bytes;
-  check_cuda(cub::DeviceRadixSort::SortKeys(bb.read_sort_temp, temp_bytes, bb.read_keys_unsorted, bb.read_keys, count,
-                                            sorted_bits_begin(bb.read_layout), bb.read_layout.total_bits(), stream),
-             "cub::DeviceRadixSort::SortKeys (read records)");
+  sort_chunk_keys(read_key_sort(geo, bb.read_layout), bb.read_keys_unsorted, bb.read_keys, bb.read_sort_temp, stream);
 }
 
 }  // namespace sdm::cuda

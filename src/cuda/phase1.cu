@@ -2,9 +2,10 @@
 //
 // Kernels, in launch order:
 //   make_write_keys  one thread per write entry (n, i, w): sort key and absolute slot
-//   (cub radix sort of all keys on the chunk and slot bits only: make_write_keys stores entry
-//   (n, i, w) at n*C*W + i*W + w, so the keys arrive chunk-major in ascending (token, lane) order
-//   and the stable sort on the high bits alone leaves them fully sorted, in fewer passes)
+//   (sort_chunk_keys, chunk_sort.hpp: make_write_keys stores entry (n, i, w) at n*C*W + i*W + w, so
+//   the keys arrive chunk-major in ascending (token, lane) order and a stable sort of each chunk's
+//   C*W keys on its slot bits alone leaves them fully sorted: one CTA per chunk up to 8192 keys,
+//   else cub's device-wide radix sort on the chunk and slot bits)
 //   scan_groups      one thread per sorted entry (inv_pos and prev_pos of its entry); the first
 //                    entry of each slot group walks the group in token order: L (f32 running sum of log-decays), k_eff, then
 //                    wcoef = kappa exp(Lambda - L) and gdecay = exp(Lambda)
@@ -32,8 +33,7 @@
 //                    code on global memory
 #include "phase1.hpp"
 
-#include <cub/device/device_radix_sort.cuh>
-
+#include "chunk_sort.hpp"
 #include "cuda_check.hpp"
 #include "device_values.cuh"
 
@@ -469,6 +469,12 @@ void launch_solve(const Geometry& geo, const Inputs& in, const Phase1Buffers& bu
   check_launch("solve");
 }
 
+// The sort of the write keys (planned the same way by plan_phase1 and run_phase1).
+ChunkSort write_key_sort(const Geometry& geo) {
+  const int begin = sorted_bits_begin(geo.keys);
+  return plan_chunk_sort(geo.N, geo.C * geo.W, begin, begin + geo.keys.slot_bits, geo.keys.total_bits());
+}
+
 }  // namespace
 
 int sorted_bits_begin(const KeyLayout& layout) { return layout.lane_bits + layout.token_bits; }
@@ -493,25 +499,18 @@ void plan_phase1(const Geometry& geo, Workspace& ws, Phase1Buffers& buf) {
   ws.plan(&buf.QK, cc);
   ws.plan(&buf.X, cc);
   ws.plan(&buf.QX, cc);
-  buf.sort_temp_bytes = 0;
-  check_cuda(cub::DeviceRadixSort::SortKeys(nullptr, buf.sort_temp_bytes, buf.keys_unsorted, buf.keys, ew,
-                                            sorted_bits_begin(geo.keys), geo.keys.total_bits()),
-             "cub::DeviceRadixSort::SortKeys (size query)");
+  buf.sort_temp_bytes = write_key_sort(geo).temp_bytes;
   ws.plan_bytes(&buf.sort_temp, buf.sort_temp_bytes);
 }
 
 void run_phase1(const Geometry& geo, const Inputs& in, bool bf16_bank, const Phase1Buffers& buf,
                 cudaStream_t stream) {
-  const std::int64_t ew = geo.write_entries();
   const unsigned write_blocks = static_cast<unsigned>(geo.N) * slices_for(geo.C * geo.W);
   const unsigned read_blocks = static_cast<unsigned>(geo.N) * slices_for(geo.C * geo.R);
   make_write_keys<<<write_blocks, kThreads, 0, stream>>>(geo, in, slices_for(geo.C * geo.W), buf.keys_unsorted,
                                                          buf.k_slot);
   check_launch("make_write_keys");
-  std::size_t temp_bytes = buf.sort_temp_bytes;
-  check_cuda(cub::DeviceRadixSort::SortKeys(buf.sort_temp, temp_bytes, buf.keys_unsorted, buf.keys, ew,
-                                            sorted_bits_begin(geo.keys), geo.keys.total_bits(), stream),
-             "cub::DeviceRadixSort::SortKeys");
+  sort_chunk_keys(write_key_sort(geo), buf.keys_unsorted, buf.keys, buf.sort_temp, stream);
   scan_groups<<<write_blocks, kThreads, 0, stream>>>(geo, in, bf16_bank, slices_for(geo.C * geo.W), buf);
   check_launch("scan_groups");
   lookup_reads<<<read_blocks, kThreads, 0, stream>>>(geo, in, bf16_bank, slices_for(geo.C * geo.R), buf);

@@ -53,13 +53,14 @@ struct Phase1Buffers {
   float* QK = nullptr;
   float* X = nullptr;
   float* QX = nullptr;
-  void* sort_temp = nullptr;
-  std::size_t sort_temp_bytes = 0;
+  void* sort_temp = nullptr;         // the write-key sort's device storage (chunk_sort.hpp; 0 bytes
+  std::size_t sort_temp_bytes = 0;   // when every chunk is sorted by one CTA)
 };
 
-// The lowest key bit the radix sorts of Phase 1's write keys and the backward's read keys sort on
-// (the chunk and slot bits above it). Exact for keys generated in entry order, n*C*X + i*X + x:
-// they arrive in ascending (token, lane) order within each chunk, and the sort is stable.
+// The lowest key bit the sorts of Phase 1's write keys and the backward's read keys sort on (the
+// chunk and slot bits above it; chunk_sort.hpp sorts each chunk on its slot bits). Exact for keys
+// generated in entry order, n*C*X + i*X + x: they arrive in ascending (token, lane) order within
+// each chunk, and the sort is stable.
 int sorted_bits_begin(const KeyLayout& layout);
 
 // Plans every Phase 1 buffer in `ws` (before ws.allocate()).
