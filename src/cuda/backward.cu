@@ -9,7 +9,7 @@
 //   [device index check + one host sync, if options.validate and the stream is not capturing]
 //   Phase 1 again (phase1.cu: the same kernels on the same inputs, hence bit-identical records,
 //     L, k_eff, wcoef, q_w, A, QK, X), then the read records (backward_reads.cu) and the slot
-//     kernel's warp roles (backward_slot_partners.cu)
+//     kernel's warp tasks (backward_slot_tasks.cu)
 //   G = grad_final_bank or 0 (backward_grad_bank.cu)
 //   for ti = Nt-1 .. 0: token side (backward_tokens.cu), then slot side (backward_slots.cu: one
 //     kernel; a slot written and read in the chunk is finished by one warp, G' kept in registers)
@@ -21,7 +21,7 @@
 // state them), no atomics; results do not depend on the SM count or on pointer alignment.
 //
 // Memory: the workspace holds Phase 1 (as in the forward), the read records (two 8-byte keys per
-// read entry), one int32 warp role per write and read entry, per-chunk C x C dMs and dQK,
+// read entry), a 32-byte slot-kernel task per write and read entry, per-chunk C x C dMs and dQK,
 // per-entry scalars (6 floats per write entry, 2 per read entry), dy and dU of every chunk (f32
 // [N*C, hd] each), two step-sized f32 buffers (D_w [P*C, hd] and the [P*C*W, hd] scratch rows that
 // carry G' between the passes of write groups of two or more entries), and, unless grad_memory has
@@ -84,7 +84,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   Phase1Buffers p1;
   plan_phase1(geo, ws, p1);
   plan_read_records(geo, ws, bb);
-  plan_slot_partners(geo, ws, bb);
+  plan_slot_tasks(geo, ws, bb);
   plan_step_and_entry_buffers(geo, ws, bb);
   if (direct) {
     bb.grad_rows = grads.memory.data;
@@ -116,7 +116,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
 
   run_phase1(geo, in, bb.bf16_bank, p1, stream);
   sort_reads(geo, p1, bb, stream);
-  find_slot_partners(geo, p1, bb, stream);
+  find_slot_tasks(geo, in, p1, bb, stream);
   init_grad_bank(geo, bb, grad_rows, any_float(grad_final_bank), stream);
   const AnyFloat grad_v = any_float(grads.v);
   for (std::int64_t ti = geo.Nt - 1; ti >= 0; --ti) {

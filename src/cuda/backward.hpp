@@ -2,7 +2,7 @@
 // backward.cu (the entry point: planning and launch order) and the kernel files:
 //   backward_grad_bank.cu  the gradient bank G: initial value, final conversion into grad_memory
 //   backward_reads.cu      read records: the read entries of every chunk sorted by slot
-//   backward_slot_partners.cu  the slot kernel's warp roles (which write group reads where)
+//   backward_slot_tasks.cu the slot kernel's warp tasks (roles, group sizes, entry scalars)
 //   backward_tokens.cu     per step, token side: dy staging, GWR, the transposed solves; after the
 //                          loop the C x C dots of every chunk
 //   backward_slots.cu      per step, slot side: write groups (PA) and read groups (GDS), one kernel
@@ -39,6 +39,28 @@ struct AnyFloat {
   DType dtype = DType::f32;
 };
 
+// What slot_groups_backward's warp at one sorted position of a chunk does (the C*W write
+// positions, then the C*R read positions), found before the loop (backward_slot_tasks.cu, which
+// states every field). role: kSlotIdle (no work), else the warp is its slot's only worker; at a
+// write position the first read position of the slot (>= 0) or kSlotNoPartner, at a read position
+// kSlotNoPartner. sizes = write group size | read group size << kReadSizeShift. For groups of at
+// most one write and one read entry, tokens = write token i | read entry (i*R + r) << 16 and the
+// entries' scalars.
+constexpr std::int32_t kSlotNoPartner = -1;
+constexpr std::int32_t kSlotIdle = -2;
+constexpr int kReadSizeShift = 9;  // write groups have at most C <= 256 entries (one per token)
+
+struct alignas(16) SlotTask {
+  std::int32_t role = kSlotIdle;
+  std::int32_t local = 0;
+  std::int32_t sizes = 0;
+  std::uint32_t tokens = 0;
+  float write_scale = 0.0f;  // -beta of the write entry's token
+  float write_k_eff = 0.0f;
+  float decay = 0.0f;        // exp(Lambda) of the write group
+  float read_q_w = 0.0f;
+};
+
 // Device pointers of one backward call. "Sorted" arrays follow Phase 1's sorted write positions
 // n*C*W + q; "read-sorted" ones the sorted read positions n*C*R + q; "entry" ones the unsorted
 // write entries n*C*W + i*W + w (reads: n*C*R + i*R + r). Step rows are p*C + i.
@@ -73,8 +95,8 @@ struct BackwardBuffers {
   void* read_sort_temp = nullptr;
   std::size_t read_sort_temp_bytes = 0;
 
-  // Per chunk and sorted position: the role of the slot kernel's warp there ([N, C*W + C*R]).
-  std::int32_t* slot_partners = nullptr;
+  // Per chunk and sorted position: the task of the slot kernel's warp there ([N, C*W + C*R]).
+  SlotTask* slot_tasks = nullptr;
 
   // Per chunk: dMs, dQK [N, C, C] (entries j <= i written), rdot [N*C].
   float* dms = nullptr;
@@ -93,13 +115,6 @@ struct BackwardBuffers {
   float* dLq = nullptr;
 };
 
-// Roles of slot_groups_backward's warps (backward_slot_partners.cu): per chunk and sorted position
-// (write positions, then read positions), the first read position of a write group's slot
-// (>= 0), kSlotNoPartner (a write group whose slot the chunk does not read, or a read group whose
-// slot it does not write), or kSlotIdle (no work at this position).
-constexpr std::int32_t kSlotNoPartner = -1;
-constexpr std::int32_t kSlotIdle = -2;
-
 // The token gradients the caller asked for (absent: data == nullptr).
 struct TokenGrads {
   AnyFloat k_val, v, beta, g, q_val;
@@ -112,10 +127,10 @@ void plan_read_records(const Geometry& geo, Workspace& ws, BackwardBuffers& bb);
 // Sorts the read entries of every chunk by (slot, token, lane) (after Phase 1).
 void sort_reads(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuffers& bb, cudaStream_t stream);
 
-// Plans slot_partners in `ws`; finds every chunk's warp roles (after Phase 1 and sort_reads).
-void plan_slot_partners(const Geometry& geo, Workspace& ws, BackwardBuffers& bb);
-void find_slot_partners(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuffers& bb,
-                        cudaStream_t stream);
+// Plans slot_tasks in `ws`; finds every chunk's slot-kernel tasks (after Phase 1 and sort_reads).
+void plan_slot_tasks(const Geometry& geo, Workspace& ws, BackwardBuffers& bb);
+void find_slot_tasks(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
+                     cudaStream_t stream);
 
 // G = grad_final_bank (or 0) rounded to the row dtype, over `rows` rows.
 void init_grad_bank(const Geometry& geo, const BackwardBuffers& bb, std::int64_t rows, AnyFloat grad_final_bank,

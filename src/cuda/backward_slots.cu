@@ -20,8 +20,8 @@
 // already holds (bitwise the values the restored bank row holds: restore stores exactly them, or
 // in mode "none" the saved bits, which decode to the same f32), so G' never leaves registers. The
 // warp at a read group's first position works only when the chunk does not write the slot (the
-// bank row is M0 there, base = G). Each warp first loads its role (bb.slot_partners, found for
-// every chunk before the loop by backward_slot_partners.cu: idle, or which read position a write
+// bank row is M0 there, base = G). Each warp first loads its role (bb.slot_tasks, found for
+// every chunk before the loop by backward_slot_tasks.cu: idle, or which read position a write
 // group's slot starts at) together with its keys (find_group_start: lane l looks at position
 // q + l, so the group's size and its entries' keys come from one load per lane); idle warps exit
 // there, so no warp searches the other side's keys inside the loop. A worker then asks L2 for its
@@ -465,7 +465,7 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
   const int hd = static_cast<int>(geo.hd);
   const std::int64_t e = n * CW + q;  // the group's first sorted position = its snapshot row
   const std::uint64_t* keys = p1.keys + n * CW;
-  const std::int32_t partner = bb.slot_partners[n * (CW + CR) + q];  // in flight with the keys
+  const std::int32_t partner = bb.slot_tasks[n * (CW + CR) + q].role;  // in flight with the keys
   const GroupStart group = find_group_start(keys, CW, q, geo.keys, geo.sps, lane);
   if (partner == kSlotIdle) return;
   const std::int64_t slot = p * geo.sps + group.local;
@@ -548,7 +548,7 @@ __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Pha
   const std::int64_t n = ti * geo.P + p;
   const int hd = static_cast<int>(geo.hd);
   const std::uint64_t* keys = bb.read_keys + n * CR;
-  const std::int32_t partner = bb.slot_partners[n * (CW + CR) + CW + q];  // in flight with the keys
+  const std::int32_t partner = bb.slot_tasks[n * (CW + CR) + CW + q].role;  // in flight with the keys
   const GroupStart group = find_group_start(keys, CR, q, bb.read_layout, geo.sps, lane);
   if (partner == kSlotIdle) return;  // not a group start, or the slot's write worker does the reads
   const std::int64_t slot = p * geo.sps + group.local;
