@@ -20,13 +20,15 @@
 // already holds (bitwise the values the restored bank row holds: restore stores exactly them, or
 // in mode "none" the saved bits, which decode to the same f32), so G' never leaves registers. The
 // warp at a read group's first position works only when the chunk does not write the slot (the
-// bank row is M0 there, base = G). Each warp first loads its role (bb.slot_tasks, found for
-// every chunk before the loop by backward_slot_tasks.cu: idle, or which read position a write
-// group's slot starts at) together with its keys (find_group_start: lane l looks at position
-// q + l, so the group's size and its entries' keys come from one load per lane); idle warps exit
-// there, so no warp searches the other side's keys inside the loop. A worker then asks L2 for its
-// G row and its snapshot row (write) or bank row (read) (prefetch_row_l2), whose DRAM trips
-// overlap the dependent loads of its entries' scalars and the read keys. Lane l owns the 8-column pieces c0 = 256 s + 8 l (backward_rows.cuh). A worker walks the
+// bank row is M0 there, base = G). Each warp first loads its task (bb.slot_tasks, found for
+// every chunk before the loop by backward_slot_tasks.cu: idle, or the slot, the group sizes, where
+// a written slot's reads start and, for a group of one write entry read at most once or of one
+// read entry, the entries' scalars); idle warps exit there, and no warp searches keys inside the
+// loop. A worker asks L2 for its G row and its snapshot row (write) or bank row (read)
+// (prefetch_row_l2); the common groups then start their row pass at once, the others first load
+// their keys (find_group_start: lane l looks at position q + l, so the group's size and its
+// entries' keys come from one load per lane) and entries' scalars, with the row fetches in
+// flight. Lane l owns the 8-column pieces c0 = 256 s + 8 l (backward_rows.cuh). A worker walks the
 // row's columns once per pass; every dot's lane partial stays in a register next to the row
 // accumulators, and the butterflies of a pass's dots run at its end (warp_sums).
 //   write: one pass per entry (nearly every group has one: slots_per_stream is large). Per piece it
@@ -35,8 +37,8 @@
 //     pass), dc, dk_eff, G' and the read side's dots and sum. A group of two or more entries
 //     carries G' from pass to pass in its own scratch row (the stash, f32: bitwise the same chain);
 //     G stays unchanged until the last pass, which does the read side, stores G and restores the
-//     bank row. Lane l < size loads entry l's scalars (token row, -beta, k_eff) once, next to the
-//     read-key load; a pass gets them by shuffles. Read entries likewise (row, q_w, index).
+//     bank row. In a long group lane l < size loads entry l's scalars (token row, -beta, k_eff)
+//     once, next to the read-key load; a pass gets them by shuffles. Read entries likewise (row, q_w, index).
 //   read: the main pass (the write group's last pass for a written slot) keeps the dots of the
 //     first kHeldReads entries and reads the further entries' data from memory for the row sum;
 //     their dots take one more pass per kHeldReads of them (M0 from the bank row, or decoded again
@@ -454,8 +456,29 @@ __device__ __noinline__ void write_long_group(const WriteRows<E, Gt> group_rows,
 
 // ---- the two kinds of workers -------------------------------------------------------------------
 
+// A task's single read entry (read group size 1), from the task: no load.
+__device__ __forceinline__ ReadGroup single_read(const SlotTask& task, const float* dy, float* dq_w, std::int64_t hd,
+                                                 std::int64_t R, std::int64_t entry0) {
+  const std::int64_t entry = task.tokens >> 16;
+  ReadGroup reads;
+  reads.dy = dy;
+  reads.dq_w = dq_w;
+  reads.size = 1;
+  reads.mine.row = entry / R * hd;
+  reads.mine.index = entry0 + entry;
+  reads.mine.q_w = task.read_q_w;
+  reads.batch.row[0] = reads.mine.row;
+  reads.batch.q_w[0] = reads.mine.q_w;
+  reads.batch.count = 1;
+  return reads;
+}
+
+__device__ __forceinline__ int write_size_of(const SlotTask& task) { return task.sizes & ((1 << kReadSizeShift) - 1); }
+__device__ __forceinline__ int read_size_of(const SlotTask& task) { return task.sizes >> kReadSizeShift; }
+
 // The warp at sorted write position q of chunk n (stream p): the slot's only worker when q starts a
-// write group.
+// write group. A group of one entry read at most once (nearly all) takes everything from its task;
+// other groups load their keys and entries and run out of line (write_long_group).
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
 __device__ __forceinline__ void write_group_worker(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
                                                    const BackwardBuffers& bb, std::int64_t ti, std::int64_t p,
@@ -464,27 +487,13 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
   const std::int64_t n = ti * geo.P + p;
   const int hd = static_cast<int>(geo.hd);
   const std::int64_t e = n * CW + q;  // the group's first sorted position = its snapshot row
-  const std::uint64_t* keys = p1.keys + n * CW;
-  const std::int32_t partner = bb.slot_tasks[n * (CW + CR) + q].role;  // in flight with the keys
-  const GroupStart group = find_group_start(keys, CW, q, geo.keys, geo.sps, lane);
-  if (partner == kSlotIdle) return;
-  const std::int64_t slot = p * geo.sps + group.local;
+  const SlotTask task = bb.slot_tasks[n * (CW + CR) + q];
+  if (task.role == kSlotIdle) return;
+  const std::int64_t slot = p * geo.sps + task.local;
   prefetch_row_l2(static_cast<const unsigned char*>(bb.grad_rows) + slot * geo.hd * sizeof(Gt),
                   geo.hd * static_cast<std::int64_t>(sizeof(Gt)), lane);
   prefetch_row_l2(static_cast<const unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes,
                   bb.snapshot.row_bytes, lane);
-
-  // Lane l < size loads entry l's data while the warp loads the slot's read keys.
-  const WriteEntrySource src{in.beta, in.beta_dtype, p1.k_eff + n * CW, geo.keys, geo.hd, geo.W,
-                             p * geo.T + ti * geo.C};
-  const WriteEntry mine = lane < group.size ? write_entry(src, group.key) : WriteEntry{};
-  ReadGroup reads;
-  if (partner >= 0) {
-    const std::uint64_t* read_keys = bb.read_keys + n * CR;
-    const GroupStart read_group = find_group_start(read_keys, CR, partner, bb.read_layout, geo.sps, lane);
-    const ReadEntrySource read_src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
-    reads = load_read_group(read_group, read_keys, partner, read_src, bb.dy + n * geo.C * geo.hd, bb.dq_w, lane);
-  }
 
   WriteRows<E, Gt> rows;
   rows.grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
@@ -499,17 +508,36 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
   rows.dlambda = bb.dlambda + e;
   rows.dc = bb.dc + e;
   rows.dk_eff = bb.dk_eff + e;
-  rows.decay = p1.gdecay[e];
-  reads.batch = share_reads(reads.mine, min(kHeldReads, reads.size));
+  rows.decay = task.decay;
+  const float* dy = bb.dy + n * geo.C * geo.hd;
 
-  // One pass for one entry and at most one read (nearly always); the rest goes out of line.
-  if (group.size > 1 || reads.size > 1) {
-    write_long_group<kMode, kVec>(rows, mine, src, keys + q, group.size, reads, hd, lane);
+  const int read_size = read_size_of(task);
+  if (write_size_of(task) == 1 && read_size <= 1) {
+    const WriteEntry entry{(task.tokens & 0xffffu) * geo.hd, task.write_scale, task.write_k_eff};
+    if (read_size == 1) {
+      write_pass<true, true, false, Reads::one, kMode, kVec>(rows, entry, hd, lane, 0,
+                                                             single_read(task, dy, bb.dq_w, geo.hd, geo.R, n * CR));
+    } else {
+      write_pass<true, true, false, Reads::none, kMode, kVec>(rows, entry, hd, lane, 0, ReadGroup{});
+    }
     return;
   }
-  const WriteEntry entry = group_entry(mine, 0, src, keys + q);
-  if (reads.size == 1) write_pass<true, true, false, Reads::one, kMode, kVec>(rows, entry, hd, lane, 0, reads);
-  else write_pass<true, true, false, Reads::none, kMode, kVec>(rows, entry, hd, lane, 0, reads);
+
+  // Lane l < size loads entry l's data while the warp loads the slot's read keys.
+  const std::uint64_t* keys = p1.keys + n * CW;
+  const GroupStart group = find_group_start(keys, CW, q, geo.keys, geo.sps, lane);
+  const WriteEntrySource src{in.beta, in.beta_dtype, p1.k_eff + n * CW, geo.keys, geo.hd, geo.W,
+                             p * geo.T + ti * geo.C};
+  const WriteEntry mine = lane < group.size ? write_entry(src, group.key) : WriteEntry{};
+  ReadGroup reads;
+  if (task.role >= 0) {
+    const std::uint64_t* read_keys = bb.read_keys + n * CR;
+    const GroupStart read_group = find_group_start(read_keys, CR, task.role, bb.read_layout, geo.sps, lane);
+    const ReadEntrySource read_src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
+    reads = load_read_group(read_group, read_keys, task.role, read_src, dy, bb.dq_w, lane);
+  }
+  reads.batch = share_reads(reads.mine, min(kHeldReads, reads.size));
+  write_long_group<kMode, kVec>(rows, mine, src, keys + q, group.size, reads, hd, lane);
 }
 
 // The read main pass of a slot the chunk does not write (bank row = M0, base = G): the first
@@ -540,6 +568,7 @@ __device__ __forceinline__ void read_main_pass(Gt* grad, const E* bank, const Re
 
 // The warp at sorted read position q of chunk n (stream p): the slot's only worker when q starts a
 // read group and the chunk does not write the slot (else the write group's worker does the reads).
+// A group of one entry (nearly all) takes it from its task; others load their keys and entries.
 template <typename E, typename Gt, bool kVec>
 __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Phase1Buffers& p1,
                                                   const BackwardBuffers& bb, std::int64_t ti, std::int64_t p, int q,
@@ -547,26 +576,29 @@ __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Pha
   const int CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C * geo.R);
   const std::int64_t n = ti * geo.P + p;
   const int hd = static_cast<int>(geo.hd);
-  const std::uint64_t* keys = bb.read_keys + n * CR;
-  const std::int32_t partner = bb.slot_tasks[n * (CW + CR) + CW + q].role;  // in flight with the keys
-  const GroupStart group = find_group_start(keys, CR, q, bb.read_layout, geo.sps, lane);
-  if (partner == kSlotIdle) return;  // not a group start, or the slot's write worker does the reads
-  const std::int64_t slot = p * geo.sps + group.local;
+  const SlotTask task = bb.slot_tasks[n * (CW + CR) + CW + q];
+  if (task.role == kSlotIdle) return;  // not a group start, or the slot's write worker does the reads
+  const std::int64_t slot = p * geo.sps + task.local;
   const std::int64_t row_bytes = geo.hd * static_cast<std::int64_t>(sizeof(E));
   prefetch_row_l2(static_cast<const unsigned char*>(bb.grad_rows) + slot * geo.hd * sizeof(Gt),
                   geo.hd * static_cast<std::int64_t>(sizeof(Gt)), lane);
   prefetch_row_l2(static_cast<const unsigned char*>(bb.bank) + slot * row_bytes, row_bytes, lane);
-
-  const ReadEntrySource src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
-  ReadGroup reads = load_read_group(group, keys, q, src, bb.dy + n * geo.C * geo.hd, bb.dq_w, lane);
-  reads.batch = share_reads(reads.mine, min(kHeldReads, reads.size));
-
   Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
   const E* bank = static_cast<const E*>(bb.bank) + slot * geo.hd;
+  const float* dy = bb.dy + n * geo.C * geo.hd;
+  if (read_size_of(task) == 1) {
+    read_main_pass<Reads::one, kVec>(grad, bank, single_read(task, dy, bb.dq_w, geo.hd, geo.R, n * CR), hd, lane);
+    return;
+  }
+
+  const std::uint64_t* keys = bb.read_keys + n * CR;
+  const GroupStart group = find_group_start(keys, CR, q, bb.read_layout, geo.sps, lane);
+  const ReadEntrySource src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
+  ReadGroup reads = load_read_group(group, keys, q, src, dy, bb.dq_w, lane);
+  reads.batch = share_reads(reads.mine, min(kHeldReads, reads.size));
   read_dot_passes<kVec>(
       reads, [&](int c0, float(&m0)[kLaneCols]) { load_piece<kVec>(bank, c0, hd, m0); }, hd, lane);
-  if (reads.size == 1) read_main_pass<Reads::one, kVec>(grad, bank, reads, hd, lane);
-  else read_main_pass<Reads::many, kVec>(grad, bank, reads, hd, lane);
+  read_main_pass<Reads::many, kVec>(grad, bank, reads, hd, lane);
 }
 
 // Grid (P, ceil((C*W + C*R) / kWarps)): warp q < C*W takes sorted write position q, the others
