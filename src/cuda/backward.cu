@@ -5,11 +5,15 @@
 // chunk to the initial bank (exactly for snapshot "none", a bit copy; for bf16 / fp8 / int4 to
 // the decoded snapshot rows, snapshot_rows.cuh, so gradients see an approximate past, SPEC D).
 // `saved` comes from the CUDA saving forward with the same args and options (saved_layout.hpp);
-// it and every other input are only read. One call:
+// it and every other input are only read. The backward relies on that precondition (ops.hpp): it
+// runs no Phase 1 of its own; the Phase 1 arrays it reads (sorted keys, slots, positions, L,
+// kappa, k_eff, wcoef, gdecay, rho, q_w, A, QK, X; phase1.hpp) are the saving forward's, in
+// `saved`. Their slots and positions drive the bank and G addressing, so a `saved` not made by the
+// forward of these args (other indices, or garbage) can address rows outside the streams' rows:
+// the index check below checks the args, not `saved`. One call:
 //   [device index check + one host sync, if options.validate and the stream is not capturing]
-//   Phase 1 again (phase1.cu: the same kernels on the same inputs, hence bit-identical records,
-//     L, k_eff, wcoef, q_w, A, QK, X), then the read records (backward_reads.cu) and the slot
-//     kernel's warp tasks (backward_slot_tasks.cu)
+//   the read records (backward_reads.cu) and the slot kernel's warp tasks
+//     (backward_slot_tasks.cu), from the saved Phase 1 arrays
 //   G = grad_final_bank or 0 (backward_grad_bank.cu)
 //   for ti = Nt-1 .. 0: token side (backward_tokens.cu), then slot side (backward_slots.cu: one
 //     kernel; a slot written and read in the chunk is finished by one warp, G' kept in registers)
@@ -20,12 +24,12 @@
 // element and per G / bank row, every f32 sum in an order fixed by the shape (the kernel headers
 // state them), no atomics; results do not depend on the SM count or on pointer alignment.
 //
-// Memory: the workspace holds Phase 1 (as in the forward), the read records (two 8-byte keys per
-// read entry), a 32-byte slot-kernel task per write and read entry, per-chunk C x C dMs and dQK,
-// per-entry scalars (6 floats per write entry, 2 per read entry), dy and dU of every chunk (f32
-// [N*C, hd] each), two step-sized f32 buffers (D_w [P*C, hd] and the [P*C*W, hd] scratch rows that
-// carry G' between the passes of write groups of two or more entries), and, unless grad_memory has
-// the row dtype (then G lives in it), an owned G of P*sps rows.
+// Memory: the workspace holds the read records (two 8-byte keys per read entry), a 32-byte
+// slot-kernel task per write and read entry, per-chunk C x C dMs and dQK, per-entry scalars (6
+// floats per write entry, 2 per read entry), dy and dU of every chunk (f32 [N*C, hd] each), two
+// step-sized f32 buffers (D_w [P*C, hd] and the [P*C*W, hd] scratch rows that carry G' between the
+// passes of write groups of two or more entries), and, unless grad_memory has the row dtype (then G
+// lives in it), an owned G of P*sps rows; nothing of Phase 1 (its arrays are in `saved`).
 #include <cstdint>
 
 #include "backward.hpp"
@@ -81,8 +85,6 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   Workspace ws(stream);
   unsigned long long* check_word = nullptr;
   if (check) ws.plan(&check_word, 1);
-  Phase1Buffers p1;
-  plan_phase1(geo, ws, p1);
   plan_read_records(geo, ws, bb);
   plan_slot_tasks(geo, ws, bb);
   plan_step_and_entry_buffers(geo, ws, bb);
@@ -99,6 +101,11 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   }
 
   const auto* base = static_cast<const unsigned char*>(saved.data);
+  // The saved Phase 1 arrays; the forward-only fields (keys_unsorted, prev_pos, QX, sort temp)
+  // stay null. Phase1Buffers' pointers are mutable for Phase 1's kernels, which do not run here;
+  // the backward's kernels only read them.
+  Phase1Buffers p1;
+  bind_saved_phase1(layout, const_cast<unsigned char*>(base), p1);
   bb.delta = reinterpret_cast<const float*>(base + layout.delta);
   bb.residual = reinterpret_cast<const float*>(base + layout.residual);
   bb.snapshot.payload = const_cast<unsigned char*>(base + layout.snapshot);
@@ -114,7 +121,6 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   // (backward_rows.cuh).
   bb.vec8 = geo.hd % 8 == 0 && aligned16(args.memory.data) && aligned16(saved.data) && aligned16(bb.grad_rows);
 
-  run_phase1(geo, in, bb.bf16_bank, p1, stream);
   sort_reads(geo, p1, bb, stream);
   find_slot_tasks(geo, in, p1, bb, stream);
   init_grad_bank(geo, bb, grad_rows, any_float(grad_final_bank), stream);

@@ -469,7 +469,7 @@ void launch_solve(const Geometry& geo, const Inputs& in, const Phase1Buffers& bu
   check_launch("solve");
 }
 
-// The sort of the write keys (planned the same way by plan_phase1 and run_phase1).
+// The sort of the write keys (planned the same way by plan_phase1_forward_only and run_phase1).
 ChunkSort write_key_sort(const Geometry& geo) {
   const int begin = sorted_bits_begin(geo.keys);
   return plan_chunk_sort(geo.N, geo.C * geo.W, begin, begin + geo.keys.slot_bits, geo.keys.total_bits());
@@ -479,9 +479,8 @@ ChunkSort write_key_sort(const Geometry& geo) {
 
 int sorted_bits_begin(const KeyLayout& layout) { return layout.lane_bits + layout.token_bits; }
 
-void plan_phase1(const Geometry& geo, Workspace& ws, Phase1Buffers& buf) {
+void plan_phase1_kept(const Geometry& geo, Workspace& ws, Phase1Buffers& buf) {
   const std::int64_t ew = geo.write_entries(), er = geo.read_entries(), cc = geo.N * geo.C * geo.C;
-  ws.plan(&buf.keys_unsorted, ew);
   ws.plan(&buf.keys, ew);
   ws.plan(&buf.L, ew);
   ws.plan(&buf.kappa, ew);
@@ -489,7 +488,6 @@ void plan_phase1(const Geometry& geo, Workspace& ws, Phase1Buffers& buf) {
   ws.plan(&buf.gdecay, ew);
   ws.plan(&buf.inv_pos, ew);
   ws.plan(&buf.k_slot, ew);
-  ws.plan(&buf.prev_pos, ew);
   ws.plan(&buf.k_eff, ew);
   ws.plan(&buf.q_slot, er);
   ws.plan(&buf.q_pos, er);
@@ -498,7 +496,12 @@ void plan_phase1(const Geometry& geo, Workspace& ws, Phase1Buffers& buf) {
   ws.plan(&buf.A, cc);
   ws.plan(&buf.QK, cc);
   ws.plan(&buf.X, cc);
-  ws.plan(&buf.QX, cc);
+}
+
+void plan_phase1_forward_only(const Geometry& geo, Workspace& ws, Phase1Buffers& buf) {
+  ws.plan(&buf.keys_unsorted, geo.write_entries());
+  ws.plan(&buf.prev_pos, geo.write_entries());
+  ws.plan(&buf.QX, geo.N * geo.C * geo.C);
   buf.sort_temp_bytes = write_key_sort(geo).temp_bytes;
   ws.plan_bytes(&buf.sort_temp, buf.sort_temp_bytes);
 }

@@ -1,9 +1,9 @@
 // saved_layout.hpp - what the CUDA saving forward stores in the caller's `saved` buffer
-// (SPEC B.6, D, Z.7), for the backward (backward.cu, which recomputes Phase 1). Offsets in bytes
-// from the buffer start, each region 256-byte aligned; rows = N*C*W snapshot rows.
+// (SPEC B.6, C.4, D, Z.7), for the backward (backward.cu), which runs none of Phase 1: it reads the
+// forward's Phase 1 arrays from here. Offsets in bytes from the buffer start, each region 256-byte
+// aligned; N = Nt*P chunks (time-major n = ti*P + p), rows = N*C*W snapshot rows.
 //
-//   delta     f32 [N*C, hd]         delta of chunk-token row n*C + i (time-major chunk n = ti*P + p);
-//                                   rows of padding tokens are 0
+//   delta     f32 [N*C, hd]         delta of chunk-token row n*C + i; rows of padding tokens are 0
 //   residual  f32 [N*C, hd]         v - retrieved, same rows; padding rows are 0
 //   snapshot  u8  [rows, row_bytes] the pre-write bank row of each write group, at row n*C*W + q,
 //                                   q = the sorted position (within chunk n) of the group's first
@@ -11,25 +11,58 @@
 //                                   row_bytes = core::snapshot_payload_bytes(mode, bank, hd):
 //                                   none hd * sizeof(E), bf16 (f32 bank) 2 hd, fp8 hd, int4 ceil(hd/2)
 //   scales    f32 [rows]            the row's quantiser scale (fp8 / int4 only; else an empty region)
-// Rows that start no group (and their scales) are not written. Alignment: with hd % 8 == 0 a
-// row's lane pieces (8 columns at c0 % 8 == 0) sit at multiples of 16 (none, bf16), 8 (fp8) or
-// 4 (int4) bytes from the region start, so a 16-byte aligned buffer allows the vector accesses.
+//   Phase 1 (phase1.hpp states each array's meaning; "sorted": index n*C*W + q):
+//   keys      u64 [N*C*W]  sorted write keys
+//   L         f32 [N*C*W]  sorted cumulative log-decays (real entries only)
+//   kappa     f32 [N*C*W]  sorted k_val rounded to the bank dtype (real entries only)
+//   wcoef     f32 [N*C*W]  sorted write coefficients
+//   gdecay    f32 [N*C*W]  sorted total decays exp(Lambda_s)
+//   inv_pos   i32 [N, C, W] sorted position of each write entry
+//   k_slot    i32 [N, C, W] absolute bank row of each write entry, -1 padding / masked
+//   k_eff     f32 [N, C, W] kappa exp(L) of each write entry
+//   q_slot    i32 [N, C, R] absolute bank row of each read entry, -1 padding / masked
+//   q_pos     i32 [N, C, R] sorted position of the read's last visible write, -1 none
+//   q_rho     f32 [N, C, R] q_val rounded to the bank dtype
+//   q_w       f32 [N, C, R] read weights rho exp(Lq)
+//   A, QK, X  f32 [N, C, C] per chunk
+// Not written: rows that start no group (and their scales), L / kappa at padding / masked positions.
+// Phase 1 takes 36 bytes per write entry, 16 per read entry and 12 C^2 per chunk: bf16 bank, C 64,
+// config small (P 4, T 2048, W = R = 16, hd 128) 12.5 MiB (+31 % over the 40 MiB of snapshot
+// "none"), readme (P 2, T 8192, W = R = 64, hd 768) 64 MiB (+3.9 % over 1.59 GiB; fp8 +7.4 %,
+// int4 +13 %), flagship (P 8, T 4096, W = R = 128, hd 1024) 232 MiB (+2.7 % over 8.25 GiB).
+// Alignment: with hd % 8 == 0 a row's lane pieces (8 columns at c0 % 8 == 0) sit at multiples of
+// 16 (none, bf16), 8 (fp8) or 4 (int4) bytes from the region start, so a 16-byte aligned buffer
+// allows the vector accesses; the u64 keys need an 8-byte aligned buffer.
 #pragma once
 
 #include <cstddef>
 
 #include "core/validate.hpp"
+#include "phase1.hpp"
 #include "sdm/options.hpp"
 
 namespace sdm::cuda {
 
+// Byte offsets of the Phase 1 regions (phase1.hpp's names).
+struct SavedPhase1 {
+  std::size_t keys = 0, L = 0, kappa = 0, wcoef = 0, gdecay = 0, inv_pos = 0, k_slot = 0, k_eff = 0;
+  std::size_t q_slot = 0, q_pos = 0, q_rho = 0, q_w = 0;
+  std::size_t A = 0, QK = 0, X = 0;
+};
+
 struct SavedLayout {
   std::size_t delta = 0, residual = 0, snapshot = 0, scales = 0, total = 0;
+  SavedPhase1 phase1;
   SnapshotQuant mode = SnapshotQuant::none;  // effective mode ("bf16" on a bf16 bank is "none")
   std::size_t row_bytes = 0;                 // payload bytes per snapshot row
   bool has_scales = false;                   // fp8 / int4
 };
 
 SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptions& options);
+
+// Points the Phase 1 arrays kept in the saved buffer (keys .. X above) at their regions of the
+// buffer at `base`; buf's other fields are left as they are. The saving forward's Phase 1 writes
+// them; the backward only reads them (it passes its const buffer through a const_cast).
+void bind_saved_phase1(const SavedLayout& layout, unsigned char* base, Phase1Buffers& buf);
 
 }  // namespace sdm::cuda

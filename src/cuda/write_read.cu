@@ -3,10 +3,12 @@
 //
 // One call: [device index check + one sync, if options.validate and not capturing] ->
 // Phase 1 for all chunks (phase1.cu) -> for each time step ti: gather -> dual -> group_writer
-// (step_kernels.hpp). Every launch goes to one stream (options.cuda_stream: the PyTorch binding
-// passes torch's current stream) with no host sync after the optional check, so the whole call
-// can be captured in a CUDA graph; while the stream is capturing, the device index check is
-// skipped (SPEC Z.3) and out-of-range entries are masked.
+// (step_kernels.hpp). In a saving call Phase 1 writes the arrays the backward reads straight into
+// `saved`, and the steps add delta, residual and the snapshot rows (saved_layout.hpp). Every launch
+// goes to one stream (options.cuda_stream: the PyTorch binding passes torch's current stream) with
+// no host sync after the optional check, so the whole call can be captured in a CUDA graph; while
+// the stream is capturing, the device index check is skipped (SPEC Z.3) and out-of-range entries
+// are masked.
 // Scratch comes from one stream-ordered allocation (workspace.hpp).
 #include <cstdint>
 #include <string>
@@ -52,24 +54,6 @@ Inputs make_inputs(const WriteReadArgs& args) {
   return in;
 }
 
-SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptions& options) {
-  const auto align = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
-  const std::size_t token_rows = static_cast<std::size_t>(shape.num_time_chunks() * shape.P * shape.C);
-  const std::size_t snapshot_rows = token_rows * static_cast<std::size_t>(shape.W);
-  const std::size_t hd = static_cast<std::size_t>(shape.hd);
-  SavedLayout layout;
-  layout.mode = core::effective_snapshot_mode(options.snapshot_quant, shape.bank);
-  layout.row_bytes = core::snapshot_payload_bytes(layout.mode, shape.bank, shape.hd);
-  layout.has_scales = core::snapshot_scale_bytes(layout.mode) > 0;
-  layout.delta = 0;
-  layout.residual = align(token_rows * hd * sizeof(float));
-  layout.snapshot = layout.residual + align(token_rows * hd * sizeof(float));
-  const std::size_t snapshot_end = layout.snapshot + snapshot_rows * layout.row_bytes;
-  layout.scales = layout.has_scales ? align(snapshot_end) : snapshot_end;
-  layout.total = layout.has_scales ? layout.scales + snapshot_rows * sizeof(float) : snapshot_end;
-  return layout;
-}
-
 namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
@@ -86,8 +70,18 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
   Workspace ws(stream);
   unsigned long long* check_word = nullptr;
   if (check) ws.plan(&check_word, 1);
+  // Phase 1's arrays the backward reads go to `saved` in a saving call, else to the workspace.
   Phase1Buffers p1;
-  plan_phase1(geo, ws, p1);
+  SavedLayout layout;
+  unsigned char* saved_base = nullptr;
+  if (saved != nullptr) {
+    layout = saved_layout(shape, options);
+    saved_base = static_cast<unsigned char*>(saved->data);
+    bind_saved_phase1(layout, saved_base, p1);
+  } else {
+    plan_phase1_kept(geo, ws, p1);
+  }
+  plan_phase1_forward_only(geo, ws, p1);
   StepBuffers sb;
   const std::int64_t step_elems = geo.P * geo.C * geo.hd;
   ws.plan(&sb.retrieved, step_elems);
@@ -105,12 +99,10 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
   sb.bf16_bank = shape.bank == DType::bf16;
   sb.vec8 = geo.hd % 8 == 0 && aligned16(args.memory.data);
   if (saved != nullptr) {
-    const SavedLayout layout = saved_layout(shape, options);
-    auto* base = static_cast<unsigned char*>(saved->data);
-    sb.delta = reinterpret_cast<float*>(base + layout.delta);
-    sb.residual = reinterpret_cast<float*>(base + layout.residual);
-    sb.snapshot = base + layout.snapshot;
-    sb.snapshot_scales = layout.has_scales ? reinterpret_cast<float*>(base + layout.scales) : nullptr;
+    sb.delta = reinterpret_cast<float*>(saved_base + layout.delta);
+    sb.residual = reinterpret_cast<float*>(saved_base + layout.residual);
+    sb.snapshot = saved_base + layout.snapshot;
+    sb.snapshot_scales = layout.has_scales ? reinterpret_cast<float*>(saved_base + layout.scales) : nullptr;
     sb.snapshot_mode = layout.mode;
     sb.delta_per_chunk = true;
     // Vector access to the snapshot and delta rows needs an aligned saved buffer (saved_layout.hpp).
