@@ -1,6 +1,6 @@
 // test_chunk_sort.cu - GPU test of the per-chunk key sort (src/cuda/chunk_sort.hpp). A plain
-// program like the other GPU tests: one line per case, the exit status 1 on any failed check,
-// 0 with a message where no CUDA device exists.
+// program run by gpu_test_harness.hpp like the other GPU tests: one line per case and its failed
+// checks; the exit status 1 on any failed check, 0 with a message where no CUDA device exists.
 //
 // Keys are made like the engine's (chunk_plan.hpp's KeyLayout): chunk n | random local slot |
 // token i | lane x, stored in entry order n*C*X + i*X + x. Slots are drawn uniformly, from a few
@@ -15,9 +15,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
-#include <exception>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <cub/device/device_radix_sort.cuh>
@@ -25,6 +24,7 @@
 #include "cuda/chunk_plan.hpp"
 #include "cuda/chunk_sort.hpp"
 #include "device_tensor.hpp"
+#include "gpu_test_harness.hpp"
 
 namespace {
 
@@ -32,14 +32,20 @@ using sdm::cuda::bits_for;
 using sdm::cuda::ChunkSort;
 using sdm::cuda::KeyLayout;
 using sdm::testing::cuda_ok;
+using sdm::testing::expect;
 
-int g_checks = 0, g_failures = 0;
+// A CUDA stream, destroyed on scope exit.
+class Stream {
+ public:
+  Stream() { cuda_ok(cudaStreamCreate(&stream_), "cudaStreamCreate"); }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
 
-bool expect(bool ok) {
-  ++g_checks;
-  if (!ok) ++g_failures;
-  return ok;
-}
+ private:
+  cudaStream_t stream_ = nullptr;
+};
 
 // A device array of `count` keys (at least one byte allocated), freed on scope exit.
 class DeviceKeys {
@@ -125,7 +131,14 @@ void run_case(const Case& c, std::mt19937_64& rng, cudaStream_t stream) {
   for (const std::int64_t tile : {1024, 2048, 4096, 8192}) {
     if (want_tile == 0 && c.per_chunk <= tile) want_tile = tile;
   }
-  const bool path_ok = expect(plan.tile == want_tile && (plan.tile != 0 || plan.temp_bytes > 0));
+  std::printf("  chunks %6lld x %5lld keys (X %2lld, bits %2d..%2d..%2d, %-15s) %s", static_cast<long long>(c.chunks),
+              static_cast<long long>(c.per_chunk), static_cast<long long>(lanes), begin, begin + c.slot_bits, total,
+              slots_name(c.slots), plan.tile != 0 ? "block tile" : "device-wide");
+  if (plan.tile != 0) std::printf(" %lld", static_cast<long long>(plan.tile));
+  std::printf("\n");
+  expect(plan.tile == want_tile && (plan.tile != 0 || plan.temp_bytes > 0),
+         "planned path: tile " + std::to_string(plan.tile) + ", want " + std::to_string(want_tile) +
+             " (0: device-wide, with temp storage)");
 
   DeviceKeys in(count), out(count), ref(count), temp(plan.temp_bytes / sizeof(std::uint64_t) + 1);
   cuda_ok(cudaMemcpy(in.get(), keys.data(), count * sizeof(std::uint64_t), cudaMemcpyHostToDevice), "cudaMemcpy");
@@ -146,27 +159,19 @@ void run_case(const Case& c, std::mt19937_64& rng, cudaStream_t stream) {
                    [begin](std::uint64_t a, std::uint64_t b) { return (a >> begin) < (b >> begin); });
   const std::vector<std::uint64_t> got = out.to_host();
   const std::int64_t vs_cub = first_difference(got, ref.to_host()), vs_host = first_difference(got, host);
-  expect(vs_cub < 0);
-  expect(vs_host < 0);
-  std::printf("  chunks %6lld x %5lld keys (X %2lld, bits %2d..%2d..%2d, %-15s) %-13s %s", static_cast<long long>(c.chunks),
-              static_cast<long long>(c.per_chunk), static_cast<long long>(lanes), begin, begin + c.slot_bits, total,
-              slots_name(c.slots), plan.tile != 0 ? "block tile" : "device-wide", path_ok ? "ok" : "WRONG PATH");
-  if (plan.tile != 0) std::printf(" %lld", static_cast<long long>(plan.tile));
-  if (vs_cub < 0 && vs_host < 0) {
-    std::printf("  == cub, == host: ok\n");
-  } else {
-    std::printf("  FAIL first difference vs cub at %lld, vs host at %lld\n", static_cast<long long>(vs_cub),
-                static_cast<long long>(vs_host));
-  }
+  expect(vs_cub < 0, "== cub::DeviceRadixSort::SortKeys (first difference at " + std::to_string(vs_cub) + ")");
+  expect(vs_host < 0, "== host std::stable_sort (first difference at " + std::to_string(vs_host) + ")");
 }
 
-}  // namespace
+void run_cases(const std::vector<Case>& cases, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const Stream stream;
+  for (const Case& c : cases) run_case(c, rng, stream.get());
+}
 
-int main() {
-  if (!sdm::testing::cuda_device_available()) {
-    std::printf("sdm_gpu_sort_tests: skipped (no CUDA device)\n");
-    return 0;
-  }
+// Chunks {1, 3, 128, 513} x keys per chunk {1, 7, 1000, 1024, 4095, 4096, 8192, 8193}: every tile
+// and the device-wide fallback, slot widths and slot distributions cycled through.
+void test_shapes() {
   std::vector<Case> cases;
   const int widths[] = {1, 7, 15, 17, 24, 30};
   const Slots modes[] = {Slots::uniform, Slots::few, Slots::mostly_all_ones};
@@ -177,22 +182,27 @@ int main() {
       ++k;
     }
   }
-  cases.push_back({128, 1024, 15, Slots::uniform});   // small: W = 16, C = 64
-  cases.push_back({256, 4096, 16, Slots::uniform});   // readme: W = 64, C = 64
-  cases.push_back({512, 8192, 17, Slots::uniform});   // flagship: W = 128, C = 64
-  cases.push_back({512, 8192, 17, Slots::mostly_all_ones});
-  cases.push_back({70000, 7, 15, Slots::few});        // gridDim.x beyond 65535
+  run_cases(cases, 20240607);
+}
 
-  std::mt19937_64 rng(20240607);
-  cudaStream_t stream = nullptr;
-  try {
-    cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
-    for (const Case& c : cases) run_case(c, rng, stream);
-  } catch (const std::exception& e) {
-    ++g_failures;
-    std::printf("  FAIL unexpected exception: %s\n", e.what());
-  }
-  if (stream != nullptr) cudaStreamDestroy(stream);
-  std::printf("sdm_gpu_sort_tests: %zu cases, %d checks, %d failed\n", cases.size(), g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
+void test_engine_configs() {
+  run_cases({{128, 1024, 15, Slots::uniform},   // small: W = 16, C = 64
+             {256, 4096, 16, Slots::uniform},   // readme: W = 64, C = 64
+             {512, 8192, 17, Slots::uniform},   // flagship: W = 128, C = 64
+             {512, 8192, 17, Slots::mostly_all_ones}},
+            20240608);
+}
+
+void test_many_chunks() { run_cases({{70000, 7, 15, Slots::few}}, 20240609); }
+
+}  // namespace
+
+// Arguments: substrings of test names to run (all tests without any), --verbose (gpu_test_harness.hpp).
+int main(int argc, char** argv) {
+  const sdm::testing::GpuTest tests[] = {
+      {"shapes: chunks x keys per chunk x slot widths", test_shapes},
+      {"engine configurations: small, readme, flagship", test_engine_configs},
+      {"70000 chunks: gridDim.x beyond 65535", test_many_chunks},
+  };
+  return sdm::testing::run_gpu_tests("sdm_gpu_sort_tests", tests, argc, argv);
 }

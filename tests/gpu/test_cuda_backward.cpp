@@ -1,6 +1,7 @@
 // test_cuda_backward.cpp - GPU tests of the CUDA backward of the chunked op (issue 7). A plain
-// program like test_cuda_engine.cpp: each check prints its measured value and ok / FAIL; the exit
-// status is 1 if any check failed. Without a CUDA device it prints a message and exits 0.
+// program run by gpu_test_harness.hpp like test_cuda_engine.cpp: each test prints its measured
+// errors and its failed checks (every check with --verbose); the exit status is 1 if any check
+// failed. Without a CUDA device it prints a message and exits 0.
 //
 // Each case: the CUDA saving forward, then the CUDA backward with the final bank as the working
 // bank, for the loss <readings, dy> + <final bank, dF> (dF present or absent). Oracles:
@@ -19,7 +20,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -27,6 +27,7 @@
 #include "core/validate.hpp"
 #include "device_tensor.hpp"
 #include "engine_run.hpp"
+#include "gpu_test_harness.hpp"
 #include "host_tensor.hpp"
 #include "problem.hpp"
 #include "sdm/error.hpp"
@@ -37,24 +38,7 @@ namespace {
 using namespace sdm;
 using namespace sdm::testing;
 
-int g_checks = 0, g_failures = 0;
-
-void expect(bool ok, const std::string& what) {
-  ++g_checks;
-  std::printf("    %-60s %s\n", what.c_str(), ok ? "ok" : "FAIL");
-  if (!ok) ++g_failures;
-}
-
-void expect_error_at_most(double value, double bound, const std::string& what) {
-  const bool ok = value <= bound;  // NaN fails
-  std::printf("    %-44s %.3e  (<= %.0e) %s\n", what.c_str(), value, bound, ok ? "ok" : "FAIL");
-  ++g_checks;
-  if (!ok) ++g_failures;
-}
-
 double tolerance(DType bank) { return bank == DType::bf16 ? 3e-2 : 1e-4; }
-
-void sync() { cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
 void poison(const DeviceTensor& t) { cuda_ok(cudaMemset(t.data(), 0xff, t.bytes()), "cudaMemset"); }
 
@@ -422,41 +406,14 @@ void test_validation() {
 
 }  // namespace
 
-// Arguments: substrings of test names to run (all tests without arguments).
+// Arguments: substrings of test names to run (all tests without any), --verbose (gpu_test_harness.hpp).
 int main(int argc, char** argv) {
-  if (!cuda_device_available()) {
-    std::printf("sdm_gpu_backward_tests: skipped (no CUDA device)\n");
-    return 0;
-  }
-  const struct {
-    const char* name;
-    void (*run)();
-  } tests[] = {
+  const GpuTest tests[] = {
       {"backward small", test_small},
       {"backward vs float64 reference and CPU engine", test_backward_vs_reference},
       {"backward bitwise: runs, partial, graph replay", test_bitwise_all},
       {"backward device index check", test_validation},
       {"backward snapshot modes", test_snapshot_modes},
   };
-  int failed_tests = 0, ran = 0;
-  for (const auto& t : tests) {
-    bool selected = argc < 2;
-    for (int a = 1; a < argc; ++a) selected = selected || std::strstr(t.name, argv[a]) != nullptr;
-    if (!selected) continue;
-    ++ran;
-    std::printf("[ RUN  ] %s\n", t.name);
-    const int before = g_failures;
-    try {
-      t.run();
-    } catch (const std::exception& e) {
-      ++g_failures;
-      std::printf("    FAIL unexpected exception: %s\n", e.what());
-    }
-    const bool ok = g_failures == before;
-    failed_tests += ok ? 0 : 1;
-    std::printf("[ %s ] %s\n", ok ? " OK " : "FAIL", t.name);
-  }
-  std::printf("sdm_gpu_backward_tests: %d checks, %d failed, %d of %d tests failed\n", g_checks, g_failures,
-              failed_tests, ran);
-  return g_failures == 0 ? 0 : 1;
+  return run_gpu_tests("sdm_gpu_backward_tests", tests, argc, argv);
 }

@@ -1,7 +1,7 @@
-// test_cuda_engine.cpp - GPU tests of the CUDA engine (issue 6). A plain program (the GPU machine
-// has no GoogleTest): each test prints its measured errors and PASS / FAIL lines; the exit status
-// is the number of failed checks (capped at 1). Without a CUDA device it prints a message and
-// exits 0.
+// test_cuda_engine.cpp - GPU tests of the CUDA engine (issue 6). A plain program run by
+// gpu_test_harness.hpp (the GPU machine has no GoogleTest): each test prints its measured errors
+// and its failed checks; the exit status is 1 if any check failed. Without a CUDA device it prints
+// a message and exits 0.
 //
 // Oracles: the float64 reference (sdm::reference) on host copies of fresh random inputs, with the
 // tolerances of the project (relative error max|a-b| / max|b|: f32 bank 1e-4, bf16 bank 2e-2);
@@ -13,7 +13,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -23,6 +22,7 @@
 #include "core/snapshot_quant.hpp"
 #include "core/validate.hpp"
 #include "device_tensor.hpp"
+#include "gpu_test_harness.hpp"
 #include "host_tensor.hpp"
 #include "problem.hpp"
 #include "sdm/error.hpp"
@@ -35,24 +35,6 @@ namespace {
 using namespace sdm;
 using namespace sdm::testing;
 
-int g_checks = 0, g_failures = 0;
-
-void expect(bool ok, const std::string& what) {
-  ++g_checks;
-  if (!ok) {
-    ++g_failures;
-    std::printf("    FAIL %s\n", what.c_str());
-  }
-}
-
-// Records `value` against `bound` (NaN fails) and prints it.
-void expect_error_at_most(double value, double bound, const std::string& what) {
-  const bool ok = value <= bound;
-  std::printf("    %-44s %.3e  (<= %.0e) %s\n", what.c_str(), value, bound, ok ? "ok" : "FAIL");
-  ++g_checks;
-  if (!ok) ++g_failures;
-}
-
 double tolerance(DType bank) { return bank == DType::bf16 ? 2e-2 : 1e-4; }
 
 std::string describe(const ProblemSpec& s, std::int64_t C) {
@@ -63,8 +45,6 @@ std::string describe(const ProblemSpec& s, std::int64_t C) {
                 static_cast<long long>(C), static_cast<long long>(s.G), dtype_name(s.bank), dtype_name(s.index));
   return buf;
 }
-
-void sync() { cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
 // Readings buffer filled with 0xff bytes (NaN in f32 and bf16): unwritten elements show up.
 DeviceTensor poisoned(DType dtype, std::vector<std::int64_t> sizes) {
@@ -828,16 +808,9 @@ void test_snapshot_codec_exhaustive() {
 }
 }  // namespace
 
-// Arguments: substrings of test names to run (all tests without arguments).
+// Arguments: substrings of test names to run (all tests without any), --verbose (gpu_test_harness.hpp).
 int main(int argc, char** argv) {
-  if (!cuda_device_available()) {
-    std::printf("sdm_gpu_tests: skipped (no CUDA device)\n");
-    return 0;
-  }
-  const struct {
-    const char* name;
-    void (*run)();
-  } tests[] = {
+  const GpuTest tests[] = {
       {"chunked forward vs float64 reference", test_chunked_vs_reference},
       {"decode step vs float64 reference", test_decode_vs_reference},
       {"decode step x T == chunked forward", test_decode_equals_chunked},
@@ -849,25 +822,5 @@ int main(int argc, char** argv) {
       {"bank of more than 2^32 elements", test_bank_over_2_pow_32_elements},
       {"snapshot quantiser: device == host, exhaustive", test_snapshot_codec_exhaustive},
   };
-  int failed_tests = 0;
-  int ran = 0;
-  for (const auto& t : tests) {
-    bool selected = argc < 2;
-    for (int a = 1; a < argc; ++a) selected = selected || std::strstr(t.name, argv[a]) != nullptr;
-    if (!selected) continue;
-    ++ran;
-    std::printf("[ RUN  ] %s\n", t.name);
-    const int before = g_failures;
-    try {
-      t.run();
-    } catch (const std::exception& e) {
-      ++g_failures;
-      std::printf("    FAIL unexpected exception: %s\n", e.what());
-    }
-    const bool ok = g_failures == before;
-    failed_tests += ok ? 0 : 1;
-    std::printf("[ %s ] %s\n", ok ? " OK " : "FAIL", t.name);
-  }
-  std::printf("sdm_gpu_tests: %d checks, %d failed, %d of %d tests failed\n", g_checks, g_failures, failed_tests, ran);
-  return g_failures == 0 ? 0 : 1;
+  return run_gpu_tests("sdm_gpu_tests", tests, argc, argv);
 }
