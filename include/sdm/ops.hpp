@@ -43,13 +43,15 @@ void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
                         const WriteReadOptions& options);
 
 // Bytes of the saved-state buffer the saving forward fills (a function of shapes, dtypes
-// and options only).
+// and options only), and the alignment its start address needs (every fresh allocation of
+// malloc, new, cudaMalloc or torch has it).
+inline constexpr std::size_t kSavedAlignment = 16;
 std::size_t write_read_saved_bytes(const WriteReadArgs& args, const WriteReadOptions& options);
 
 // Saving forward: as write_read_forward (readings bitwise equal) and also fills `saved`
-// (u8, write_read_saved_bytes(args, options) bytes, on the bank's device) with what the
-// backward needs (snapshot of pre-write rows in options.snapshot_quant, delta, residual,
-// solve, records).
+// (u8, write_read_saved_bytes(args, options) bytes, on the bank's device, starting at a
+// kSavedAlignment-byte aligned address) with what the backward needs (snapshot of pre-write
+// rows in options.snapshot_quant, delta, residual, solve, records).
 void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings,
                                const TensorRef& saved, const WriteReadOptions& options);
 

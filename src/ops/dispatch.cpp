@@ -4,6 +4,7 @@
 // CPU banks: shapes, dtypes and devices are checked here, index values too when
 // options.validate is set, then the CPU engine runs. CUDA banks: the same host checks, then
 // the CUDA engine, which checks index values on the device (SPEC Z.3).
+#include <cstdint>
 #include <string>
 
 #include "core/validate.hpp"
@@ -37,6 +38,14 @@ void check_saved(const TensorRef& saved, std::size_t expected, const TensorRef& 
   if (!(saved.device == memory.device)) {
     throw ValueError("saved", "saved must be on " + device_name(memory.device) + ", got " +
                                   device_name(saved.device));
+  }
+  // The engines store typed arrays (f32, i32, u64) in it at 16-byte aligned offsets.
+  if (reinterpret_cast<std::uintptr_t>(saved.data) % kSavedAlignment != 0) {
+    throw ValueError("saved", "saved must start at a " + std::to_string(kSavedAlignment) +
+                                  "-byte aligned address (a fresh allocation does; a view at an offset "
+                                  "may not), got an address " +
+                                  std::to_string(reinterpret_cast<std::uintptr_t>(saved.data) % kSavedAlignment) +
+                                  " bytes past a multiple of " + std::to_string(kSavedAlignment));
   }
 }
 

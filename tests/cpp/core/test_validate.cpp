@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/validate.hpp"
+#include "support/expect_rejects.hpp"
 #include "support/problem.hpp"
 #include "sdm/error.hpp"
 
@@ -24,27 +25,7 @@ using testing::make_problem;
 using testing::Problem;
 using testing::ProblemSpec;
 
-// Runs `call`, expects an exception of type ErrorT whose argument() is `argument` and whose
-// message contains `argument` and every fragment.
-template <typename ErrorT>
-void expect_rejects(const std::function<void()>& call, const std::string& argument,
-                    std::initializer_list<std::string> fragments = {}) {
-  try {
-    call();
-  } catch (const ErrorT& e) {
-    const std::string message = e.what();
-    EXPECT_EQ(e.argument(), argument) << message;
-    EXPECT_NE(message.find(argument), std::string::npos) << "message does not name " << argument << ": " << message;
-    for (const std::string& fragment : fragments) {
-      EXPECT_NE(message.find(fragment), std::string::npos) << "missing \"" << fragment << "\" in: " << message;
-    }
-    return;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type for " << argument << ": " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "no exception; expected one naming " << argument;
-}
+using testing::expect_rejects;
 
 const Device kCuda0{DeviceType::cuda, 0};
 
