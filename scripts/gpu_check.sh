@@ -73,7 +73,7 @@ phase "build"
 # SDM_BUILD_GPU_TESTS is on by default) into $build and installs the package into $site; the
 # cmake --build below then has nothing left to do. Without it, or if pip fails: plain CMake.
 package="not built"
-targets="sdm_gpu_tests sdm_gpu_backward_tests sdm_gpu_bench"
+targets="sdm_gpu_tests sdm_gpu_backward_tests sdm_gpu_sort_tests sdm_gpu_bench"
 if [ "$torch" = 1 ]; then
   if "$python" -m pip install --no-build-isolation --no-deps --target "$site" -C build-dir="$build" \
        -C cmake.define.SDM_ENABLE_CUDA=ON -C cmake.define.SDM_CUDA_ARCHS="$archs" . >"$out/build.log" 2>&1; then
@@ -111,24 +111,29 @@ cuobjdump --dump-resource-usage "$build/libsdm_cuda.a" >"$out/resources.txt" 2>&
 
 tests_rc=0
 backward_rc=0
+sort_rc=0
+tests_no_pdl_rc=0
+backward_no_pdl_rc=0
 py_tests_rc=0
 if [ "$tests" = 1 ]; then
   phase "C++ GPU tests"
   "$build/tests/gpu/sdm_gpu_tests" 2>&1 | tee "$out/tests.log"
   tests_rc=${PIPESTATUS[0]}
-  if [ "$tests_rc" != 0 ]; then
-    echo "gpu_check: C++ GPU tests failed; again without programmatic dependent launch (SDM_CUDA_PDL=0)"
-    SDM_CUDA_PDL=0 "$build/tests/gpu/sdm_gpu_tests" >"$out/tests_no_pdl.log" 2>&1
-    echo "without PDL: rc $? ($(tail -1 "$out/tests_no_pdl.log"))"
-  fi
   phase "C++ GPU backward tests"
   "$build/tests/gpu/sdm_gpu_backward_tests" 2>&1 | tee "$out/backward_tests.log"
   backward_rc=${PIPESTATUS[0]}
-  if [ "$backward_rc" != 0 ]; then
-    echo "gpu_check: C++ GPU backward tests failed; again without programmatic dependent launch (SDM_CUDA_PDL=0)"
-    SDM_CUDA_PDL=0 "$build/tests/gpu/sdm_gpu_backward_tests" >"$out/backward_tests_no_pdl.log" 2>&1
-    echo "without PDL: rc $? ($(tail -1 "$out/backward_tests_no_pdl.log"))"
-  fi
+  phase "C++ GPU sort tests"
+  "$build/tests/gpu/sdm_gpu_sort_tests" 2>&1 | tee "$out/sort_tests.log"
+  sort_rc=${PIPESTATUS[0]}
+  # PDL only changes when a kernel is scheduled; both suites must pass (and stay bitwise
+  # deterministic) without it too.
+  phase "C++ GPU tests without programmatic dependent launch (SDM_CUDA_PDL=0)"
+  SDM_CUDA_PDL=0 "$build/tests/gpu/sdm_gpu_tests" >"$out/tests_no_pdl.log" 2>&1
+  tests_no_pdl_rc=$?
+  SDM_CUDA_PDL=0 "$build/tests/gpu/sdm_gpu_backward_tests" >"$out/backward_tests_no_pdl.log" 2>&1
+  backward_no_pdl_rc=$?
+  echo "without PDL: forward rc $tests_no_pdl_rc ($(tail -1 "$out/tests_no_pdl.log")), backward rc" \
+    "$backward_no_pdl_rc ($(tail -1 "$out/backward_tests_no_pdl.log"))"
   if [ "$torch" = 1 ]; then
     phase "Python GPU tests"
     PYTHONPATH="$site" PYTHONUNBUFFERED=1 timeout 180 "$python" -m pytest tests/python_gpu -q -rs -p no:cacheprovider \
@@ -191,6 +196,8 @@ echo "|---|---|"
 echo "| python package | $package |"
 [ "$tests" = 1 ] && echo "| C++ GPU tests | rc $tests_rc: $(tail -1 "$out/tests.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU backward tests | rc $backward_rc: $(tail -1 "$out/backward_tests.log") |"
+[ "$tests" = 1 ] && echo "| C++ GPU sort tests | rc $sort_rc: $(tail -1 "$out/sort_tests.log") |"
+[ "$tests" = 1 ] && echo "| C++ GPU tests, SDM_CUDA_PDL=0 | rc $tests_no_pdl_rc / $backward_no_pdl_rc: $(tail -1 "$out/tests_no_pdl.log"); $(tail -1 "$out/backward_tests_no_pdl.log") |"
 [ "$tests" = 1 ] && [ "$torch" = 1 ] && echo "| Python GPU tests | rc $py_tests_rc: $(tail -1 "$out/python_tests.log") |"
 printf "%s" "$sanitizer_summary"
 echo "| benchmark | rc $bench_rc, Python decode rc $py_bench_rc |"
@@ -199,4 +206,5 @@ if [ "$bench" = 1 ]; then
   grep '^| [a-z0-9]* | no PDL' "$out/bench_no_pdl.log"
   [ "$torch" = 1 ] && grep '^| ' "$out/bench_torch_decode.log"
 fi
-[ "$tests_rc" = 0 ] && [ "$backward_rc" = 0 ] && [ "$py_tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$py_bench_rc" = 0 ]
+[ "$tests_rc" = 0 ] && [ "$backward_rc" = 0 ] && [ "$sort_rc" = 0 ] && [ "$tests_no_pdl_rc" = 0 ] &&
+  [ "$backward_no_pdl_rc" = 0 ] && [ "$py_tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$py_bench_rc" = 0 ]
