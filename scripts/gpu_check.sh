@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu_check.sh - run on the GPU machine from a clean checkout: builds the library with CUDA
 # (SDM_CUDA_ARCHS, default 90) together with the PyTorch extension against the torch found there,
-# installs the `sdm` package with CUDA on, runs the C++ GPU tests (forward and backward), the Python
+# installs the `sdm` package with CUDA on, runs the C++ GPU tests (forward, backward, the per-chunk
+# key sort; forward and backward once more with SDM_CUDA_PDL=0), the Python
 # GPU tests (tests/python_gpu), compute-sanitizer (memcheck, racecheck, initcheck) on the small C++
 # tests (summary rc: forward tests / backward tests), the C++ GPU benchmark and the Python
 # decode-latency benchmark; prints a summary table last.
@@ -13,7 +14,7 @@
 # --snapshot: the snapshot modes of the benchmark's training-step rows (default none,fp8,int4).
 # --no-torch: C++ only (no extension, no Python tests or Python benchmark).
 # The benchmark also runs small and readme with SDM_CUDA_PDL=0 (no programmatic dependent launch)
-# for an A/B of the launch gaps; failing C++ GPU tests are rerun with SDM_CUDA_PDL=0.
+# for an A/B of the launch gaps.
 # --profile CONFIG: Nsight Compute (ncu, clocks left alone) times every kernel of one forward
 # (or 400 decode steps) of that benchmark config and prints the per-kernel summary, then the
 # speed-of-light, occupancy and warp-state numbers of the first launch of each engine kernel.
