@@ -21,19 +21,26 @@
 //                 D_w and beta of the CTA are loaded, before the first __syncthreads: one global
 //                 round trip, then both products from shared memory (the same chains, same bits).
 //   pair_dots     once after the reverse loop, for every chunk (nothing in the loop reads its output; its
-//                 inputs dy, dU, delta, residual are kept for all chunks): grid (chunk n, block), the
-//                 lower triangle of 4 x 4 blocks of pairs (i, j), one CTA per block:
-//                 dQK[i][j] = <dy_i, delta_j> (j <= i), dMs[i][j] = -<dU_i, delta_j> (j < i) and
-//                 rdot[i] = <res_i, dU_i> (diagonal blocks, in the slot of dMs[i][i]). The CTA's
-//                 warps = min(8, ceil(ceil(hd/4) / 96)) split the columns in units of 4: warp w, lane l
-//                 owns the units u = 32 (w + warps s) + l, s = 0, 1, .. (columns 4u .. 4u+3; a float4
-//                 per row and unit when hd % 4 == 0 and the rows are 16-byte aligned, scalars
-//                 otherwise: same values, same order); each lane keeps the 32 partial dots of the
-//                 block (16 dQK, 16 dMs / rdot) as fmaf chains over its columns ascending, the warp
-//                 sums them over its lanes with transpose_sum (a fixed halving tree: lanes differing in
-//                 bit 4, then 3, 2, 1, 0; lane k ends with dot k), and warp 0 adds the warp sums in
-//                 warp order. Each row is loaded once per block and used for 4 or 8 dots. Padding rows
-//                 are zero, so their results are 0; rows beyond C read as 0 and are not stored.
+//                 inputs dy, dU, delta, residual are kept for all chunks): dQK[i][j] = <dy_i, delta_j> (j <= i),
+//                 dMs[i][j] = -<dU_i, delta_j> (j < i), rdot[i] = <res_i, dU_i>; nothing is written for j > i.
+//                 Grid (chunk n, tile): the lower triangle of 64 x 64 output tiles (row tile I, column tile
+//                 J <= I; one tile for C <= 64, at most 10 for C <= 256), 256 threads per CTA. The CTA walks
+//                 the columns k in slices of 32: dy, dU (and, on a diagonal tile, residual) of the 64 rows
+//                 of tile I and delta of the rows of tile J are copied into shared memory by cp.async, 3
+//                 slices in flight (16-byte copies when hd % 4 == 0 and the four buffers are 16-byte
+//                 aligned, else 4-byte copies: the same values; rows past C and columns past hd are
+//                 zero-filled), so each row is read from global memory once per CTA. Thread (ty, tx)
+//                 (tx = lane % 8 + 8 (warp % 2), ty = lane / 8 + 4 (warp / 2)) owns the pairs
+//                 i = 64 I + ty + 16 a, j = 64 J + tx + 16 b (a, b < 4) of dQK and of dMs in registers;
+//                 on a diagonal tile only b <= a (pairs with b > a have j > i), 20 fmaf per k instead of
+//                 32. Per 4 columns a thread loads 12 float4 from shared memory (rows 36 floats apart: a
+//                 warp's 4 i-rows and 8 j-rows hit distinct banks). On a diagonal tile threads t < 64
+//                 (warps 0, 1) also own rdot of row 64 I + t.
+//                 Numerics: every dQK, dMs and rdot value is ONE fmaf chain (f32, round to nearest) over
+//                 k = 0, 1, .., hd - 1 ascending starting at +0 (dy_i[k] delta_j[k], dU_i[k] delta_j[k],
+//                 res_i[k] dU_i[k]); dMs stores the chain negated. The last slice's zero columns up to a
+//                 multiple of 4 add fmaf(0, 0, .) terms, which change no value except possibly the sign of
+//                 a zero. Rows past C are zero in shared memory and never stored.
 // Numerics: f32 throughout; every order above is fixed by the shape (C, hd) only, never by the tile
 // width, the SM count or the access path. No atomics; each output element has exactly one writer.
 #include "backward.hpp"
@@ -318,130 +325,179 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
 
 // ---- pair_dots ---------------------------------------------------------------------------------
 
-constexpr int kQuad = 4;                    // rows i (and j) of a CTA's block of pairs
-constexpr int kDots = 2 * kQuad * kQuad;    // dQK and dMs of a 4 x 4 block: one per lane
-static_assert(kDots == 32, "pair_dots: one dot of a block per lane");
+constexpr int kPairTile = 64;                 // rows i (and j) of a CTA's output tile
+constexpr int kTileStride = 16;               // thread (ty, tx) owns rows ty + 16 a and columns tx + 16 b
+constexpr int kTileRows = kPairTile / kTileStride;  // a, b < 4: a 4 x 4 register tile per thread
+constexpr int kSliceCols = 32;                // columns k of a staged slice
+constexpr int kSliceUnits = kSliceCols / 4;   // 16-byte units of a staged row
+constexpr int kSliceLd = kSliceCols + 4;      // floats per staged row: rows r, r + 1 start 4 banks apart
+constexpr int kOperandFloats = kPairTile * kSliceLd;  // one operand of a slice: 64 rows
+constexpr int kOperands = 4;                  // dy, dU, delta, residual (diagonal tiles only)
+constexpr int kSliceFloats = kOperands * kOperandFloats;
+constexpr int kSlicesInFlight = 3;            // cp.async pipeline depth
+constexpr std::size_t kPairSmemBytes = sizeof(float) * kSlicesInFlight * kSliceFloats;  // 108 KiB: 2 CTAs / SM
+static_assert(kTileStride * kTileStride == kThreads, "pair_dots: one 4 x 4 register tile per thread");
+static_assert(kPairTile * kSliceUnits % kThreads == 0, "pair_dots: whole copies per thread");
 
-// One halving step of transpose_sum: lanes l and l ^ kWidth exchange halves of v[0, 2 kWidth); each
-// keeps the half whose index bit kWidth matches its own lane bit, plus the partner's copy of it.
-template <int kWidth>
-__device__ __forceinline__ void halve(float (&v)[kDots], int lane) {
-  const bool upper = (lane & kWidth) != 0;
-#pragma unroll
-  for (int k = 0; k < kWidth; ++k) {
-    const float send = upper ? v[k] : v[k + kWidth];
-    const float keep = upper ? v[k + kWidth] : v[k];
-    v[k] = keep + __shfl_xor_sync(kAllLanes, send, kWidth);
-  }
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most kPending of this thread's committed copy groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wait_copies_but() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// v[k] of every lane summed over the 32 lanes, the sum of index k ending in lane k: five halving
-// steps combining lanes that differ in bit 4, then 3, 2, 1, 0. Returns the lane's sum.
-__device__ __forceinline__ float transpose_sum(float (&v)[kDots], int lane) {
-  halve<16>(v, lane);
-  halve<8>(v, lane);
-  halve<4>(v, lane);
-  halve<2>(v, lane);
-  halve<1>(v, lane);
-  return v[0];
-}
-
-constexpr int kUnit = 4;           // consecutive columns of a unit (one 16-byte access on the vector path)
-constexpr int kLaneUnits = 3;      // a lane walks at least about this many units (sets the warps per CTA)
-
-// pair_partials: lane partials over the units u = u0, u0 + ustride, .. (columns 4u .. 4u + 3 < hd; u ascending,
-// then the unit's columns ascending), for the rows dy_k = dy + k hd (k < ni), likewise du, res, and
-// delta_k = delta + k hd (k < nj); rows past ni / nj and columns past hd read as 0 (adding fmaf(0, 0)
-// to a partial that starts at +0 never changes it). acc[a*4 + b] <- dy_a . delta_b and
-// acc[16 + a*4 + b] <- dU_a . delta_b, except on a diagonal block (kDiag), where
-// acc[16 + a*4 + a] <- res_a . dU_a. kVec (hd % 4 == 0, 16-byte aligned rows): one float4 per row and
-// unit instead of 4 scalars, the same values in the same order.
-
-// x = row[c .. c + 3] (0 for a row that is not real and for columns past hd).
+// dst[r][c] = rows[r][k0 + c] (row stride hd) for r < 64, c < 32, as cp.async copies; 0 for r >= real_rows
+// and for k0 + c >= hd. Copy o = tid + 256 m: row o / 8, unit o % 8 (8 lanes read 128 contiguous bytes).
+// kVec (hd % 4 == 0, 16-byte aligned rows): one 16-byte copy per unit, else four 4-byte copies (same values).
 template <bool kVec>
-__device__ __forceinline__ void load_unit(const float* __restrict__ row, std::int64_t c, std::int64_t hd, bool real,
-                                          float (&x)[kUnit]) {
-  if constexpr (kVec) {
-    const float4 v = real ? *reinterpret_cast<const float4*>(row + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-  } else {
+__device__ __forceinline__ void stage_operand(const float* __restrict__ rows, int real_rows, std::int64_t hd,
+                                              std::int64_t k0, float* dst, int tid) {
 #pragma unroll
-    for (int q = 0; q < kUnit; ++q) x[q] = real && c + q < hd ? row[c + q] : 0.0f;
+  for (int m = 0; m < kPairTile * kSliceUnits / kThreads; ++m) {
+    const int o = tid + m * kThreads, r = o / kSliceUnits, q = o % kSliceUnits;
+    const std::int64_t c = k0 + 4 * q;
+    float* d = dst + r * kSliceLd + 4 * q;
+    const bool real_row = r < real_rows;
+    const float* src = real_row ? rows + r * hd + c : rows;  // rows: a valid address for zero-fill copies
+    if constexpr (kVec) {
+      const bool real = real_row && c < hd;
+      chunk::copy_async16(d, real ? src : rows, real ? 16 : 0);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const bool real = real_row && c + e < hd;
+        chunk::copy_async4(d + e, real ? src + e : rows, real ? 4 : 0);
+      }
+    }
   }
 }
 
-// The lane partials described above.
-template <bool kDiag, bool kVec>
-__device__ __forceinline__ void pair_partials(const float* __restrict__ dy, const float* __restrict__ du,
-                                              const float* __restrict__ res, const float* __restrict__ delta, int ni,
-                                              int nj, std::int64_t u0, std::int64_t ustride, std::int64_t hd,
-                                              float (&acc)[kDots]) {
-  for (std::int64_t c = kUnit * u0; c < hd; c += kUnit * ustride) {
-    float a[kQuad][kUnit], u[kQuad][kUnit], e[kQuad][kUnit], r[kQuad][kUnit];
+__device__ __forceinline__ void load_quad(const float* p, float (&x)[4]) {
+  const float4 v = chunk::load4(p);
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+
+// The thread's tile over the slice's columns k = 4g .. 4g + 3, g < groups, ascending:
+//   qk[a][b] += dy_(ty+16a)[k] delta_(tx+16b)[k],  ms[a][b] += dU_(ty+16a)[k] delta_(tx+16b)[k]
+// (kDiag: pairs b <= a only; the others lie above the diagonal). One fmaf per pair and k.
+template <bool kDiag>
+__device__ __forceinline__ void pair_slice(const float* slice, int ty, int tx, int groups,
+                                           float (&qk)[kTileRows][kTileRows], float (&ms)[kTileRows][kTileRows]) {
+  const float* dys = slice + ty * kSliceLd;
+  const float* dus = dys + kOperandFloats;
+  const float* des = slice + 2 * kOperandFloats + tx * kSliceLd;
+#pragma unroll 1
+  for (int g = 0; g < groups; ++g) {
+    float y[kTileRows][4], u[kTileRows][4], e[kTileRows][4];
 #pragma unroll
-    for (int k = 0; k < kQuad; ++k) {
-      load_unit<kVec>(dy + k * hd, c, hd, k < ni, a[k]);
-      load_unit<kVec>(du + k * hd, c, hd, k < ni, u[k]);
-      load_unit<kVec>(delta + k * hd, c, hd, k < nj, e[k]);
-      load_unit<kVec>(res + k * hd, c, hd, kDiag && k < ni, r[k]);
+    for (int a = 0; a < kTileRows; ++a) {
+      load_quad(dys + a * kTileStride * kSliceLd + 4 * g, y[a]);
+      load_quad(dus + a * kTileStride * kSliceLd + 4 * g, u[a]);
+      load_quad(des + a * kTileStride * kSliceLd + 4 * g, e[a]);
     }
 #pragma unroll
-    for (int q = 0; q < kUnit; ++q) {
+    for (int q = 0; q < 4; ++q) {
 #pragma unroll
-      for (int ia = 0; ia < kQuad; ++ia) {
+      for (int a = 0; a < kTileRows; ++a) {
 #pragma unroll
-        for (int jb = 0; jb < kQuad; ++jb) {
-          acc[ia * kQuad + jb] = fmaf(a[ia][q], e[jb][q], acc[ia * kQuad + jb]);
-          float& other = acc[kQuad * kQuad + ia * kQuad + jb];
-          other = kDiag && ia == jb ? fmaf(r[ia][q], u[ia][q], other) : fmaf(u[ia][q], e[jb][q], other);
+        for (int b = 0; b < kTileRows; ++b) {
+          if (kDiag && b > a) continue;
+          qk[a][b] = fmaf(y[a][q], e[b][q], qk[a][b]);
+          ms[a][b] = fmaf(u[a][q], e[b][q], ms[a][b]);
         }
       }
     }
   }
 }
 
-template <bool kVec>
-__global__ void __launch_bounds__(kThreads) pair_dots(Geometry geo, BackwardBuffers bb) {
-  __shared__ float partial[kWarps][32];
-  wait_for_predecessor();
+// acc += res_r[k] dU_r[k] over the slice's columns k = 0 .. 4 groups - 1 ascending (row r of the tile).
+__device__ __forceinline__ float residual_slice(const float* slice, int r, int groups, float acc) {
+  const float* dus = slice + kOperandFloats + r * kSliceLd;
+  const float* res = slice + 3 * kOperandFloats + r * kSliceLd;
+#pragma unroll 1
+  for (int g = 0; g < groups; ++g) {
+    float x[4], u[4];
+    load_quad(res + 4 * g, x);
+    load_quad(dus + 4 * g, u);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc = fmaf(x[q], u[q], acc);
+  }
+  return acc;
+}
+
+// One 64 x 64 output tile (row tile I, column tile J <= I) of chunk n (file header).
+template <bool kDiag, bool kVec>
+__device__ __forceinline__ void pair_tile(const Geometry& geo, const BackwardBuffers& bb, int I, int J, float* smem) {
   const int C = static_cast<int>(geo.C);
-  const std::int64_t hd = geo.hd;
-  // Block x of the lower triangle of 4 x 4 blocks: row block iq, column block jq <= iq.
-  const int x = static_cast<int>(blockIdx.y);
-  int iq = static_cast<int>((sqrtf(8.0f * static_cast<float>(x) + 1.0f) - 1.0f) * 0.5f);
-  while (iq * (iq + 1) / 2 > x) --iq;
-  while ((iq + 1) * (iq + 2) / 2 <= x) ++iq;
-  const int jq = x - iq * (iq + 1) / 2;
-  const std::int64_t n = blockIdx.x;
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int warps = static_cast<int>(blockDim.x) / 32;
-  const int i0 = kQuad * iq, j0 = kQuad * jq;
-  const int ni = C - i0 < kQuad ? C - i0 : kQuad, nj = C - j0 < kQuad ? C - j0 : kQuad;
+  const std::int64_t hd = geo.hd, n = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int tx = lane % 8 + 8 * (warp % 2), ty = lane / 8 + 4 * (warp / 2);
+  const int i0 = kPairTile * I, j0 = kPairTile * J;
+  const int ni = C - i0 < kPairTile ? C - i0 : kPairTile, nj = C - j0 < kPairTile ? C - j0 : kPairTile;
   const float* dy = bb.dy + (n * C + i0) * hd;
   const float* du = bb.du + (n * C + i0) * hd;
   const float* res = bb.residual + (n * C + i0) * hd;
   const float* delta = bb.delta + (n * C + j0) * hd;
+  const std::int64_t slices = (hd + kSliceCols - 1) / kSliceCols;
 
-  float acc[kDots] = {};
-  const std::int64_t u0 = static_cast<std::int64_t>(warp) * 32 + lane, ustride = static_cast<std::int64_t>(warps) * 32;
-  if (iq == jq) pair_partials<true, kVec>(dy, du, res, delta, ni, nj, u0, ustride, hd, acc);
-  else pair_partials<false, kVec>(dy, du, res, delta, ni, nj, u0, ustride, hd, acc);
-  partial[warp][lane] = transpose_sum(acc, lane);
-  __syncthreads();
-  if (warp != 0) return;
-  float sum = partial[0][lane];
-  for (int w = 1; w < warps; ++w) sum += partial[w][lane];
+  const auto stage = [&](std::int64_t s) {
+    float* slice = smem + (s % kSlicesInFlight) * kSliceFloats;
+    const std::int64_t k0 = s * kSliceCols;
+    stage_operand<kVec>(dy, ni, hd, k0, slice, tid);
+    stage_operand<kVec>(du, ni, hd, k0, slice + kOperandFloats, tid);
+    stage_operand<kVec>(delta, nj, hd, k0, slice + 2 * kOperandFloats, tid);
+    if constexpr (kDiag) stage_operand<kVec>(res, ni, hd, k0, slice + 3 * kOperandFloats, tid);
+  };
 
-  const int a = (lane >> 2) & (kQuad - 1), b = lane & (kQuad - 1);
-  const int i = kQuad * iq + a, j = kQuad * jq + b;
-  if (i >= C || j >= C) return;
-  if (lane < kQuad * kQuad) {
-    if (j <= i) bb.dqk[(n * C + i) * C + j] = sum;
-  } else if (j < i) {
-    bb.dms[(n * C + i) * C + j] = -sum;
-  } else if (j == i) {
-    bb.rdot[n * C + i] = sum;
+  // One copy group per slice (empty past the last), so "all but the newest kSlicesInFlight - 2
+  // groups complete" means slice s has landed.
+  for (int s = 0; s < kSlicesInFlight - 1; ++s) {
+    if (s < slices) stage(s);
+    commit_copies();
   }
+  float qk[kTileRows][kTileRows] = {}, ms[kTileRows][kTileRows] = {};
+  float rdot = 0.0f;
+  const bool rdot_owner = kDiag && tid < kPairTile;  // warps 0 and 1: rdot of tile row tid
+  for (std::int64_t s = 0; s < slices; ++s) {
+    wait_copies_but<kSlicesInFlight - 2>();
+    __syncthreads();  // slice s visible to all; slice s - 1 consumed, its buffer free for slice s + 2
+    if (s + kSlicesInFlight - 1 < slices) stage(s + kSlicesInFlight - 1);
+    commit_copies();
+    const float* slice = smem + (s % kSlicesInFlight) * kSliceFloats;
+    const std::int64_t left = hd - s * kSliceCols;
+    const int groups = left < kSliceCols ? static_cast<int>((left + 3) / 4) : kSliceUnits;
+    pair_slice<kDiag>(slice, ty, tx, groups, qk, ms);
+    if (rdot_owner) rdot = residual_slice(slice, tid, groups, rdot);
+  }
+
+#pragma unroll
+  for (int a = 0; a < kTileRows; ++a) {
+    const int i = i0 + ty + kTileStride * a;
+    if (i >= C) break;
+    float* dqk_row = bb.dqk + (n * C + i) * C;
+    float* dms_row = bb.dms + (n * C + i) * C;
+#pragma unroll
+    for (int b = 0; b < kTileRows; ++b) {
+      if (kDiag && b > a) continue;
+      const int j = j0 + tx + kTileStride * b;
+      if (j <= i) dqk_row[j] = qk[a][b];
+      if (j < i) dms_row[j] = -ms[a][b];
+    }
+  }
+  if (rdot_owner && tid < ni) bb.rdot[n * C + i0 + tid] = rdot;
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads, 2) pair_dots(Geometry geo, BackwardBuffers bb) {
+  extern __shared__ __align__(16) float smem[];
+  wait_for_predecessor();
+  // Tile y of the lower triangle of 64 x 64 tiles: row tile I, column tile J <= I.
+  const int y = static_cast<int>(blockIdx.y);
+  int I = 0;
+  while ((I + 1) * (I + 2) / 2 <= y) ++I;
+  const int J = y - I * (I + 1) / 2;
+  if (I == J) pair_tile<true, kVec>(geo, bb, I, J, smem);
+  else pair_tile<false, kVec>(geo, bb, I, J, smem);
 }
 
 template <typename Gt, bool kVec>
@@ -489,15 +545,16 @@ void launch_token_side(const Geometry& geo, const Inputs& in, const Phase1Buffer
 }
 
 void launch_pair_dots(const Geometry& geo, const BackwardBuffers& bb, cudaStream_t stream) {
-  const std::int64_t quads = (geo.C + kQuad - 1) / kQuad;
-  const std::int64_t units = (geo.hd + kUnit - 1) / kUnit;
-  const std::int64_t column_warps = (units + 32 * kLaneUnits - 1) / (32 * kLaneUnits);
-  const dim3 grid(static_cast<unsigned>(geo.N), static_cast<unsigned>(quads * (quads + 1) / 2));
-  const dim3 block(static_cast<unsigned>(32 * (column_warps < kWarps ? column_warps : kWarps)));
+  const std::int64_t tiles = (geo.C + kPairTile - 1) / kPairTile;
+  const dim3 grid(static_cast<unsigned>(geo.N), static_cast<unsigned>(tiles * (tiles + 1) / 2));
   const auto aligned = [](const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; };
-  const bool vec = geo.hd % kUnit == 0 && aligned(bb.dy) && aligned(bb.du) && aligned(bb.residual) && aligned(bb.delta);
-  if (vec) launch_dependent(pair_dots<true>, grid, block, 0, stream, "pair_dots", geo, bb);
-  else launch_dependent(pair_dots<false>, grid, block, 0, stream, "pair_dots", geo, bb);
+  const bool vec = geo.hd % 4 == 0 && aligned(bb.dy) && aligned(bb.du) && aligned(bb.residual) && aligned(bb.delta);
+  const auto kernel = vec ? pair_dots<true> : pair_dots<false>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kPairSmemBytes)),
+             "cudaFuncSetAttribute (pair_dots shared memory)");
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
+             "cudaFuncSetAttribute (pair_dots carveout)");
+  launch_dependent(kernel, grid, dim3(kThreads), kPairSmemBytes, stream, "pair_dots", geo, bb);
 }
 
 }  // namespace sdm::cuda
