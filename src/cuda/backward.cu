@@ -12,8 +12,8 @@
 // forward of these args (other indices, or garbage) can address rows outside the streams' rows:
 // the index check below checks the args, not `saved`. One call:
 //   [device index check + one host sync, if options.validate and the stream is not capturing]
-//   the read records (backward_reads.cu) and the slot kernel's warp tasks
-//     (backward_slot_tasks.cu), from the saved Phase 1 arrays
+//   the read records (backward_reads.cu), the slot kernel's warp tasks (backward_slot_tasks.cu)
+//     and the GWR weights in entry order (backward_tokens.cu), from the saved Phase 1 arrays
 //   G = grad_final_bank or 0 (backward_grad_bank.cu)
 //   for ti = Nt-1 .. 0: token side (backward_tokens.cu), then slot side (backward_slots.cu: one
 //     kernel; a slot written and read in the chunk is finished by one warp, G' kept in registers)
@@ -25,8 +25,8 @@
 // state them), no atomics; results do not depend on the SM count or on pointer alignment.
 //
 // Memory: the workspace holds the read records (two 8-byte keys per read entry), a 32-byte
-// slot-kernel task per write and read entry, per-chunk C x C dMs and dQK, per-entry scalars (6
-// floats per write entry, 2 per read entry), dy and dU of every chunk (f32 [N*C, hd] each), two
+// slot-kernel task per write and read entry, per-chunk C x C dMs and dQK, per-entry scalars (7
+// floats per write entry: the GWR weight and six gradients; 2 per read entry), dy and dU of every chunk (f32 [N*C, hd] each), two
 // step-sized f32 buffers (D_w [P*C, hd] and the [P*C*W, hd] scratch rows that carry G' between the
 // passes of write groups of two or more entries), and, unless grad_memory has the row dtype (then G
 // lives in it), an owned G of P*sps rows; nothing of Phase 1 (its arrays are in `saved`).
@@ -55,6 +55,7 @@ void plan_step_and_entry_buffers(const Geometry& geo, Workspace& ws, BackwardBuf
   ws.plan(&bb.dms, cc);
   ws.plan(&bb.dqk, cc);
   ws.plan(&bb.rdot, geo.N * geo.C);
+  ws.plan(&bb.entry_coef, ew);
   for (float** entry : {&bb.dk_eff, &bb.dc, &bb.dL, &bb.dP, &bb.dlambda, &bb.dgamma}) ws.plan(entry, ew);
   ws.plan(&bb.dq_w, er);
   ws.plan(&bb.dLq, er);
@@ -123,6 +124,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
 
   sort_reads(geo, p1, bb, stream);
   find_slot_tasks(geo, in, p1, bb, stream);
+  launch_entry_coefs(geo, p1, bb, stream);
   init_grad_bank(geo, bb, grad_rows, any_float(grad_final_bank), stream);
   const AnyFloat grad_v = any_float(grads.v);
   for (std::int64_t ti = geo.Nt - 1; ti >= 0; --ti) {

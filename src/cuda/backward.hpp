@@ -3,8 +3,9 @@
 //   backward_grad_bank.cu  the gradient bank G: initial value, final conversion into grad_memory
 //   backward_reads.cu      read records: the read entries of every chunk sorted by slot
 //   backward_slot_tasks.cu the slot kernel's warp tasks (roles, group sizes, entry scalars)
-//   backward_tokens.cu     per step, token side: dy staging, GWR, the transposed solves; after the
-//                          loop the C x C dots of every chunk
+//   backward_tokens.cu     per step, token side: GWR (gather.cu's kernel on G), dy staging, the
+//                          transposed solves; before the loop the GWR weights in entry order,
+//                          after it the C x C dots of every chunk
 //   backward_slots.cu      per step, slot side: write groups (PA) and read groups (GDS), one kernel
 //   backward_entries.cu    after the loop, per entry: the sparse A / QK backward, the chain to
 //                          k_val, q_val, beta, and the per-slot scans to g
@@ -103,6 +104,9 @@ struct BackwardBuffers {
   float* dqk = nullptr;
   float* rdot = nullptr;
 
+  // The GWR weight of every write entry in entry order (wcoef at its sorted position, 0 if masked).
+  float* entry_coef = nullptr;
+
   // Per write entry: dk_eff, dc, dL, dP (sorted), dlambda (sorted, at a group's first position),
   // dgamma (entry order). Per read entry (entry order): dq_w, dLq.
   float* dk_eff = nullptr;
@@ -138,6 +142,9 @@ void init_grad_bank(const Geometry& geo, const BackwardBuffers& bb, std::int64_t
 // grad_memory [S, hd] = G on the streams' rows, grad_final_bank (or 0) beyond them.
 void finish_grad_bank(const Geometry& geo, const BackwardBuffers& bb, std::int64_t bank_rows,
                       AnyFloat grad_final_bank, AnyFloat grad_memory, cudaStream_t stream);
+
+// entry_coef of every chunk (before the loop).
+void launch_entry_coefs(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuffers& bb, cudaStream_t stream);
 
 // One reverse step ti, in this order (each reads what the previous ones wrote).
 void launch_token_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,

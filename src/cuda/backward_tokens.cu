@@ -1,12 +1,11 @@
 // backward_tokens.cu - the token side of one reverse step of the CUDA backward (SPEC C.2 steps 1-6,
 // C.3 "GWR" and "baddbmm"), for the P chunks n = ti*P + p of step ti. Kernels, in launch order:
 //
-//   gather_grads  D_w[p*C+i] = sum_w coef_(i,w) G[s_(i,w)] (coef = kappa exp(Lambda - L), masked
-//                 entries skipped). One CTA of 8 warps per (step row, 256-column tile); lane l owns 8
-//                 columns (backward_rows.cuh); warp k sums lanes w = k, k+8, ... in that order, then
-//                 the 8 warp partials are added in warp order through shared memory. Latency: a
-//                 warp's lanes load the slots / coefs of 32 of its entries at once, then the warp
-//                 keeps 8 G row pieces in flight (raw, converted when added) per batch of adds.
+//   GWR           D_w[p*C+i] = sum_w coef_(i,w) G[s_(i,w)] (coef = kappa exp(Lambda - L) of the entry,
+//                 0 for masked entries): the forward's gather kernel (gather.cu, launch_weighted_gather)
+//                 on the G rows with the k side only; its order: warp k sums w = k, k+8, ... in that
+//                 order, then the 8 warp partials in warp order. The coefficients in entry order come
+//                 from entry_coefs, once per call before the loop.
 //   solve_side    dy = grad_readings of the step as f32 rows (any dtype; 0 for padding tokens), stored
 //                 into bb.dy [N*C, hd] at the chunk's rows (slot_groups_backward and pair_dots read it);
 //                 ddelta_j = D_w[j] + (sum_{i>=j} QK[i][j] dy_i);  dU_j = sum_{i>=j} X[i][j] ddelta_i;
@@ -48,102 +47,21 @@
 #include "chunk_products.cuh"
 #include "cuda_check.hpp"
 #include "dependent_launch.cuh"
+#include "step_kernels.hpp"
 
 namespace sdm::cuda {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr unsigned kAllLanes = 0xffffffffu;
+constexpr int kThreads = 256;  // entry_coefs and pair_dots
 
-constexpr int kInFlight = 8;  // G row pieces a warp loads before it adds them
-
-// A lane's piece of a G row as loaded (packed bf16 / f32 words, or element by element with the
-// columns past hd read as 0), converted to f32 only when added: loads of several rows fly together.
-template <typename Gt, bool kVec>
-struct RawPiece {
-  PackedRow<Gt, kLaneCols> packed;
-};
-template <typename Gt>
-struct RawPiece<Gt, false> {
-  Gt e[kLaneCols];
-};
-
-template <typename Gt, bool kVec>
-__device__ __forceinline__ void load_raw(const Gt* row, std::int64_t c0, std::int64_t hd, RawPiece<Gt, kVec>& x) {
-  if constexpr (kVec) {
-    load_packed(row + c0, x.packed);
-  } else {
-#pragma unroll
-    for (int k = 0; k < kLaneCols; ++k) x.e[k] = c0 + k < hd ? row[c0 + k] : Gt{};
+// coef[e] = wcoef at the sorted position of write entry e (0 for masked entries): the GWR weights
+// in entry order, for all chunks. One thread per entry (64-bit index, grid-stride).
+__global__ void __launch_bounds__(kThreads) entry_coefs(Geometry geo, Phase1Buffers p1, float* __restrict__ coef) {
+  const std::int64_t CW = geo.C * geo.W, entries = geo.N * CW;
+  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x; e < entries;
+       e += static_cast<std::int64_t>(gridDim.x) * kThreads) {
+    coef[e] = p1.k_slot[e] >= 0 ? p1.wcoef[e / CW * CW + p1.inv_pos[e]] : 0.0f;
   }
-}
-
-template <typename Gt, bool kVec>
-__device__ __forceinline__ void unpack_raw(const RawPiece<Gt, kVec>& x, float (&out)[kLaneCols]) {
-  if constexpr (kVec) {
-    unpack(x.packed, out);
-  } else {
-#pragma unroll
-    for (int k = 0; k < kLaneCols; ++k) out[k] = to_f32(x.e[k]);
-  }
-}
-
-template <typename Gt, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    gather_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, std::int64_t ti) {
-  __shared__ float partial[kWarps][kWarpCols];
-  wait_for_predecessor();
-  const std::int64_t row = blockIdx.x;  // step row p*C + i
-  const std::int64_t n = ti * geo.P + row / geo.C;
-  const std::int64_t entry0 = (ti * geo.P * geo.C + row) * geo.W;  // entry (n, i, 0)
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t tile0 = static_cast<std::int64_t>(blockIdx.y) * kWarpCols;
-  const std::int64_t c0 = tile0 + lane * kLaneCols;
-  const Gt* rows = static_cast<const Gt*>(bb.grad_rows);
-  float acc[kLaneCols] = {};
-  // Warp k adds w = k, k + 8, .. ascending, 32 at a time: lane l loads the slot and coef of the
-  // batch's entry l, then the warp loads kInFlight G pieces (slots by shuffle) before adding them.
-  for (std::int64_t base = warp; base < geo.W; base += kWarps * 32) {
-    const std::int64_t w = base + kWarps * lane;
-    std::int32_t slot = -1;
-    float coef = 0.0f;
-    if (w < geo.W) {
-      slot = p1.k_slot[entry0 + w];
-      if (slot >= 0) coef = p1.wcoef[n * geo.C * geo.W + p1.inv_pos[entry0 + w]];
-    }
-    const std::int64_t left = (geo.W - base + kWarps - 1) / kWarps;  // entries of this warp from base on
-    const int count = left < 32 ? static_cast<int>(left) : 32;
-    for (int m0 = 0; m0 < count; m0 += kInFlight) {
-      RawPiece<Gt, kVec> x[kInFlight];
-      std::int32_t s[kInFlight];
-#pragma unroll
-      for (int m = 0; m < kInFlight; ++m) {
-        s[m] = __shfl_sync(kAllLanes, slot, (m0 + m) & 31);
-        if (m0 + m >= count) s[m] = -1;
-        if (s[m] >= 0 && c0 < geo.hd) load_raw<Gt, kVec>(rows + static_cast<std::int64_t>(s[m]) * geo.hd, c0, geo.hd, x[m]);
-      }
-#pragma unroll
-      for (int m = 0; m < kInFlight; ++m) {
-        const float cm = __shfl_sync(kAllLanes, coef, (m0 + m) & 31);
-        if (s[m] < 0 || c0 >= geo.hd) continue;
-        float g[kLaneCols];
-        unpack_raw<Gt, kVec>(x[m], g);
-#pragma unroll
-        for (int k = 0; k < kLaneCols; ++k) acc[k] = fmaf(cm, g[k], acc[k]);
-      }
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kLaneCols; ++k) partial[warp][lane * kLaneCols + k] = acc[k];
-  __syncthreads();
-  const int col = static_cast<int>(threadIdx.x);
-  const std::int64_t c = tile0 + col;
-  if (c >= geo.hd) return;
-  float sum = partial[0][col];
-#pragma unroll
-  for (int k = 1; k < kWarps; ++k) sum += partial[k][col];
-  bb.dw[row * geo.hd + c] = sum;
 }
 
 // ---- solve_side ----------------------------------------------------------------------------
@@ -500,13 +418,6 @@ __global__ void __launch_bounds__(kThreads, 2) pair_dots(Geometry geo, BackwardB
   else pair_tile<false, kVec>(geo, bb, I, J, smem);
 }
 
-template <typename Gt, bool kVec>
-void launch_gather_grads(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuffers& bb, std::int64_t ti,
-                         cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(geo.P * geo.C), static_cast<unsigned>((geo.hd + kWarpCols - 1) / kWarpCols));
-  launch_dependent(gather_grads<Gt, kVec>, grid, dim3(kThreads), 0, stream, "gather_grads", geo, p1, bb, ti);
-}
-
 template <int kCols>
 void launch_solve_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
                        AnyFloat grad_v, std::int64_t ti, cudaStream_t stream) {
@@ -527,15 +438,17 @@ void launch_solve_side(const Geometry& geo, const Inputs& in, const Phase1Buffer
 
 }  // namespace
 
+void launch_entry_coefs(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuffers& bb, cudaStream_t stream) {
+  const std::int64_t entries = geo.write_entries();
+  const std::int64_t blocks = (entries + kThreads - 1) / kThreads;
+  entry_coefs<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kThreads, 0, stream>>>(geo, p1, bb.entry_coef);
+  check_launch("entry_coefs");
+}
+
 void launch_token_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
                        AnyFloat grad_v, std::int64_t ti, cudaStream_t stream) {
-  if (bb.bf16_grad_rows) {
-    bb.vec8 ? launch_gather_grads<Bf16Bits, true>(geo, p1, bb, ti, stream)
-            : launch_gather_grads<Bf16Bits, false>(geo, p1, bb, ti, stream);
-  } else {
-    bb.vec8 ? launch_gather_grads<float, true>(geo, p1, bb, ti, stream)
-            : launch_gather_grads<float, false>(geo, p1, bb, ti, stream);
-  }
+  launch_weighted_gather(geo, bb.grad_rows, bb.bf16_grad_rows, bb.vec8, GatherSide{p1.k_slot, bb.entry_coef, geo.W},
+                         GatherSide{}, ti, bb.dw, nullptr, stream);
 
   switch (chunk::tile_cols(geo.hd, geo.P)) {
     case 32: launch_solve_side<32>(geo, in, p1, bb, grad_v, ti, stream); break;

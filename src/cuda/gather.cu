@@ -1,8 +1,14 @@
-// gather.cu - per-step gather of bank rows (SPEC B.2 "gather", B.5.1).
+// gather.cu - per-step weighted sums of gathered rows: the forward's gather of bank rows (SPEC B.2
+// "gather", B.5.1) and the backward's GWR (D_w, SPEC C.3), one kernel.
 //
-// Inputs:  bank M0 [S, hd] (E); Phase 1's k_slot / k_eff [N, C, W] and q_slot / q_w [N, C, R].
-// Outputs: retrieved, inter f32 [P*C, hd] (step rows p*C + i of step ti).
-// Math:    retrieved[i] = sum_w k_eff(i,w) M0[k_slot(i,w)];  inter[i] = sum_r q_w(i,r) M0[q_slot(i,r)].
+// Inputs:  rows [S, hd] (E: the bank M0, or the gradient bank G); two sides (GatherSide), each
+//          `count` entries per chunk token: slot (absolute row, -1 for nothing) and weight, at
+//          chunk-token n*C + i times count. Forward: k side (k_slot, k_eff, W), q side (q_slot,
+//          q_w, R). Backward: k side only (k_slot, the write coefficients in entry order, W).
+// Outputs: k_sums, q_sums f32 [P*C, hd] (step rows p*C + i of step ti; q_sums absent when the
+//          q side has no entries).
+// Math:    retrieved[i] = sum_w k_eff(i,w) M0[k_slot(i,w)];  inter[i] = sum_r q_w(i,r) M0[q_slot(i,r)];
+//          backward D_w[i] = sum_w wcoef(i,w) G[k_slot(i,w)].
 // Parallel decomposition: one CTA of 8 warps per (step row, column tile of 32*kVec columns), the
 //   tiles of a row in adjacent CTAs (1-D grid). Lane l owns columns [l*kVec, l*kVec + kVec) of the
 //   tile (16-byte loads when kVec == 8). Warp k sums the k entries k, k+8, k+16, ... in that order,
@@ -42,6 +48,7 @@ template <typename E>
 __device__ __forceinline__ SideEntries load_side(const std::int32_t* __restrict__ slots,
                                                  const float* __restrict__ weights, int total, int warp,
                                                  int lane) {
+  if (total == 0) return {};
   SideEntries side;
   const int mine = warp + kWarps * lane;
   if (mine < total) {
@@ -123,8 +130,8 @@ __device__ __forceinline__ void accumulate_rows(const E* __restrict__ bank_lane,
 
 template <typename E, int kVec>
 __global__ void __launch_bounds__(kWarps * 32, 4)
-    gather_rows(Geometry geo, const E* __restrict__ bank, Phase1Buffers p1, std::int64_t ti, unsigned tiles,
-                float* __restrict__ retrieved, float* __restrict__ inter) {
+    gather_rows(Geometry geo, const E* __restrict__ bank, GatherSide k, GatherSide q, std::int64_t ti,
+                unsigned tiles, float* __restrict__ k_sums, float* __restrict__ q_sums) {
   constexpr int kTile = 32 * kVec;
   __shared__ float partial[kWarps][2][kTile];
   wait_for_predecessor();
@@ -135,42 +142,51 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   const std::int64_t tile0 = static_cast<std::int64_t>(blockIdx.x - row32 * tiles) * kTile;
   const std::int64_t c0 = tile0 + lane * kVec;
   const bool active = c0 < geo.hd;
-  const SideEntries k_side = load_side<E>(p1.k_slot + token * geo.W, p1.k_eff + token * geo.W,
-                                          static_cast<int>(geo.W), warp, lane);
-  const SideEntries q_side = load_side<E>(p1.q_slot + token * geo.R, p1.q_w + token * geo.R,
-                                          static_cast<int>(geo.R), warp, lane);
+  const SideEntries k_side =
+      load_side<E>(k.slot + token * k.count, k.weight + token * k.count, static_cast<int>(k.count), warp, lane);
+  const SideEntries q_side =
+      load_side<E>(q.slot + token * q.count, q.weight + token * q.count, static_cast<int>(q.count), warp, lane);
   accumulate_rows<E, kVec>(bank + c0, geo.hd, active, k_side, q_side, &partial[warp][0][lane * kVec],
                            &partial[warp][1][lane * kVec]);
   __syncthreads();
-  for (int o = static_cast<int>(threadIdx.x); o < 2 * kTile; o += kWarps * 32) {
+  const int sides = q_sums != nullptr ? 2 : 1;
+  for (int o = static_cast<int>(threadIdx.x); o < sides * kTile; o += kWarps * 32) {
     const int which = o / kTile, col = o % kTile;
     const std::int64_t c = tile0 + col;
     if (c >= geo.hd) continue;
     float sum = partial[0][which][col];
 #pragma unroll
-    for (int k = 1; k < kWarps; ++k) sum += partial[k][which][col];
-    (which == 0 ? retrieved : inter)[row * geo.hd + c] = sum;
+    for (int w = 1; w < kWarps; ++w) sum += partial[w][which][col];
+    (which == 0 ? k_sums : q_sums)[row * geo.hd + c] = sum;
   }
 }
 
 template <typename E, int kVec>
-void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
-            cudaStream_t stream) {
+void launch(const Geometry& geo, const void* rows, GatherSide k, GatherSide q, std::int64_t ti, float* k_sums,
+            float* q_sums, cudaStream_t stream) {
   const auto tiles = static_cast<unsigned>((geo.hd + 32 * kVec - 1) / (32 * kVec));
   const dim3 grid(static_cast<unsigned>(geo.P * geo.C) * tiles);
   launch_dependent(gather_rows<E, kVec>, grid, dim3(kWarps * 32), 0, stream, "gather_rows", geo,
-                   static_cast<const E*>(sb.bank), p1, ti, tiles, sb.retrieved, sb.inter);
+                   static_cast<const E*>(rows), k, q, ti, tiles, k_sums, q_sums);
 }
 
 }  // namespace
 
+void launch_weighted_gather(const Geometry& geo, const void* rows, bool bf16_rows, bool vec8, GatherSide k,
+                            GatherSide q, std::int64_t ti, float* k_sums, float* q_sums, cudaStream_t stream) {
+  if (bf16_rows) {
+    vec8 ? launch<Bf16Bits, 8>(geo, rows, k, q, ti, k_sums, q_sums, stream)
+         : launch<Bf16Bits, 1>(geo, rows, k, q, ti, k_sums, q_sums, stream);
+  } else {
+    vec8 ? launch<float, 8>(geo, rows, k, q, ti, k_sums, q_sums, stream)
+         : launch<float, 1>(geo, rows, k, q, ti, k_sums, q_sums, stream);
+  }
+}
+
 void launch_gather(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
                    cudaStream_t stream) {
-  if (sb.bf16_bank) {
-    sb.vec8 ? launch<Bf16Bits, 8>(geo, p1, sb, ti, stream) : launch<Bf16Bits, 1>(geo, p1, sb, ti, stream);
-  } else {
-    sb.vec8 ? launch<float, 8>(geo, p1, sb, ti, stream) : launch<float, 1>(geo, p1, sb, ti, stream);
-  }
+  launch_weighted_gather(geo, sb.bank, sb.bf16_bank, sb.vec8, GatherSide{p1.k_slot, p1.k_eff, geo.W},
+                         GatherSide{p1.q_slot, p1.q_w, geo.R}, ti, sb.retrieved, sb.inter, stream);
 }
 
 }  // namespace sdm::cuda

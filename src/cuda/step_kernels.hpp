@@ -39,6 +39,20 @@ struct StepBuffers {
 
 void launch_gather(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
                    cudaStream_t stream);
+
+// One side of a weighted gather (gather.cu): `count` entries per chunk token, at chunk-token
+// n*C + i times count: the absolute row (-1: no row, adds nothing) and its weight.
+struct GatherSide {
+  const std::int32_t* slot = nullptr;
+  const float* weight = nullptr;
+  std::int64_t count = 0;
+};
+
+// k_sums[p*C + i] = sum over the k side of weight * rows[slot] for step ti, and likewise q_sums
+// (null when q.count == 0); rows [S, hd] bf16 (bf16_rows) or f32; vec8: hd % 8 == 0 and 16-byte
+// aligned rows. launch_gather is this on the bank with (k_slot, k_eff) and (q_slot, q_w).
+void launch_weighted_gather(const Geometry& geo, const void* rows, bool bf16_rows, bool vec8, GatherSide k,
+                            GatherSide q, std::int64_t ti, float* k_sums, float* q_sums, cudaStream_t stream);
 void launch_dual(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const StepBuffers& sb,
                  std::int64_t ti, cudaStream_t stream);
 void launch_group_writer(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
