@@ -209,6 +209,25 @@ Row make_row(const Config& c, const std::string& mode, double ms, double rows, d
   return {c.name, mode, ms, tokens / (ms * 1e-3), bytes * 1e-9, bytes / (ms * 1e-3) / copy_bw};
 }
 
+// The no-grad forward: eager, replayed from a CUDA graph, and eager with validate=True.
+void bench_no_grad_forward(const Config& c, int reps, Inputs& in, const WriteReadOptions& opt, double copy_bw,
+                           std::vector<Row>& rows) {
+  const WriteReadArgs args = in.args();
+  const double fwd_rows = rows_per_token(c, 0.0, false);
+  rows.push_back(make_row(c, "forward no-grad", median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }),
+                          fwd_rows, copy_bw));
+  rows.push_back(make_row(c, "forward no-grad, graph replay", graph_replay_ms(reps, [&](cudaStream_t stream) {
+    WriteReadOptions on_stream = opt;
+    on_stream.cuda_stream = stream;
+    write_read_forward(args, in.readings.ref(), on_stream);
+  }), fwd_rows, copy_bw));
+  WriteReadOptions validating = opt;
+  validating.validate = true;
+  rows.push_back(make_row(c, "forward no-grad, validate",
+                          median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), validating); }), fwd_rows,
+                          copy_bw));
+}
+
 void bench_chunked(const Config& c, int reps, bool training_only, const std::vector<SnapshotQuant>& modes,
                    double copy_bw, std::vector<Row>& rows) {
   Inputs in(c);
@@ -217,21 +236,7 @@ void bench_chunked(const Config& c, int reps, bool training_only, const std::vec
   opt.chunk_size = 64;
   opt.validate = false;
   const WriteReadArgs args = in.args();
-  const double fwd_rows = rows_per_token(c, 0.0, false);
-  if (!training_only) {
-  rows.push_back(make_row(c, "forward no-grad", median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }),
-                          fwd_rows, copy_bw));
-  rows.push_back(make_row(c, "forward no-grad, graph replay", graph_replay_ms(reps, [&](cudaStream_t stream) {
-    WriteReadOptions on_stream = opt;
-    on_stream.cuda_stream = stream;
-    write_read_forward(args, in.readings.ref(), on_stream);
-  }), fwd_rows, copy_bw));
-  opt.validate = true;
-  rows.push_back(make_row(c, "forward no-grad, validate",
-                          median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }), fwd_rows,
-                          copy_bw));
-  opt.validate = false;
-  }
+  if (!training_only) bench_no_grad_forward(c, reps, in, opt, copy_bw, rows);
 
   // A training step: the saving forward, then the backward of <readings, grad_readings>; the
   // backward restores the bank (approximately for a lossy snapshot mode, so the bank drifts a
