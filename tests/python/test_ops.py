@@ -136,6 +136,22 @@ def test_errors_map_to_python_types_with_the_cpp_message():
         sdm.write_read(p.memory, p.k_idx, p.k_val, p.v[:, :, :4], *p.tensors()[4:], **OPTIONS)
 
 
+def test_backward_rejects_a_misaligned_or_resized_saved_buffer():
+    p = _problem().cast(torch.float32)
+    readings, final_bank, saved = torch.ops.sdm.write_read(*p.tensors(), **OPTIONS)
+    grad_readings = torch.randn_like(readings)
+    storage = torch.zeros(saved.numel() + 16, dtype=torch.uint8)
+    offset = (16 - storage.data_ptr() % 16) % 16 + 1  # one byte past a 16-byte boundary
+    misaligned = storage[offset:offset + saved.numel()]
+    misaligned.copy_(saved)
+    bank = final_bank.clone()
+    with pytest.raises(ValueError, match=r"saved must start at a 16-byte aligned address"):
+        torch.ops.sdm.write_read_backward(bank, misaligned, *p.tensors()[1:], grad_readings, None, **OPTIONS)
+    with pytest.raises(ValueError, match=r"saved must be a contiguous 1-D uint8 buffer of \d+ bytes"):
+        torch.ops.sdm.write_read_backward(bank, saved[:-1], *p.tensors()[1:], grad_readings, None, **OPTIONS)
+    assert torch.equal(bank, final_bank)  # nothing restored by the rejected calls
+
+
 def test_rejected_inplace_call_writes_nothing():
     p = _problem().cast(torch.float32)
     bank = p.memory.clone()
