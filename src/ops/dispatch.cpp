@@ -40,11 +40,11 @@ void check_saved(const TensorRef& saved, std::size_t expected, const TensorRef& 
                                   device_name(saved.device));
   }
   // The engines store typed arrays (f32, i32, u64) in it at 16-byte aligned offsets.
-  if (reinterpret_cast<std::uintptr_t>(saved.data) % kSavedAlignment != 0) {
+  const std::uintptr_t misalignment = reinterpret_cast<std::uintptr_t>(saved.data) % kSavedAlignment;
+  if (misalignment != 0) {
     throw ValueError("saved", "saved must start at a " + std::to_string(kSavedAlignment) +
                                   "-byte aligned address (a fresh allocation does; a view at an offset "
-                                  "may not), got an address " +
-                                  std::to_string(reinterpret_cast<std::uintptr_t>(saved.data) % kSavedAlignment) +
+                                  "may not), got an address " + std::to_string(misalignment) +
                                   " bytes past a multiple of " + std::to_string(kSavedAlignment));
   }
 }

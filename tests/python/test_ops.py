@@ -146,9 +146,9 @@ def test_backward_rejects_a_misaligned_or_resized_saved_buffer():
     misaligned.copy_(saved)
     bank = final_bank.clone()
     with pytest.raises(ValueError, match=r"saved must start at a 16-byte aligned address"):
-        torch.ops.sdm.write_read_backward(bank, misaligned, *p.tensors()[1:], grad_readings, None, **OPTIONS)
+        torch.ops.sdm.write_read_backward(bank, misaligned, *p.inputs(), grad_readings, None, **OPTIONS)
     with pytest.raises(ValueError, match=r"saved must be a contiguous 1-D uint8 buffer of \d+ bytes"):
-        torch.ops.sdm.write_read_backward(bank, saved[:-1], *p.tensors()[1:], grad_readings, None, **OPTIONS)
+        torch.ops.sdm.write_read_backward(bank, saved[:-1], *p.inputs(), grad_readings, None, **OPTIONS)
     assert torch.equal(bank, final_bank)  # nothing restored by the rejected calls
 
 
