@@ -10,14 +10,17 @@
 //          Snapshot: none M0[s] bit for bit; bf16 rnd_bf16(M0[s]); fp8 / int4 the shared quantiser
 //          core/snapshot_quant.hpp (scale from the row's amax, codes from the fast quotient on bf16
 //          rows, the IEEE division on f32 rows): the bytes and scale core::quantize_row gives.
-// Parallel decomposition: one warp per sorted write position of the step (a 1-D grid of P blocks
-//   of ceil(C*W / 8) CTAs, so the stream p and position q come from 32-bit block arithmetic); the
-//   warp at a group's first entry is the group's only writer, the others exit at once. Lane l owns
+// Parallel decomposition: the step's P * C*W sorted write positions are cut into contiguous
+//   ranges, one per warp, of about one wave of resident warps (resident_warps.hpp; which warp
+//   writes a group changes no result). A warp finds the group starts of 32 positions at once (a
+//   key and the key before it per lane, a ballot) and writes those groups in order, one at a
+//   time: it is the group's only writer. Before writing one it asks L2 for the next group's row
+//   (l2_prefetch.cuh), so two groups' rows are in flight per warp. Lane l owns
 //   columns l*kVec + 32*kVec*s (16-byte accesses when kVec == 8). The group's entries are read 32
 //   at a time, one per lane (key, delta row offset, coefficient: one coalesced load), and then
 //   broadcast by shuffles; nearly every group fits in one such batch. The first batch's keys and
-//   coefficients, the previous key and the decay are loaded in one round trip before the warp
-//   knows whether it writes, and the first entry's delta pieces are prefetched into L1 while the
+//   coefficients and the decay are loaded in one round trip, and the first entry's delta pieces
+//   are prefetched into L1 while the
 //   row's loads fly. The row is processed in
 //   blocks of kHeld pieces (kVec 8: 4 pieces = 1024 columns; kVec 1: 8 pieces = 256 columns):
 //   a block's row pieces are all loaded first (loads in flight together) and kept as loaded
@@ -32,6 +35,8 @@
 //   deterministic; padding and masked entries (local slot == sps) form no group.
 #include "cuda_check.hpp"
 #include "dependent_launch.cuh"
+#include "l2_prefetch.cuh"
+#include "resident_warps.hpp"
 #include "device_values.cuh"
 #include "snapshot_rows.cuh"
 #include "step_kernels.hpp"
@@ -84,32 +89,33 @@ __device__ __forceinline__ EntryBatch load_entries(const std::uint64_t* __restri
   return batch_of(key, coef, first, CW, local, layout, hd, lane);
 }
 
+// The row of chunk n = ti*P + p's write group that starts at sorted position q: asks L2 for it
+// (its first 2 KB) before the group's metadata and row loads of the worker that writes it.
+template <typename E>
+__device__ __forceinline__ void prefetch_group_row(const Geometry& geo, const StepBuffers& sb, std::int64_t p,
+                                                   std::int64_t local, int lane) {
+  const std::int64_t row_bytes = geo.hd * static_cast<std::int64_t>(sizeof(E));
+  prefetch_row_l2(static_cast<const char*>(sb.bank) + (p * geo.sps + local) * row_bytes, row_bytes, lane);
+}
+
+// The write group of chunk n = ti*P + p that starts at sorted position q (its slot `local`): the
+// group's decay-and-write, and in a saving call its snapshot row.
 template <typename E, int kVec, SnapshotQuant kMode>
-__global__ void __launch_bounds__(kWarps * 32, 3)
-    write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti) {
+__device__ __forceinline__ void write_group(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb,
+                                            std::int64_t ti, std::int64_t p, int q, std::int64_t local, int lane) {
   constexpr int kHeld = kHeldPieces<kVec>;
   constexpr int kPiece = 32 * kVec;  // columns of one piece (the whole warp)
   constexpr bool kQuantised = kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4;
-  wait_for_predecessor();
   const int CW = static_cast<int>(geo.C * geo.W);  // <= kMaxChunk * kMaxWidth
-  const unsigned ctas_per_stream = static_cast<unsigned>((CW + kWarps - 1) / kWarps);
-  const unsigned stream = blockIdx.x / ctas_per_stream;
-  const int q = static_cast<int>(blockIdx.x - stream * ctas_per_stream) * kWarps + static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  if (q >= CW) return;
-  const std::int64_t p = stream, n = ti * geo.P + p, e = n * CW + q;
+  const std::int64_t n = ti * geo.P + p, e = n * CW + q;
   const std::uint64_t* __restrict__ keys = p1.keys + n * CW;  // the chunk's sorted keys
   const float* __restrict__ wcoef = p1.wcoef + n * CW;
-  // One round trip for the warp's metadata: the keys and coefficients of positions q .. q + 31,
-  // the previous key and the decay, all loaded before the warp knows whether it writes.
+  // One round trip for the group's metadata: the keys and coefficients of positions q .. q + 31
+  // and the decay.
   const int mine = q + lane;
   const std::uint64_t my_key = mine < CW ? keys[mine] : 0;
   const float my_coef = mine < CW ? wcoef[mine] : 0.0f;
-  const std::uint64_t prev_key = q > 0 ? keys[q - 1] : 0;
   const float decay = p1.gdecay[e];
-  const std::int64_t local = geo.keys.local_slot(__shfl_sync(0xffffffffu, my_key, 0));
-  if (local == geo.sps) return;
-  if (q > 0 && geo.keys.local_slot(prev_key) == local) return;
 
   const std::int64_t hd = geo.hd;
   E* __restrict__ row = static_cast<E*>(sb.bank) + (p * geo.sps + local) * hd;
@@ -213,12 +219,63 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   }
 }
 
+// The step's P * C*W sorted write positions (stream p's, p ascending) in contiguous ranges of
+// `span`, one per warp (about one wave of warps). A warp walks its range 32 positions at a time:
+// lane l loads the key at position base + l and the key before it, a ballot finds the group
+// starts, and the warp writes those groups in position order, asking L2 for the next group's row
+// before it writes the current one (the first one's just before), so each warp has two groups'
+// rows in flight.
+template <typename E, int kVec, SnapshotQuant kMode>
+__global__ void __launch_bounds__(kWarps * 32, 3)
+    write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti, std::int64_t span) {
+  wait_for_predecessor();
+  const int CW = static_cast<int>(geo.C * geo.W);
+  const std::int64_t positions = geo.P * CW;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t warp = static_cast<std::int64_t>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / 32;
+  const std::int64_t begin = warp * span;
+  const std::int64_t end = begin + span < positions ? begin + span : positions;
+  for (std::int64_t base = begin; base < end; base += 32) {
+    const std::int64_t at = base + lane;
+    const std::int64_t my_p = at / CW;
+    const int my_q = static_cast<int>(at - my_p * CW);
+    const std::uint64_t* keys = p1.keys + (ti * geo.P + my_p) * CW;
+    std::int64_t my_local = geo.sps;  // past the range: no group
+    bool starts = false;
+    if (at < end) {
+      my_local = geo.keys.local_slot(keys[my_q]);
+      starts = my_local != geo.sps && (my_q == 0 || geo.keys.local_slot(keys[my_q - 1]) != my_local);
+    }
+    unsigned groups = __ballot_sync(0xffffffffu, starts);
+    if (groups != 0) {
+      const int first = __ffs(groups) - 1;
+      prefetch_group_row<E>(geo, sb, __shfl_sync(0xffffffffu, my_p, first), __shfl_sync(0xffffffffu, my_local, first),
+                            lane);
+    }
+    while (groups != 0) {
+      const int j = __ffs(groups) - 1;
+      groups &= groups - 1;
+      if (groups != 0) {
+        const int next = __ffs(groups) - 1;
+        prefetch_group_row<E>(geo, sb, __shfl_sync(0xffffffffu, my_p, next), __shfl_sync(0xffffffffu, my_local, next),
+                              lane);
+      }
+      write_group<E, kVec, kMode>(geo, p1, sb, ti, __shfl_sync(0xffffffffu, my_p, j), __shfl_sync(0xffffffffu, my_q, j),
+                                  __shfl_sync(0xffffffffu, my_local, j), lane);
+    }
+  }
+}
+
 template <typename E, int kVec, SnapshotQuant kMode>
 void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
             cudaStream_t stream) {
-  const std::int64_t ctas = geo.P * ((geo.C * geo.W + kWarps - 1) / kWarps);
-  launch_dependent(write_groups<E, kVec, kMode>, dim3(static_cast<unsigned>(ctas)),
-                   dim3(kWarps * 32), 0, stream, "write_groups", geo, p1, sb, ti);
+  constexpr auto kernel = write_groups<E, kVec, kMode>;
+  const std::int64_t positions = geo.P * geo.C * geo.W;
+  const std::int64_t warps = resident_warps<kernel>(kWarps * 32, "write_groups");
+  const std::int64_t span = (positions + warps - 1) / warps;
+  const std::int64_t ctas = (positions + span * kWarps - 1) / (span * kWarps);
+  launch_dependent(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kWarps * 32), 0, stream, "write_groups", geo, p1,
+                   sb, ti, span);
 }
 
 template <typename E, int kVec>
