@@ -18,91 +18,176 @@
 //   q_w. These are the values the worker would load itself (the same words, no arithmetic but
 //   beta's negation), so nothing downstream changes by a bit.
 //
-// Parallel decomposition: one thread per position; grid (N, position slices of 256). A group start
-// (its key's slot differs from the previous key's) finds the other side's first key of its slot
-// by a binary search of that chunk's sorted keys (lower_bound_key) and the groups' sizes by
-// walking their keys. Integer work and copies only; each task has one writer.
+// Parallel decomposition (kernel chunk_slot_tasks): one CTA of kThreads per chunk, three passes
+// split by __syncthreads:
+//   1. stage: the local slots of the chunk's C*R sorted read keys go to shared memory as u32
+//      (when C*R <= kMaxStagedReads and a slot fits 32 bits; otherwise the passes below take them
+//      from the read keys in global memory), and one `claimed` byte per read position is cleared;
+//   2. write positions q = t, t + kThreads, ..: a group start (its key's slot differs from the
+//      previous key's) walks its group's keys for the size and finds the first read of its slot by
+//      a binary search of the read slots (every search of a chunk has the same trip count); it
+//      claims that read position (distinct slots claim distinct positions: one writer per byte);
+//   3. read positions: a read group start that no write group claimed starts a slot the chunk
+//      reads but does not write (each written slot's write group claimed its first read position
+//      in pass 2): the read-only worker, which finds its group's size as in pass 2.
+// A chunk's slots ascend along its sorted keys (the chunk field of every key is n), so the search
+// by slot finds the position of lower_bound(key (n, s, 0, 0)). Integer work and copies only; each
+// task has one writer; consecutive threads store consecutive tasks.
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
 #include "backward.hpp"
-#include "backward_rows.cuh"
 #include "cuda_check.hpp"
 #include "device_values.cuh"
 
 namespace sdm::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+// 32 registers: two CTAs (one per chunk) fill an SM's 2048 threads.
+constexpr int kThreads = 1024;
+// Chunks of at most this many read entries stage their read slots (4 bytes each; with the claimed
+// bytes 160 KiB of shared memory at the limit, 40 KiB at C*R = 8192).
+constexpr std::int64_t kMaxStagedReads = 32768;
 
-// Whether sorted position q of keys[0, count) starts the group of a real slot; its slot in *local.
-__device__ __forceinline__ bool starts_group(const std::uint64_t* keys, int q, const KeyLayout& layout,
-                                             std::int64_t sps, std::int64_t* local) {
-  *local = layout.local_slot(keys[q]);
-  return *local != sps && (q == 0 || layout.local_slot(keys[q - 1]) != *local);
+// The local slots along a chunk's sorted keys, read from the keys in global memory...
+struct KeySlots {
+  using Slot = std::int64_t;
+  const std::uint64_t* keys;
+  KeyLayout layout;
+  __device__ Slot operator[](int q) const { return layout.local_slot(keys[q]); }
+};
+
+// ...or from their u32 copy in shared memory.
+struct StagedSlots {
+  using Slot = std::uint32_t;
+  const std::uint32_t* slots;
+  __device__ Slot operator[](int q) const { return slots[q]; }
+};
+
+// Chunk n's sorted keys: C*W write keys, C*R read keys, and the read keys' slots (staged or not).
+template <typename ReadSlots>
+struct ChunkKeys {
+  std::int64_t n;
+  int CW, CR;
+  KeySlots writes, reads;
+  ReadSlots read_slots;
+};
+
+// Whether sorted position q, of local slot `local`, starts the group of a real slot.
+template <typename Slots>
+__device__ __forceinline__ bool starts_group(const Slots& slots, int q, std::int64_t local, std::int64_t sps) {
+  return local != sps && (q == 0 || slots[q - 1] != local);
 }
 
-// The first position of slot `local` in the sorted keys[0, count) of chunk n, or -1.
-__device__ __forceinline__ int find_slot(const std::uint64_t* keys, int count, const KeyLayout& layout,
-                                         std::int64_t n, std::int64_t local) {
-  const std::int64_t at = lower_bound_key(keys, count, layout.encode(n, local, 0, 0));
-  return at < count && layout.local_slot(keys[at]) == local ? static_cast<int>(at) : -1;
-}
-
-// The size of the group of slot `local` that starts at position q of keys[0, count).
-__device__ __forceinline__ int group_size(const std::uint64_t* keys, int count, int q, const KeyLayout& layout,
-                                          std::int64_t local) {
+// The size of the group of slot `local` that starts at position q of slots[0, count).
+template <typename Slots>
+__device__ __forceinline__ int group_size(const Slots& slots, int count, int q, std::int64_t local) {
   int end = q + 1;
-  while (end < count && layout.local_slot(keys[end]) == local) ++end;
+  while (end < count && slots[end] == local) ++end;
   return end - q;
 }
 
+// The first position of slot `local` in slots[0, count) (ascending, count >= 1), or -1; `local`
+// fits Slots::Slot. Binary search: the range holding the first slot >= local (if any) halves each
+// round, the same ceil(log2(count)) rounds for every position of the chunk, then one probe.
+template <typename Slots>
+__device__ __forceinline__ int find_slot(const Slots& slots, int count, std::int64_t local) {
+  const auto bound = static_cast<typename Slots::Slot>(local);
+  int at = 0, len = count;  // slots[0, at) < bound; the first slot >= bound, if any, in [at, at + len)
+  while (len > 1) {
+    const int half = len / 2;
+    if (slots[at + half - 1] < bound) at += half;
+    len -= half;
+  }
+  return slots[at] == bound ? at : -1;
+}
+
+// Completes the task of the worker of slot `local`: its write group of write_size entries starting
+// at sorted write position write_at (write_size 0: none) and its read group starting at sorted
+// read position first_read (-1: none).
+template <typename ReadSlots>
+__device__ __forceinline__ void finish_task(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
+                                            const ChunkKeys<ReadSlots>& chunk, std::int64_t local, int write_at,
+                                            int write_size, int first_read, SlotTask& task) {
+  const int read_size = first_read >= 0 ? group_size(chunk.read_slots, chunk.CR, first_read, local) : 0;
+  task.local = static_cast<std::int32_t>(local);
+  task.sizes = write_size | read_size << kReadSizeShift;
+  if (write_size > 1 || read_size > 1) return;
+  const std::int64_t n = chunk.n;
+  std::uint32_t tokens = 0;
+  if (write_size == 1) {
+    const std::uint64_t key = chunk.writes.keys[write_at];
+    const std::int64_t i = geo.keys.token(key), p = n % geo.P, ti = n / geo.P;
+    tokens = static_cast<std::uint32_t>(i);
+    task.write_scale = -load_input(in.beta, in.beta_dtype, p * geo.T + ti * geo.C + i);
+    task.write_k_eff = p1.k_eff[n * chunk.CW + i * geo.W + geo.keys.lane(key)];
+  }
+  if (read_size == 1) {
+    const std::uint64_t key = chunk.reads.keys[first_read];
+    const std::int64_t entry = chunk.reads.layout.token(key) * geo.R + chunk.reads.layout.lane(key);
+    tokens |= static_cast<std::uint32_t>(entry) << 16;
+    task.read_q_w = p1.q_w[n * chunk.CR + entry];
+  }
+  task.tokens = tokens;
+}
+
+// Dynamic shared memory: [kStaged ? C*R : 0] u32 read slots, then C*R claimed bytes (rounded up to
+// whole words).
+template <bool kStaged>
 __global__ void __launch_bounds__(kThreads)
-    find_slot_tasks(Geometry geo, Inputs in, Phase1Buffers p1, KeyLayout read_layout,
-                    const std::uint64_t* __restrict__ read_keys, SlotTask* __restrict__ tasks) {
+    chunk_slot_tasks(Geometry geo, Inputs in, Phase1Buffers p1, KeyLayout read_layout,
+                     const std::uint64_t* __restrict__ read_keys, SlotTask* __restrict__ tasks) {
+  extern __shared__ std::uint32_t shared_words[];
   const int CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C * geo.R);
-  const int position = static_cast<int>(blockIdx.y) * kThreads + static_cast<int>(threadIdx.x);
-  if (position >= CW + CR) return;
+  const int t = static_cast<int>(threadIdx.x);
   const std::int64_t n = blockIdx.x;
-  const std::uint64_t* writes = p1.keys + n * CW;
-  const std::uint64_t* reads = read_keys + n * CR;
-  SlotTask task{};
-  task.role = kSlotIdle;
-  std::int64_t local = 0;
-  int write_size = 0, first_read = -1;
-  if (position < CW) {
-    if (starts_group(writes, position, geo.keys, geo.sps, &local)) {
-      write_size = group_size(writes, CW, position, geo.keys, local);
-      first_read = find_slot(reads, CR, read_layout, n, local);
+  const KeySlots reads{read_keys + n * CR, read_layout};
+  std::uint32_t* staged = shared_words;
+  std::uint32_t* claimed_words = shared_words + (kStaged ? CR : 0);
+  std::uint8_t* claimed = reinterpret_cast<std::uint8_t*>(claimed_words);
+
+  // 1. Stage the read slots, clear the claims.
+  if constexpr (kStaged) {
+#pragma unroll 4
+    for (int q = t; q < CR; q += kThreads) staged[q] = static_cast<std::uint32_t>(reads[q]);
+  }
+  for (int w = t; w < (CR + 3) / 4; w += kThreads) claimed_words[w] = 0;
+  __syncthreads();
+
+  using ReadSlots = std::conditional_t<kStaged, StagedSlots, KeySlots>;
+  ReadSlots read_slots{};
+  if constexpr (kStaged) read_slots = StagedSlots{staged};
+  else read_slots = reads;
+  const ChunkKeys<ReadSlots> chunk{n, CW, CR, KeySlots{p1.keys + n * CW, geo.keys}, reads, read_slots};
+  SlotTask* chunk_tasks = tasks + n * (CW + CR);
+
+  // 2. Write positions: every written slot's worker, claiming its slot's first read position.
+  for (int q = t; q < CW; q += kThreads) {
+    SlotTask task{};
+    const std::int64_t local = chunk.writes[q];
+    if (starts_group(chunk.writes, q, local, geo.sps)) {
+      const int write_size = group_size(chunk.writes, CW, q, local);
+      const int first_read = find_slot(read_slots, CR, local);
       task.role = first_read >= 0 ? first_read : kSlotNoPartner;
-      task.decay = p1.gdecay[n * CW + position];
+      task.decay = p1.gdecay[n * CW + q];
+      if (first_read >= 0) claimed[first_read] = 1;
+      finish_task(geo, in, p1, chunk, local, q, write_size, first_read, task);
     }
-  } else if (starts_group(reads, position - CW, read_layout, geo.sps, &local)) {
-    if (find_slot(writes, CW, geo.keys, n, local) < 0) {
+    chunk_tasks[q] = task;
+  }
+  __syncthreads();
+
+  // 3. Read positions: the workers of the slots read but not written.
+  for (int q = t; q < CR; q += kThreads) {
+    SlotTask task{};
+    const std::int64_t local = read_slots[q];
+    if (starts_group(read_slots, q, local, geo.sps) && claimed[q] == 0) {
       task.role = kSlotNoPartner;
-      first_read = position - CW;
+      finish_task(geo, in, p1, chunk, local, 0, 0, q, task);
     }
+    chunk_tasks[CW + q] = task;
   }
-  if (task.role != kSlotIdle) {
-    const int read_size = first_read >= 0 ? group_size(reads, CR, first_read, read_layout, local) : 0;
-    task.local = static_cast<std::int32_t>(local);
-    task.sizes = write_size | read_size << kReadSizeShift;
-    if (write_size <= 1 && read_size <= 1) {
-      std::uint32_t tokens = 0;
-      if (write_size == 1) {
-        const std::uint64_t key = writes[position];
-        const std::int64_t i = geo.keys.token(key), p = n % geo.P, ti = n / geo.P;
-        tokens = static_cast<std::uint32_t>(i);
-        task.write_scale = -load_input(in.beta, in.beta_dtype, p * geo.T + ti * geo.C + i);
-        task.write_k_eff = p1.k_eff[n * CW + i * geo.W + geo.keys.lane(key)];
-      }
-      if (read_size == 1) {
-        const std::uint64_t key = reads[first_read];
-        const std::int64_t entry = read_layout.token(key) * geo.R + read_layout.lane(key);
-        tokens |= static_cast<std::uint32_t>(entry) << 16;
-        task.read_q_w = p1.q_w[n * CR + entry];
-      }
-      task.tokens = tokens;
-    }
-  }
-  tasks[n * (CW + CR) + position] = task;
 }
 
 }  // namespace
@@ -113,10 +198,17 @@ void plan_slot_tasks(const Geometry& geo, Workspace& ws, BackwardBuffers& bb) {
 
 void find_slot_tasks(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
                      cudaStream_t stream) {
-  const std::int64_t positions = geo.C * geo.W + geo.C * geo.R;
-  const dim3 grid(static_cast<unsigned>(geo.N), static_cast<unsigned>((positions + kThreads - 1) / kThreads));
-  find_slot_tasks<<<grid, kThreads, 0, stream>>>(geo, in, p1, bb.read_layout, bb.read_keys, bb.slot_tasks);
-  check_launch("find_slot_tasks");
+  const std::int64_t reads = geo.C * geo.R;
+  const bool staged = reads <= kMaxStagedReads && bb.read_layout.slot_bits <= 32;
+  const std::size_t smem = static_cast<std::size_t>((staged ? reads : 0) + (reads + 3) / 4) * sizeof(std::uint32_t);
+  const auto kernel = staged ? chunk_slot_tasks<true> : chunk_slot_tasks<false>;
+  if (smem > 48 * 1024) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+               "cudaFuncSetAttribute (chunk_slot_tasks shared memory)");
+  }
+  kernel<<<static_cast<unsigned>(geo.N), kThreads, smem, stream>>>(geo, in, p1, bb.read_layout, bb.read_keys,
+                                                                   bb.slot_tasks);
+  check_launch("chunk_slot_tasks");
 }
 
 }  // namespace sdm::cuda
