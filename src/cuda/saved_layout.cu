@@ -4,12 +4,12 @@
 
 #include <cstdint>
 
+#include "alignment.hpp"
 #include "core/snapshot_quant.hpp"
 
 namespace sdm::cuda {
 
 SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptions& options) {
-  const auto align = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
   const std::size_t chunks = static_cast<std::size_t>(shape.num_time_chunks() * shape.P);
   const std::size_t C = static_cast<std::size_t>(shape.C), hd = static_cast<std::size_t>(shape.hd);
   const std::size_t token_rows = chunks * C;
@@ -21,15 +21,15 @@ SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptio
   layout.row_bytes = core::snapshot_payload_bytes(layout.mode, shape.bank, shape.hd);
   layout.has_scales = core::snapshot_scale_bytes(layout.mode) > 0;
   layout.delta = 0;
-  layout.residual = align(token_rows * hd * sizeof(float));
-  layout.snapshot = layout.residual + align(token_rows * hd * sizeof(float));
+  layout.residual = align256(token_rows * hd * sizeof(float));
+  layout.snapshot = layout.residual + align256(token_rows * hd * sizeof(float));
   const std::size_t snapshot_end = layout.snapshot + write_entries * layout.row_bytes;
-  layout.scales = layout.has_scales ? align(snapshot_end) : snapshot_end;
+  layout.scales = layout.has_scales ? align256(snapshot_end) : snapshot_end;
   std::size_t end = layout.has_scales ? layout.scales + write_entries * sizeof(float) : snapshot_end;
 
   // Each Phase 1 region starts at the next multiple of 256 bytes.
   const auto region = [&](std::size_t& offset, std::size_t bytes) {
-    offset = align(end);
+    offset = align256(end);
     end = offset + bytes;
   };
   SavedPhase1& p1 = layout.phase1;

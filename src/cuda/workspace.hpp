@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "alignment.hpp"
 #include "cuda_check.hpp"
 
 namespace sdm::cuda {
@@ -27,11 +28,11 @@ class Workspace {
   template <typename T>
   void plan(T** slot, std::int64_t count) {
     pieces_.push_back({reinterpret_cast<void**>(slot), bytes_});
-    bytes_ += align(static_cast<std::size_t>(count) * sizeof(T));
+    bytes_ += align256(static_cast<std::size_t>(count) * sizeof(T));
   }
   void plan_bytes(void** slot, std::size_t bytes) {
     pieces_.push_back({slot, bytes_});
-    bytes_ += align(bytes);
+    bytes_ += align256(bytes);
   }
 
   void allocate() {
@@ -47,7 +48,6 @@ class Workspace {
     void** slot;
     std::size_t offset;
   };
-  static std::size_t align(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
   cudaStream_t stream_;
   void* base_ = nullptr;
