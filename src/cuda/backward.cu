@@ -32,6 +32,7 @@
 // lives in it), an owned G of P*sps rows; nothing of Phase 1 (its arrays are in `saved`).
 #include <cstdint>
 
+#include "alignment.hpp"
 #include "backward.hpp"
 #include "cuda/engine.hpp"
 #include "cuda_check.hpp"
@@ -40,8 +41,6 @@
 
 namespace sdm::cuda {
 namespace {
-
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 AnyFloat any_float(const TensorRef& t) { return t.defined() ? AnyFloat{t.data, t.dtype} : AnyFloat{}; }
 

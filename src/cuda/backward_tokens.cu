@@ -42,6 +42,7 @@
 //                 a zero. Rows past C are zero in shared memory and never stored.
 // Numerics: f32 throughout; every order above is fixed by the shape (C, hd) only, never by the tile
 // width, the SM count or the access path. No atomics; each output element has exactly one writer.
+#include "alignment.hpp"
 #include "backward.hpp"
 #include "backward_rows.cuh"
 #include "chunk_products.cuh"
@@ -460,8 +461,8 @@ void launch_token_side(const Geometry& geo, const Inputs& in, const Phase1Buffer
 void launch_pair_dots(const Geometry& geo, const BackwardBuffers& bb, cudaStream_t stream) {
   const std::int64_t tiles = (geo.C + kPairTile - 1) / kPairTile;
   const dim3 grid(static_cast<unsigned>(geo.N), static_cast<unsigned>(tiles * (tiles + 1) / 2));
-  const auto aligned = [](const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; };
-  const bool vec = geo.hd % 4 == 0 && aligned(bb.dy) && aligned(bb.du) && aligned(bb.residual) && aligned(bb.delta);
+  const bool vec =
+      geo.hd % 4 == 0 && aligned16(bb.dy) && aligned16(bb.du) && aligned16(bb.residual) && aligned16(bb.delta);
   const auto kernel = vec ? pair_dots<true> : pair_dots<false>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kPairSmemBytes)),
              "cudaFuncSetAttribute (pair_dots shared memory)");

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 
+#include "alignment.hpp"
 #include "core/float_convert.hpp"
 #include "sdm/types.hpp"
 
@@ -65,7 +66,7 @@ __device__ __forceinline__ void stage_block(const float* __restrict__ M, int C, 
   const int rows = C - row0 < kBlock ? C - row0 : kBlock;
   const int cols = C - col0 < kBlock ? C - col0 : kBlock;
   const int units = (cols + 3) / 4;  // 16-byte units per staged row
-  const bool vec = C % 4 == 0 && (reinterpret_cast<std::uintptr_t>(M) & 15u) == 0;
+  const bool vec = C % 4 == 0 && aligned16(M);
   for (int o = tid; o < round_up4(rows) * (kBlock / 4); o += threads) {
     const int r = o >> 4, q = o & 15;
     if (q >= units) continue;
@@ -105,7 +106,7 @@ __device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_all;
 __device__ __forceinline__ void stage_chunk_async(const float* __restrict__ M, int C, float* Ms, int tid,
                                                   int threads) {
   const int units = (C + 3) / 4;
-  const bool vec = C % 4 == 0 && (reinterpret_cast<std::uintptr_t>(M) & 15u) == 0;
+  const bool vec = C % 4 == 0 && aligned16(M);
   for (int o = tid; o < round_up4(C) * (kBlock / 4); o += threads) {
     const int r = o >> 4, q = o & 15;
     if (q >= units) continue;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "alignment.hpp"
 #include "cuda/engine.hpp"
 #include "cuda_check.hpp"
 #include "index_check.hpp"
@@ -55,8 +56,6 @@ Inputs make_inputs(const WriteReadArgs& args) {
 }
 
 namespace {
-
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 // `saved` == nullptr: the no-grad forward; else the saving forward into *saved.
 void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorRef* saved,
