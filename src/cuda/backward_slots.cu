@@ -13,24 +13,21 @@
 //   G[s] <- rnd( base + (sum_r q_w dy_i) ), base = G'[s] if s is written in the chunk, else G[s];
 //       the read sum starts at +0 and runs in group order (no reads: G[s] <- rnd(G'[s])).
 //
-// Parallel decomposition: a worker per slot group at one sorted position of chunk n (the C*W
-// sorted write positions, then the C*R sorted read positions). The worker at a write
+// Parallel decomposition: grid (P, (C*W + C*R) / 8), one warp per sorted position of chunk n:
+// first the C*W sorted write positions, then the C*R sorted read positions. The warp at a write
 // group's first position is the only worker of its slot: the write side, and, when the chunk
 // also reads the slot, the read side in the same walk over the row, with M0 = the decoded pre it
 // already holds (bitwise the values the restored bank row holds: restore stores exactly them, or
 // in mode "none" the saved bits, which decode to the same f32), so G' never leaves registers. The
-// worker at a read group's first position works only when the chunk does not write the slot (the
-// bank row is M0 there, base = G). The task of every position (bb.slot_tasks, found for every
-// chunk before the loop by backward_slot_tasks.cu: idle, or the slot, the group sizes, where a
-// written slot's reads start and, for a group of one write entry read at most once or of one read
-// entry, the entries' scalars) says which positions have workers; no warp searches keys inside
-// the loop. The step's P * (C*W + C*R) positions are cut into contiguous ranges, one per warp, of
-// about one wave of resident warps (resident_warps.hpp; which warp runs a worker changes no
-// result). A warp loads 32 positions' tasks at once (a lane each, kept in shared memory) and runs
-// their workers in order; before running one it asks L2 for the next one's G row and snapshot row
-// (write) or bank row (read) (prefetch_row_l2), so two workers' rows are in flight per warp. The
-// common groups start their row pass at once, the others first load their keys (lane l < size:
-// position q + l, group_key) and entries' scalars, with the row fetches in
+// warp at a read group's first position works only when the chunk does not write the slot (the
+// bank row is M0 there, base = G). Each warp first loads its task (bb.slot_tasks, found for
+// every chunk before the loop by backward_slot_tasks.cu: idle, or the slot, the group sizes, where
+// a written slot's reads start and, for a group of one write entry read at most once or of one
+// read entry, the entries' scalars); idle warps exit there, and no warp searches keys inside the
+// loop. A worker asks L2 for its G row and its snapshot row (write) or bank row (read)
+// (prefetch_row_l2); the common groups then start their row pass at once, the others first load
+// their keys (find_group_start: lane l looks at position q + l, so the group's size and its
+// entries' keys come from one load per lane) and entries' scalars, with the row fetches in
 // flight. Lane l owns the 8-column pieces c0 = 256 s + 8 l (backward_rows.cuh). A worker walks the
 // row's columns once per pass; every dot's lane partial stays in a register next to the row
 // accumulators, and the butterflies of a pass's dots run at its end (warp_sums).
@@ -73,7 +70,6 @@
 #include "cuda_check.hpp"
 #include "dependent_launch.cuh"
 #include "l2_prefetch.cuh"
-#include "resident_warps.hpp"
 
 namespace sdm::cuda {
 namespace {
@@ -86,10 +82,33 @@ constexpr unsigned kAllLanes = 0xffffffffu;
 // The read side a pass computes: none, a single read entry, or any number of them.
 enum class Reads { none, one, many };
 
-// Lane l < size gets the key at sorted position q + l: entry l of the group of `size` entries that
-// starts at q (its size comes from the task).
-__device__ __forceinline__ std::uint64_t group_key(const std::uint64_t* keys, int q, int size, int lane) {
-  return lane < size ? keys[q + lane] : 0;
+// The slot group starting at sorted position q of a chunk (keys: the chunk's `count` sorted keys),
+// as one warp sees it: lane l holds the key at q + l, which is the group's entry l when l < size.
+// size == 0: q starts no group (padding / masked entries, or q continues the group of q - 1).
+struct GroupStart {
+  std::int64_t local = 0;
+  int size = 0;
+  std::uint64_t key = 0;
+};
+
+__device__ __forceinline__ GroupStart find_group_start(const std::uint64_t* keys, int count, int q,
+                                                       const KeyLayout& layout, std::int64_t sps, int lane) {
+  GroupStart group;
+  const int at = q + lane;
+  group.key = at < count ? keys[at] : 0;
+  const std::int64_t mine = at < count ? layout.local_slot(group.key) : -1;
+  const std::int64_t before = q > 0 ? layout.local_slot(keys[q - 1]) : -1;
+  group.local = __shfl_sync(kAllLanes, mine, 0);
+  if (group.local == sps || before == group.local) return group;
+  // Sorted keys: the group's positions are contiguous, so its members are lanes 0 .. size - 1.
+  unsigned members = __ballot_sync(kAllLanes, mine == group.local);
+  group.size = members == kAllLanes ? 32 : __ffs(~members) - 1;
+  for (int next = q + 32; members == kAllLanes && next < count; next += 32) {
+    const int later = next + lane;
+    members = __ballot_sync(kAllLanes, later < count && layout.local_slot(keys[later]) == group.local);
+    group.size += members == kAllLanes ? 32 : __ffs(~members) - 1;
+  }
+  return group;
 }
 
 // ---- read entries -------------------------------------------------------------------------------
@@ -146,9 +165,9 @@ struct ReadGroup {
   int size = 0;
 };
 
-// The read group of `size` entries at sorted read position q: lane l < size loads entry l's data;
-// the caller shares the batch (share_reads) once other independent loads are issued.
-__device__ __forceinline__ ReadGroup load_read_group(const std::uint64_t* keys, int q, int size,
+// The read group at sorted read position q (group: its find_group_start): lane l < size loads entry
+// l's data; the caller shares the batch (share_reads) once other independent loads are issued.
+__device__ __forceinline__ ReadGroup load_read_group(const GroupStart& group, const std::uint64_t* keys, int q,
                                                      const ReadEntrySource& src, const float* dy, float* dq_w,
                                                      int lane) {
   ReadGroup reads;
@@ -156,8 +175,8 @@ __device__ __forceinline__ ReadGroup load_read_group(const std::uint64_t* keys, 
   reads.keys = keys + q;
   reads.src = src;
   reads.dq_w = dq_w;
-  reads.size = size;
-  if (lane < size) reads.mine = read_entry(src, group_key(keys, q, size, lane));
+  reads.size = group.size;
+  if (lane < group.size) reads.mine = read_entry(src, group.key);
   return reads;
 }
 
@@ -458,19 +477,24 @@ __device__ __forceinline__ ReadGroup single_read(const SlotTask& task, const flo
 __device__ __forceinline__ int write_size_of(const SlotTask& task) { return task.sizes & ((1 << kReadSizeShift) - 1); }
 __device__ __forceinline__ int read_size_of(const SlotTask& task) { return task.sizes >> kReadSizeShift; }
 
-// The write worker of chunk n = ti*P + p at sorted write position q (the first position of its
-// write group; `task` is its task there). A group of one entry read at most once (nearly all) takes
-// everything from its task; other groups load their keys and entries and run out of line
-// (write_long_group).
+// The warp at sorted write position q of chunk n (stream p): the slot's only worker when q starts a
+// write group. A group of one entry read at most once (nearly all) takes everything from its task;
+// other groups load their keys and entries and run out of line (write_long_group).
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
 __device__ __forceinline__ void write_group_worker(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
                                                    const BackwardBuffers& bb, std::int64_t ti, std::int64_t p,
-                                                   int q, const SlotTask& task, int lane) {
+                                                   int q, int lane) {
   const int CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C * geo.R);
   const std::int64_t n = ti * geo.P + p;
   const int hd = static_cast<int>(geo.hd);
   const std::int64_t e = n * CW + q;  // the group's first sorted position = its snapshot row
+  const SlotTask task = bb.slot_tasks[n * (CW + CR) + q];
+  if (task.role == kSlotIdle) return;
   const std::int64_t slot = p * geo.sps + task.local;
+  prefetch_row_l2(static_cast<const unsigned char*>(bb.grad_rows) + slot * geo.hd * sizeof(Gt),
+                  geo.hd * static_cast<std::int64_t>(sizeof(Gt)), lane);
+  prefetch_row_l2(static_cast<const unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes,
+                  bb.snapshot.row_bytes, lane);
 
   WriteRows<E, Gt> rows;
   rows.grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
@@ -488,8 +512,8 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
   rows.decay = task.decay;
   const float* dy = bb.dy + n * geo.C * geo.hd;
 
-  const int write_size = write_size_of(task), read_size = read_size_of(task);
-  if (write_size == 1 && read_size <= 1) {
+  const int read_size = read_size_of(task);
+  if (write_size_of(task) == 1 && read_size <= 1) {
     const WriteEntry entry{(task.tokens & 0xffffu) * geo.hd, task.write_scale, task.write_k_eff};
     if (read_size == 1) {
       write_pass<true, true, false, Reads::one, kMode, kVec>(rows, entry, hd, lane, 0,
@@ -500,18 +524,21 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
     return;
   }
 
-  // Lane l < size loads entry l's data while the warp loads the slot's read entries.
+  // Lane l < size loads entry l's data while the warp loads the slot's read keys.
   const std::uint64_t* keys = p1.keys + n * CW;
+  const GroupStart group = find_group_start(keys, CW, q, geo.keys, geo.sps, lane);
   const WriteEntrySource src{in.beta, in.beta_dtype, p1.k_eff + n * CW, geo.keys, geo.hd, geo.W,
                              p * geo.T + ti * geo.C};
-  const WriteEntry mine = lane < write_size ? write_entry(src, group_key(keys, q, write_size, lane)) : WriteEntry{};
+  const WriteEntry mine = lane < group.size ? write_entry(src, group.key) : WriteEntry{};
   ReadGroup reads;
   if (task.role >= 0) {
+    const std::uint64_t* read_keys = bb.read_keys + n * CR;
+    const GroupStart read_group = find_group_start(read_keys, CR, task.role, bb.read_layout, geo.sps, lane);
     const ReadEntrySource read_src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
-    reads = load_read_group(bb.read_keys + n * CR, task.role, read_size, read_src, dy, bb.dq_w, lane);
+    reads = load_read_group(read_group, read_keys, task.role, read_src, dy, bb.dq_w, lane);
   }
   reads.batch = share_reads(reads.mine, min(kHeldReads, reads.size));
-  write_long_group<kMode, kVec>(rows, mine, src, keys + q, write_size, reads, hd, lane);
+  write_long_group<kMode, kVec>(rows, mine, src, keys + q, group.size, reads, hd, lane);
 }
 
 // The read main pass of a slot the chunk does not write (bank row = M0, base = G): the first
@@ -540,121 +567,62 @@ __device__ __forceinline__ void read_main_pass(Gt* grad, const E* bank, const Re
   store_read_dots(reads, dots, reads.batch.count, reads.mine, lane);
 }
 
-// The read-only worker of chunk n = ti*P + p at sorted read position q (the first position of a
-// read group of a slot the chunk does not write; the write worker does the reads of a written
-// slot). A group of one entry (nearly all) takes it from its task; others load their keys and entries.
+// The warp at sorted read position q of chunk n (stream p): the slot's only worker when q starts a
+// read group and the chunk does not write the slot (else the write group's worker does the reads).
+// A group of one entry (nearly all) takes it from its task; others load their keys and entries.
 template <typename E, typename Gt, bool kVec>
 __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Phase1Buffers& p1,
                                                   const BackwardBuffers& bb, std::int64_t ti, std::int64_t p, int q,
-                                                  const SlotTask& task, int lane) {
-  const int CR = static_cast<int>(geo.C * geo.R);
+                                                  int lane) {
+  const int CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C * geo.R);
   const std::int64_t n = ti * geo.P + p;
   const int hd = static_cast<int>(geo.hd);
+  const SlotTask task = bb.slot_tasks[n * (CW + CR) + CW + q];
+  if (task.role == kSlotIdle) return;  // not a group start, or the slot's write worker does the reads
   const std::int64_t slot = p * geo.sps + task.local;
+  const std::int64_t row_bytes = geo.hd * static_cast<std::int64_t>(sizeof(E));
+  prefetch_row_l2(static_cast<const unsigned char*>(bb.grad_rows) + slot * geo.hd * sizeof(Gt),
+                  geo.hd * static_cast<std::int64_t>(sizeof(Gt)), lane);
+  prefetch_row_l2(static_cast<const unsigned char*>(bb.bank) + slot * row_bytes, row_bytes, lane);
   Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
   const E* bank = static_cast<const E*>(bb.bank) + slot * geo.hd;
   const float* dy = bb.dy + n * geo.C * geo.hd;
-  const int size = read_size_of(task);
-  if (size == 1) {
+  if (read_size_of(task) == 1) {
     read_main_pass<Reads::one, kVec>(grad, bank, single_read(task, dy, bb.dq_w, geo.hd, geo.R, n * CR), hd, lane);
     return;
   }
 
+  const std::uint64_t* keys = bb.read_keys + n * CR;
+  const GroupStart group = find_group_start(keys, CR, q, bb.read_layout, geo.sps, lane);
   const ReadEntrySource src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
-  ReadGroup reads = load_read_group(bb.read_keys + n * CR, q, size, src, dy, bb.dq_w, lane);
+  ReadGroup reads = load_read_group(group, keys, q, src, dy, bb.dq_w, lane);
   reads.batch = share_reads(reads.mine, min(kHeldReads, reads.size));
   read_dot_passes<kVec>(
       reads, [&](int c0, float(&m0)[kLaneCols]) { load_piece<kVec>(bank, c0, hd, m0); }, hd, lane);
   read_main_pass<Reads::many, kVec>(grad, bank, reads, hd, lane);
 }
 
-// The step position `at` (p * (C*W + C*R) + sorted position) as its stream p and sorted position q
-// (q < C*W: a write position, else read position q - C*W).
-struct StepPosition {
-  std::int64_t p;
-  int q;
-};
-
-__device__ __forceinline__ StepPosition step_position(std::int64_t at, int per_chunk) {
-  const std::int64_t p = at / per_chunk;
-  return {p, static_cast<int>(at - p * per_chunk)};
-}
-
-// Asks L2 for the rows the worker at step position `at` (slot `local` of its stream) reads first:
-// its G row and its snapshot row (write position) or bank row (read position).
-template <typename E, typename Gt>
-__device__ __forceinline__ void prefetch_worker_rows(const Geometry& geo, const BackwardBuffers& bb, std::int64_t ti,
-                                                     std::int64_t at, std::int64_t local, int lane) {
-  const int CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C * geo.R);
-  const StepPosition pos = step_position(at, CW + CR);
-  const std::int64_t slot = pos.p * geo.sps + local;
-  const std::int64_t grad_bytes = geo.hd * static_cast<std::int64_t>(sizeof(Gt));
-  prefetch_row_l2(static_cast<const unsigned char*>(bb.grad_rows) + slot * grad_bytes, grad_bytes, lane);
-  if (pos.q < CW) {
-    const std::int64_t e = (ti * geo.P + pos.p) * CW + pos.q;
-    prefetch_row_l2(static_cast<const unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes,
-                    bb.snapshot.row_bytes, lane);
-  } else {
-    const std::int64_t row_bytes = geo.hd * static_cast<std::int64_t>(sizeof(E));
-    prefetch_row_l2(static_cast<const unsigned char*>(bb.bank) + slot * row_bytes, row_bytes, lane);
-  }
-}
-
-// The step's P * (C*W + C*R) positions (stream p's write positions, then its read positions, p
-// ascending) in contiguous ranges of `span`, one per warp (about one wave of warps). A warp walks
-// its range 32 positions at a time: lane l copies the task at position base + l into the warp's
-// shared-memory slots (not registers: the workers need theirs), and the warp runs the workers in
-// position order, asking L2 for the next worker's rows before it runs the current one (the first
-// one's just before), so each warp has two workers' rows in flight.
+// Grid (P, ceil((C*W + C*R) / kWarps)): warp q < C*W takes sorted write position q, the others
+// sorted read position q - C*W.
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    slot_groups_backward(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, std::int64_t ti,
-                         std::int64_t span) {
-  __shared__ SlotTask batch_tasks[kWarps][32];
+    slot_groups_backward(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, std::int64_t ti) {
   wait_for_predecessor();
-  const int CW = static_cast<int>(geo.C * geo.W), per_chunk = static_cast<int>(geo.C * (geo.W + geo.R));
-  const std::int64_t positions = geo.P * per_chunk;
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp_in_cta = static_cast<int>(threadIdx.x) / 32;
-  const std::int64_t warp = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp_in_cta;
-  const std::int64_t begin = warp * span;
-  const std::int64_t end = begin + span < positions ? begin + span : positions;
-  const SlotTask* tasks = bb.slot_tasks + ti * positions;  // chunk n = ti*P + p at n * per_chunk
-  SlotTask* batch = batch_tasks[warp_in_cta];
-  for (std::int64_t base = begin; base < end; base += 32) {
-    const SlotTask own = base + lane < end ? tasks[base + lane] : SlotTask{};
-    __syncwarp();  // the previous batch's workers are done with the slots
-    batch[lane] = own;
-    __syncwarp();  // every lane's task is visible to the warp
-    unsigned workers = __ballot_sync(kAllLanes, own.role != kSlotIdle);
-    if (workers != 0) {
-      const int first = __ffs(workers) - 1;
-      prefetch_worker_rows<E, Gt>(geo, bb, ti, base + first, batch[first].local, lane);
-    }
-    while (workers != 0) {
-      const int j = __ffs(workers) - 1;
-      workers &= workers - 1;
-      if (workers != 0) {
-        const int next = __ffs(workers) - 1;
-        prefetch_worker_rows<E, Gt>(geo, bb, ti, base + next, batch[next].local, lane);
-      }
-      const SlotTask task = batch[j];
-      const StepPosition pos = step_position(base + j, per_chunk);
-      if (pos.q < CW) write_group_worker<E, Gt, kVec, kMode>(geo, in, p1, bb, ti, pos.p, pos.q, task, lane);
-      else read_group_worker<E, Gt, kVec>(geo, p1, bb, ti, pos.p, pos.q - CW, task, lane);
-    }
-  }
+  const int CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C * geo.R);
+  const int q = static_cast<int>(blockIdx.y) * kWarps + static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t p = blockIdx.x;
+  if (q < CW) write_group_worker<E, Gt, kVec, kMode>(geo, in, p1, bb, ti, p, q, lane);
+  else if (q < CW + CR) read_group_worker<E, Gt, kVec>(geo, p1, bb, ti, p, q - CW, lane);
 }
 
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
 void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
             std::int64_t ti, cudaStream_t stream) {
-  constexpr auto kernel = slot_groups_backward<E, Gt, kVec, kMode>;
-  const std::int64_t positions = geo.P * (geo.C * geo.W + geo.C * geo.R);
-  const std::int64_t warps = resident_warps<kernel>(kWarps * 32, "slot_groups_backward");
-  const std::int64_t span = (positions + warps - 1) / warps;
-  const std::int64_t ctas = (positions + span * kWarps - 1) / (span * kWarps);
-  launch_dependent(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kWarps * 32), 0, stream, "slot_groups_backward",
-                   geo, in, p1, bb, ti, span);
+  const std::int64_t warps = geo.C * geo.W + geo.C * geo.R;
+  const dim3 grid(static_cast<unsigned>(geo.P), static_cast<unsigned>((warps + kWarps - 1) / kWarps));
+  launch_dependent(slot_groups_backward<E, Gt, kVec, kMode>, grid, dim3(kWarps * 32), 0, stream,
+                   "slot_groups_backward", geo, in, p1, bb, ti);
 }
 
 // The snapshot mode (known on the host) becomes a template parameter: no mode switch in the loop.

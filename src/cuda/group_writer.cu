@@ -10,17 +10,20 @@
 //          Snapshot: none M0[s] bit for bit; bf16 rnd_bf16(M0[s]); fp8 / int4 the shared quantiser
 //          core/snapshot_quant.hpp (scale from the row's amax, codes from the fast quotient on bf16
 //          rows, the IEEE division on f32 rows): the bytes and scale core::quantize_row gives.
-// Parallel decomposition: the step's P * C*W sorted write positions are cut into contiguous
-//   ranges, one per warp, of about one wave of resident warps (resident_warps.hpp; which warp
-//   writes a group changes no result). A warp finds the group starts of 32 positions at once (a
-//   key and the key before it per lane, a ballot) and writes those groups in order, one at a
-//   time: it is the group's only writer. Before writing one it asks L2 for the next group's row
-//   (l2_prefetch.cuh), so two groups' rows are in flight per warp. Lane l owns
+// Parallel decomposition: one warp per sorted write position of the step (a 1-D grid of P blocks
+//   of ceil(C*W / 8) CTAs, so the stream p and position q come from 32-bit block arithmetic); the
+//   warp at a group's first entry is the group's only writer, the others exit at once. Every warp
+//   first asks L2 for the row of the group (if any) at the position one wave of resident warps
+//   later (prefetch_later_row, resident_warps.hpp), whose warp then finds its row on its way: the
+//   gather read the step's rows, but at large steps (flagship: 126 MB of written rows) they have
+//   left L2 by the writer's turn. Measured on the H200: flagship training step 34.4 -> 34.0 ms,
+//   the other configs within 0.5 %; the slot kernel's rows asked one wave ahead were slower
+//   (backward_slots.cu). Lane l owns
 //   columns l*kVec + 32*kVec*s (16-byte accesses when kVec == 8). The group's entries are read 32
 //   at a time, one per lane (key, delta row offset, coefficient: one coalesced load), and then
 //   broadcast by shuffles; nearly every group fits in one such batch. The first batch's keys and
-//   coefficients and the decay are loaded in one round trip, and the first entry's delta pieces
-//   are prefetched into L1 while the
+//   coefficients, the previous key and the decay are loaded in one round trip before the warp
+//   knows whether it writes, and the first entry's delta pieces are prefetched into L1 while the
 //   row's loads fly. The row is processed in
 //   blocks of kHeld pieces (kVec 8: 4 pieces = 1024 columns; kVec 1: 8 pieces = 256 columns):
 //   a block's row pieces are all loaded first (loads in flight together) and kept as loaded
@@ -89,33 +92,53 @@ __device__ __forceinline__ EntryBatch load_entries(const std::uint64_t* __restri
   return batch_of(key, coef, first, CW, local, layout, hd, lane);
 }
 
-// The row of chunk n = ti*P + p's write group that starts at sorted position q: asks L2 for it
-// (its first 2 KB) before the group's metadata and row loads of the worker that writes it.
+// The row of the write group (if any) that starts at the step's sorted write position `later` (in
+// the grid's order: stream p's positions at p * ctas_per_stream * kWarps): asks L2 for it. The
+// warp whose position that is runs about one wave later (`ahead` = the host's count of resident
+// warps), so it finds its row in L2 or on its way there. A hint only: no value depends on it.
 template <typename E>
-__device__ __forceinline__ void prefetch_group_row(const Geometry& geo, const StepBuffers& sb, std::int64_t p,
-                                                   std::int64_t local, int lane) {
+__device__ __forceinline__ void prefetch_later_row(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb,
+                                                   std::int64_t ti, std::int64_t later, unsigned ctas_per_stream,
+                                                   int lane) {
+  const int CW = static_cast<int>(geo.C * geo.W);
+  const std::int64_t per_stream = static_cast<std::int64_t>(ctas_per_stream) * kWarps;
+  const std::int64_t p = later / per_stream;
+  const int q = static_cast<int>(later - p * per_stream);
+  if (p >= geo.P || q >= CW) return;
+  const std::int64_t local = geo.keys.local_slot(p1.keys[(ti * geo.P + p) * CW + q]);
+  if (local == geo.sps) return;
   const std::int64_t row_bytes = geo.hd * static_cast<std::int64_t>(sizeof(E));
   prefetch_row_l2(static_cast<const char*>(sb.bank) + (p * geo.sps + local) * row_bytes, row_bytes, lane);
 }
 
-// The write group of chunk n = ti*P + p that starts at sorted position q (its slot `local`): the
-// group's decay-and-write, and in a saving call its snapshot row.
 template <typename E, int kVec, SnapshotQuant kMode>
-__device__ __forceinline__ void write_group(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb,
-                                            std::int64_t ti, std::int64_t p, int q, std::int64_t local, int lane) {
+__global__ void __launch_bounds__(kWarps * 32, 3)
+    write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti, std::int64_t ahead) {
   constexpr int kHeld = kHeldPieces<kVec>;
   constexpr int kPiece = 32 * kVec;  // columns of one piece (the whole warp)
   constexpr bool kQuantised = kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4;
+  wait_for_predecessor();
   const int CW = static_cast<int>(geo.C * geo.W);  // <= kMaxChunk * kMaxWidth
-  const std::int64_t n = ti * geo.P + p, e = n * CW + q;
+  const unsigned ctas_per_stream = static_cast<unsigned>((CW + kWarps - 1) / kWarps);
+  const unsigned stream = blockIdx.x / ctas_per_stream;
+  const int q = static_cast<int>(blockIdx.x - stream * ctas_per_stream) * kWarps + static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (q >= CW) return;
+  const std::int64_t p = stream, n = ti * geo.P + p, e = n * CW + q;
   const std::uint64_t* __restrict__ keys = p1.keys + n * CW;  // the chunk's sorted keys
   const float* __restrict__ wcoef = p1.wcoef + n * CW;
-  // One round trip for the group's metadata: the keys and coefficients of positions q .. q + 31
-  // and the decay.
+  // One round trip for the warp's metadata: the keys and coefficients of positions q .. q + 31,
+  // the previous key and the decay, all loaded before the warp knows whether it writes.
   const int mine = q + lane;
   const std::uint64_t my_key = mine < CW ? keys[mine] : 0;
   const float my_coef = mine < CW ? wcoef[mine] : 0.0f;
+  const std::uint64_t prev_key = q > 0 ? keys[q - 1] : 0;
   const float decay = p1.gdecay[e];
+  prefetch_later_row<E>(geo, p1, sb, ti, static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32 + ahead,
+                        ctas_per_stream, lane);
+  const std::int64_t local = geo.keys.local_slot(__shfl_sync(0xffffffffu, my_key, 0));
+  if (local == geo.sps) return;
+  if (q > 0 && geo.keys.local_slot(prev_key) == local) return;
 
   const std::int64_t hd = geo.hd;
   E* __restrict__ row = static_cast<E*>(sb.bank) + (p * geo.sps + local) * hd;
@@ -219,63 +242,14 @@ __device__ __forceinline__ void write_group(const Geometry& geo, const Phase1Buf
   }
 }
 
-// The step's P * C*W sorted write positions (stream p's, p ascending) in contiguous ranges of
-// `span`, one per warp (about one wave of warps). A warp walks its range 32 positions at a time:
-// lane l loads the key at position base + l and the key before it, a ballot finds the group
-// starts, and the warp writes those groups in position order, asking L2 for the next group's row
-// before it writes the current one (the first one's just before), so each warp has two groups'
-// rows in flight.
-template <typename E, int kVec, SnapshotQuant kMode>
-__global__ void __launch_bounds__(kWarps * 32, 3)
-    write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti, std::int64_t span) {
-  wait_for_predecessor();
-  const int CW = static_cast<int>(geo.C * geo.W);
-  const std::int64_t positions = geo.P * CW;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t warp = static_cast<std::int64_t>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / 32;
-  const std::int64_t begin = warp * span;
-  const std::int64_t end = begin + span < positions ? begin + span : positions;
-  for (std::int64_t base = begin; base < end; base += 32) {
-    const std::int64_t at = base + lane;
-    const std::int64_t my_p = at / CW;
-    const int my_q = static_cast<int>(at - my_p * CW);
-    const std::uint64_t* keys = p1.keys + (ti * geo.P + my_p) * CW;
-    std::int64_t my_local = geo.sps;  // past the range: no group
-    bool starts = false;
-    if (at < end) {
-      my_local = geo.keys.local_slot(keys[my_q]);
-      starts = my_local != geo.sps && (my_q == 0 || geo.keys.local_slot(keys[my_q - 1]) != my_local);
-    }
-    unsigned groups = __ballot_sync(0xffffffffu, starts);
-    if (groups != 0) {
-      const int first = __ffs(groups) - 1;
-      prefetch_group_row<E>(geo, sb, __shfl_sync(0xffffffffu, my_p, first), __shfl_sync(0xffffffffu, my_local, first),
-                            lane);
-    }
-    while (groups != 0) {
-      const int j = __ffs(groups) - 1;
-      groups &= groups - 1;
-      if (groups != 0) {
-        const int next = __ffs(groups) - 1;
-        prefetch_group_row<E>(geo, sb, __shfl_sync(0xffffffffu, my_p, next), __shfl_sync(0xffffffffu, my_local, next),
-                              lane);
-      }
-      write_group<E, kVec, kMode>(geo, p1, sb, ti, __shfl_sync(0xffffffffu, my_p, j), __shfl_sync(0xffffffffu, my_q, j),
-                                  __shfl_sync(0xffffffffu, my_local, j), lane);
-    }
-  }
-}
-
 template <typename E, int kVec, SnapshotQuant kMode>
 void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
             cudaStream_t stream) {
   constexpr auto kernel = write_groups<E, kVec, kMode>;
-  const std::int64_t positions = geo.P * geo.C * geo.W;
-  const std::int64_t warps = resident_warps<kernel>(kWarps * 32, "write_groups");
-  const std::int64_t span = (positions + warps - 1) / warps;
-  const std::int64_t ctas = (positions + span * kWarps - 1) / (span * kWarps);
+  const std::int64_t ctas = geo.P * ((geo.C * geo.W + kWarps - 1) / kWarps);
+  const std::int64_t ahead = resident_warps<kernel>(kWarps * 32, "write_groups");
   launch_dependent(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kWarps * 32), 0, stream, "write_groups", geo, p1,
-                   sb, ti, span);
+                   sb, ti, ahead);
 }
 
 template <typename E, int kVec>

@@ -163,6 +163,10 @@ void test_backward_vs_reference() {
   cases.push_back({spec_of(3, 100, 3, 3, 9, 16, 1, bf16, 20), 16, true, true, f32});     // grad_bank_fp32
   cases.push_back({spec_of(3, 100, 3, 3, 9, 16, 3, bf16, 21), 16, true, false, bf16});   // G rows are grad_memory
   cases.push_back({spec_of(2, 64, 8, 8, 32, 32, 8, bf16, 22), 16, true, true, bf16});    // fp32 rows, bf16 out
+  // The slot tasks' read slots: staged in shared memory beyond the default 48 KB (C*R = 16384), and
+  // too many to stage (C*R = 33280: the task kernel reads the global read keys).
+  cases.push_back({spec_of(1, 64, 3, 256, 5, 300, 1, f32, 24), 64, true});
+  cases.push_back({spec_of(1, 300, 2, 130, 9, 512, 1, f32, 25), 256, true});
   Case mixed{spec_of(1, 64, 3, 4, 6, 12, 3, f32, 23), 16, true};                  // f16 inputs, i64, beta [P,T,1]
   mixed.spec.index = DType::i64, mixed.spec.input = DType::f16, mixed.spec.beta_3d = true;
   cases.push_back(mixed);
