@@ -185,9 +185,12 @@ void test_shapes() {
   run_cases(cases, 20240607);
 }
 
+// Every engine config sorts 32-bit values (slot bits + log2(tile) <= 32, chunk_sort.cu); widths 24
+// and 30 above take the 64-bit sort.
 void test_engine_configs() {
   run_cases({{128, 1024, 15, Slots::uniform},   // small: W = 16, C = 64
              {256, 4096, 16, Slots::uniform},   // readme: W = 64, C = 64
+             {256, 4096, 19, Slots::uniform},   // big: 262144 slots (the widest narrow sort: 19 + 12 bits)
              {512, 8192, 17, Slots::uniform},   // flagship: W = 128, C = 64
              {512, 8192, 17, Slots::mostly_all_ones}},
             20240608);
@@ -201,7 +204,7 @@ void test_many_chunks() { run_cases({{70000, 7, 15, Slots::few}}, 20240609); }
 int main(int argc, char** argv) {
   const sdm::testing::GpuTest tests[] = {
       {"shapes: chunks x keys per chunk x slot widths", test_shapes},
-      {"engine configurations: small, readme, flagship", test_engine_configs},
+      {"engine configurations: small, readme, big, flagship", test_engine_configs},
       {"70000 chunks: gridDim.x beyond 65535", test_many_chunks},
   };
   return sdm::testing::run_gpu_tests("sdm_gpu_sort_tests", tests, argc, argv);
