@@ -1,20 +1,25 @@
 // phase1.cu - Phase 1 of the chunked forward (see phase1.hpp for the outputs and contracts).
 //
 // Kernels, in launch order:
-//   make_write_keys  one thread per write entry (n, i, w): sort key and absolute slot
+//   make_write_keys  one thread per write entry (n, i, w): sort key and absolute slot; a chunk-sliced
+//                    grid (slices_for): a CTA never straddles two chunks
 //   (sort_chunk_keys, chunk_sort.hpp: make_write_keys stores entry (n, i, w) at n*C*W + i*W + w, so
 //   the keys arrive chunk-major in ascending (token, lane) order and a stable sort of each chunk's
 //   C*W keys on its slot bits alone leaves them fully sorted: one CTA per chunk up to 8192 keys,
 //   else cub's device-wide radix sort on the chunk and slot bits)
-//   scan_groups      one thread per sorted entry (inv_pos and prev_pos of its entry); the first
-//                    entry of each slot group walks the group in token order: L (f32 running sum of log-decays), k_eff, then
-//                    wcoef = kappa exp(Lambda - L) and gdecay = exp(Lambda)
-//   lookup_reads     one thread per read entry: binary search of the last write of its slot at or
-//                    before its token (reads come after the token's writes), Lq and q_w. The CTA
-//                    (one slice of one chunk) first samples up to 256 of the chunk's sorted keys
-//                    into shared memory; the search runs over those, then over the one stretch of
-//                    global keys between two samples (same position as a search over all keys)
-// These three use chunk-sliced grids (slices_for): a CTA never straddles two chunks.
+//   scan_groups      one CTA of 512 threads per chunk; thread t takes sorted positions t, t + 512, ...
+//                    (inv_pos and prev_pos of its entry); the first entry of each slot group walks the
+//                    group in token order: L (f32 running sum of log-decays), k_eff, then
+//                    wcoef = kappa exp(Lambda - L) and gdecay = exp(Lambda). Chunks of <= 16384
+//                    entries first stage their kappa and gamma (coalesced, in entry order) in shared
+//                    memory and collect inv_pos / prev_pos / k_eff there (each entry read and then
+//                    overwritten by its group's walker alone), stored coalesced at the end; larger
+//                    chunks gather and scatter in global memory
+//   lookup_reads     one CTA of 1024 threads per chunk; thread t takes reads t, t + 1024, ...: binary
+//                    search of the last write of its slot at or before its token (reads come after the
+//                    token's writes), Lq and q_w. The inputs of 2 reads are loaded before the first
+//                    search. Chunks of <= 16384 write entries search their sorted keys (and read L)
+//                    staged in shared memory, larger ones in global memory
 //   pair_products    one warp per chunk row i (8 rows per CTA): A[i, :] (strictly lower) and QK[i, :]
 //                    (lower incl. diagonal) accumulated in shared memory, then stored whole (zeros
 //                    included). Lane l takes token i's write lanes w = l, l+32, ... (then its reads
@@ -86,113 +91,217 @@ __global__ void make_write_keys(Geometry geo, Inputs in, unsigned slices, std::u
   k_slot[e] = slot;
 }
 
-__global__ void scan_groups(Geometry geo, Inputs in, bool bf16_bank, unsigned slices, Phase1Buffers buf) {
-  const ChunkSlice cs = chunk_slice(slices);
-  const std::int64_t CW = geo.C * geo.W;
-  if (cs.q >= CW) return;
-  const std::int64_t n = cs.n, q = cs.q, e = n * CW + q, chunk_end = (n + 1) * CW;
-  const std::uint64_t key = buf.keys[e];
-  // Every load the group's first entry needs from its own key, issued before any store: the
-  // neighbours' keys and the entry's gamma and k_val (a real entry's token is inside T).
-  const std::uint64_t prev_key = q > 0 ? buf.keys[e - 1] : 0, next_key = e + 1 < chunk_end ? buf.keys[e + 1] : 0;
-  const std::int64_t local = geo.keys.local_slot(key);
-  const auto gamma_kappa = [&](std::uint64_t k, float& gamma, float& kappa) {
-    const std::int64_t i = geo.keys.token(k), w = geo.keys.lane(k);
-    const EntryPlace at = place_of(geo, n, i);
-    const std::int64_t token = at.p * geo.T + at.t;
-    gamma = load_input(in.g, in.g_dtype, token * geo.G + (geo.G == 1 ? 0 : w));
-    kappa = round_to_bank(load_input(in.k_val, in.k_val_dtype, token * geo.W + w), bf16_bank);
-  };
-  float gamma_e = 0.0f, kappa_e = 0.0f;
-  if (local != geo.sps) gamma_kappa(key, gamma_e, kappa_e);
-  const std::int64_t own = n * CW + geo.keys.token(key) * geo.W + geo.keys.lane(key);
-  buf.inv_pos[own] = static_cast<std::int32_t>(q);
-  const bool after_prev = local != geo.sps && q > 0 && geo.keys.local_slot(prev_key) == local;
-  buf.prev_pos[own] = after_prev ? static_cast<std::int32_t>(q - 1) : -1;
-  if (local == geo.sps) {
-    // Padding / masked entries join no group; their sorted coefficients are defined as 0 so that
-    // kernels that load a warp's coefficients before testing membership read initialised memory.
-    buf.k_eff[own] = 0.0f;
-    buf.wcoef[e] = 0.0f;
-    buf.gdecay[e] = 0.0f;
-    return;
-  }
-  if (after_prev) return;  // not the group's first entry
+// scan_groups and lookup_reads: one CTA per chunk. A chunk of at most
+// kMaxStagedEntries write entries is staged in shared memory (kStaged), so the gathers and scatters
+// that follow the sort's permutation hit shared memory and global memory sees coalesced accesses only;
+// a larger chunk runs the same code on global memory.
+constexpr int kChunkThreads = 1024;  // lookup_reads (<= 32 registers: 2 CTAs per SM)
+constexpr int kScanThreads = 512;    // scan_groups (2 CTAs per SM: 50 registers, no spill; 40 spilled)
+constexpr std::int64_t kMaxStagedEntries = 16384;
+constexpr std::uint32_t kAfterPrev = 0x80000000u;  // scan_groups' staged place: "entry before it in its group"
 
-  float lambda = 0.0f;  // running Lambda_s(i): f32, token order, this chunk only (segmented scan)
-  float first_L = 0.0f;  // entry e's, kept for the second pass
-  std::int64_t end = e;
-  for (; end < chunk_end; ++end) {
-    const std::uint64_t k = end == e ? key : end == e + 1 ? next_key : buf.keys[end];
-    if (geo.keys.local_slot(k) != local) break;
-    float gamma = gamma_e, kappa = kappa_e;
-    if (end > e) gamma_kappa(k, gamma, kappa);
-    lambda += gamma;
-    buf.L[end] = lambda;
-    buf.kappa[end] = kappa;
-    buf.k_eff[n * CW + geo.keys.token(k) * geo.W + geo.keys.lane(k)] = kappa * expf(lambda);
-    if (end == e) first_L = lambda;
+bool staged_chunk(const Geometry& geo) { return geo.C * geo.W <= kMaxStagedEntries; }
+
+// Entry u = i*W + w of chunk n: its tokens' place in the inputs. Token i of chunk n is input token
+// p*T + t0 + i; entries of tokens inside T are the chunk's first valid_tokens*W.
+struct ChunkTokens {
+  std::int64_t p, t0, first_token;  // first_token = p*T + t0
+  int valid_tokens;                 // tokens of the chunk inside T (>= 1: t0 < T)
+};
+
+__device__ __forceinline__ ChunkTokens chunk_tokens(const Geometry& geo, std::int64_t n) {
+  const std::int64_t p = n % geo.P, t0 = (n / geo.P) * geo.C;
+  return {p, t0, p * geo.T + t0, static_cast<int>(geo.T - t0 < geo.C ? geo.T - t0 : geo.C)};
+}
+
+constexpr int kStageItems = 2;  // staged elements per thread loaded before the first shared store
+
+// Dynamic shared memory (kStaged): coef[C*W] f32 (kappa of entry u, then its k_eff), code[C*W] u32
+// (gamma of entry u when G = W, then its place: sorted position | kAfterPrev), token_gamma[C] f32
+// (G = 1). Entry u is read and then overwritten by one thread only (the walker of its group).
+template <bool kStaged>
+__global__ void __launch_bounds__(kScanThreads, 2) scan_groups(Geometry geo, Inputs in, bool bf16_bank,
+                                                             Phase1Buffers buf) {
+  extern __shared__ std::uint32_t scan_words[];
+  const int W = static_cast<int>(geo.W), CW = static_cast<int>(geo.C) * W;
+  const std::int64_t n = blockIdx.x, base = n * CW;
+  const ChunkTokens ct = chunk_tokens(geo, n);
+  const bool per_lane_gamma = geo.G != 1;  // G = W
+  float* coef = reinterpret_cast<float*>(scan_words);
+  std::uint32_t* code = scan_words + CW;
+  float* token_gamma = reinterpret_cast<float*>(scan_words + 2 * CW);
+  const int tid = static_cast<int>(threadIdx.x);
+  if constexpr (kStaged) {
+    // Entry u's k_val and g (G = W) sit at input index first_token*W + u: coalesced.
+    const int staged = ct.valid_tokens * W;
+    const std::int64_t first = ct.first_token * geo.W;
+    for (int u0 = tid; u0 < staged; u0 += kStageItems * kScanThreads) {
+      float k_in[kStageItems], g_in[kStageItems];
+#pragma unroll
+      for (int b = 0; b < kStageItems; ++b) {
+        const int u = u0 + b * kScanThreads;
+        k_in[b] = u < staged ? load_input(in.k_val, in.k_val_dtype, first + u) : 0.0f;
+        g_in[b] = u < staged && per_lane_gamma ? load_input(in.g, in.g_dtype, first + u) : 0.0f;
+      }
+#pragma unroll
+      for (int b = 0; b < kStageItems; ++b) {
+        const int u = u0 + b * kScanThreads;
+        if (u < staged) {
+          coef[u] = round_to_bank(k_in[b], bf16_bank);
+          if (per_lane_gamma) code[u] = __float_as_uint(g_in[b]);
+        }
+      }
+    }
+    if (!per_lane_gamma) {
+      for (int i = tid; i < ct.valid_tokens; i += kScanThreads) {
+        token_gamma[i] = load_input(in.g, in.g_dtype, ct.first_token + i);
+      }
+    }
+    __syncthreads();
   }
-  const float total_decay = expf(lambda);
-  for (std::int64_t s = e; s < end; ++s) {
-    const float L_s = s == e ? first_L : buf.L[s], kappa_s = s == e ? kappa_e : buf.kappa[s];
-    buf.wcoef[s] = kappa_s * expf(lambda - L_s);
-    buf.gdecay[s] = total_decay;
+  // Entry u's gamma and kappa (a real entry: its token is inside T), and where its place goes.
+  const auto gamma_kappa = [&](int u, int i, float& gamma, float& kappa) {
+    if constexpr (kStaged) {
+      gamma = per_lane_gamma ? __uint_as_float(code[u]) : token_gamma[i];
+      kappa = coef[u];
+    } else {
+      const std::int64_t token = ct.first_token + i;
+      gamma = load_input(in.g, in.g_dtype, per_lane_gamma ? token * geo.W + (u - i * W) : token);
+      kappa = round_to_bank(load_input(in.k_val, in.k_val_dtype, token * geo.W + (u - i * W)), bf16_bank);
+    }
+  };
+  const auto place = [&](int u, int s, bool after_prev, float k_eff) {
+    if constexpr (kStaged) {
+      coef[u] = k_eff;
+      code[u] = static_cast<std::uint32_t>(s) | (after_prev ? kAfterPrev : 0u);
+    } else {
+      buf.inv_pos[base + u] = s;
+      buf.prev_pos[base + u] = after_prev ? s - 1 : -1;
+      buf.k_eff[base + u] = k_eff;
+    }
+  };
+
+  const std::uint64_t* keys = buf.keys + base;
+  for (int q = tid; q < CW; q += kScanThreads) {
+    // The entry's key and its neighbours' (coalesced), issued together.
+    const std::uint64_t key = keys[q];
+    const std::uint64_t prev_key = q > 0 ? keys[q - 1] : 0, next_key = q + 1 < CW ? keys[q + 1] : 0;
+    const std::int64_t local = geo.keys.local_slot(key);
+    if (local == geo.sps) {
+      // Padding / masked entries join no group; their sorted coefficients are defined as 0 so that
+      // kernels that load a warp's coefficients before testing membership read initialised memory.
+      const int i = static_cast<int>(geo.keys.token(key));
+      place(i * W + static_cast<int>(geo.keys.lane(key)), q, false, 0.0f);
+      buf.wcoef[base + q] = 0.0f;
+      buf.gdecay[base + q] = 0.0f;
+      continue;
+    }
+    if (q > 0 && geo.keys.local_slot(prev_key) == local) continue;  // its group's first entry places it
+
+    // The group's first entry walks it in token order (sorted order).
+    float lambda = 0.0f;  // running Lambda_s(i): f32, token order, this chunk only (segmented scan)
+    float first_L = 0.0f, first_kappa = 0.0f;  // entry q's, kept for the second pass
+    int end = q;
+    for (; end < CW; ++end) {
+      const std::uint64_t k = end == q ? key : end == q + 1 ? next_key : keys[end];
+      if (geo.keys.local_slot(k) != local) break;
+      const int i = static_cast<int>(geo.keys.token(k)), u = i * W + static_cast<int>(geo.keys.lane(k));
+      float gamma, kappa;
+      gamma_kappa(u, i, gamma, kappa);
+      lambda += gamma;
+      buf.L[base + end] = lambda;
+      buf.kappa[base + end] = kappa;
+      place(u, end, end > q, kappa * expf(lambda));
+      if (end == q) first_L = lambda, first_kappa = kappa;
+    }
+    const float total_decay = expf(lambda);
+    for (int s = q; s < end; ++s) {
+      const float L_s = s == q ? first_L : buf.L[base + s], kappa_s = s == q ? first_kappa : buf.kappa[base + s];
+      buf.wcoef[base + s] = kappa_s * expf(lambda - L_s);
+      buf.gdecay[base + s] = total_decay;
+    }
+  }
+  if constexpr (kStaged) {
+    __syncthreads();
+    for (int u = tid; u < CW; u += kScanThreads) {
+      const std::uint32_t c = code[u];
+      const std::int32_t s = static_cast<std::int32_t>(c & ~kAfterPrev);
+      buf.inv_pos[base + u] = s;
+      buf.prev_pos[base + u] = (c & kAfterPrev) != 0 ? s - 1 : -1;
+      buf.k_eff[base + u] = coef[u];
+    }
   }
 }
 
-constexpr int kFences = kThreads;  // sampled write keys per chunk in lookup_reads' shared memory
+constexpr int kReadItems = 2;  // reads per thread whose inputs are loaded before the first search
 
-__global__ void __launch_bounds__(kThreads) lookup_reads(Geometry geo, Inputs in, bool bf16_bank, unsigned slices,
-                                                         Phase1Buffers buf) {
-  __shared__ std::uint64_t fences[kFences];  // fences[f] = chunk key f * stride, f < fence_count
-  const ChunkSlice cs = chunk_slice(slices);
-  const std::int64_t n = cs.n;
+// Dynamic shared memory (kStaged): the chunk's sorted keys u64 [C*W], then L f32 [C*W] (staged at
+// group positions only: L is written there alone).
+template <bool kStaged>
+__global__ void __launch_bounds__(kChunkThreads, 2) lookup_reads(Geometry geo, Inputs in, bool bf16_bank,
+                                                              Phase1Buffers buf) {
+  extern __shared__ std::uint64_t lookup_keys[];
   const int R = static_cast<int>(geo.R), CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C) * R;
-  const int stride = (CW + kFences - 1) / kFences, fence_count = (CW + stride - 1) / stride;
+  const std::int64_t n = blockIdx.x;
+  const ChunkTokens ct = chunk_tokens(geo, n);
+  const int tid = static_cast<int>(threadIdx.x);
   const std::uint64_t* keys = buf.keys + n * CW;
-  if (static_cast<int>(threadIdx.x) < fence_count) fences[threadIdx.x] = keys[threadIdx.x * stride];
-  __syncthreads();
-  if (cs.q >= CR) return;
-  const std::int64_t i = cs.q / R, r = cs.q % R, e = n * CR + cs.q;
-  const EntryPlace at = place_of(geo, n, i);
-  std::int32_t slot = -1, pos = -1;
-  float rho = 0.0f, weight = 0.0f;
-  if (at.t < geo.T) {
-    const std::int64_t token = at.p * geo.T + at.t;
-    const std::int64_t idx = load_index(in.q_idx, in.index64, token * geo.R + r);
-    const std::int64_t local = idx - at.p * geo.sps;
-    if (local >= 0 && local < geo.sps) {
-      slot = static_cast<std::int32_t>(idx);
-      rho = round_to_bank(load_input(in.q_val, in.q_val_dtype, token * geo.R + r), bf16_bank);
-      // Count the chunk's keys <= (local, i, last lane): the last one is the latest write of
-      // this slot at or before token i, if its slot matches. The fences <= bound narrow the count
-      // to one stretch between two fences: keys[(f - 1) stride] <= bound < keys[f stride].
-      const std::uint64_t bound = geo.keys.encode(n, local, i, (std::int64_t{1} << geo.keys.lane_bits) - 1);
-      int f = 0, f_hi = fence_count;
-      while (f < f_hi) {
-        const int mid = (f + f_hi) / 2;
-        if (fences[mid] <= bound) f = mid + 1;
-        else f_hi = mid;
+  const float* L = buf.L + n * CW;
+  if constexpr (kStaged) {
+    float* staged_L = reinterpret_cast<float*>(lookup_keys + CW);
+    for (int q = tid; q < CW; q += kChunkThreads) {
+      const std::uint64_t key = keys[q];
+      lookup_keys[q] = key;
+      if (geo.keys.local_slot(key) != geo.sps) staged_L[q] = L[q];
+    }
+    __syncthreads();
+    keys = lookup_keys, L = staged_L;
+  }
+  const int valid_reads = ct.valid_tokens * R;  // reads of tokens inside T: the chunk's first ones
+  const std::int64_t first = ct.first_token * geo.R;
+  for (int x0 = tid; x0 < CR; x0 += kReadItems * kChunkThreads) {
+    std::int64_t idx[kReadItems];
+    float q_in[kReadItems];
+#pragma unroll
+    for (int b = 0; b < kReadItems; ++b) {
+      const int x = x0 + b * kChunkThreads;
+      idx[b] = x < valid_reads ? load_index(in.q_idx, in.index64, first + x) : -1;
+      q_in[b] = x < valid_reads ? load_input(in.q_val, in.q_val_dtype, first + x) : 0.0f;
+    }
+#pragma unroll
+    for (int b = 0; b < kReadItems; ++b) {
+      const int x = x0 + b * kChunkThreads;
+      if (x >= CR) break;
+      const int i = x / R;
+      std::int32_t slot = -1, pos = -1;
+      float rho = 0.0f, weight = 0.0f;
+      const std::int64_t local = idx[b] - ct.p * geo.sps;
+      if (x < valid_reads && local >= 0 && local < geo.sps) {
+        slot = static_cast<std::int32_t>(idx[b]);
+        rho = round_to_bank(q_in[b], bf16_bank);
+        // Count the chunk's keys <= (local, i, last lane): the last one is the latest write of
+        // this slot at or before token i, if its slot matches.
+        const std::uint64_t bound = geo.keys.encode(n, local, i, (std::int64_t{1} << geo.keys.lane_bits) - 1);
+        int lo = 0, hi = CW;
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          if (keys[mid] <= bound) lo = mid + 1;
+          else hi = mid;
+        }
+        float lq = 0.0f;
+        if (lo > 0 && geo.keys.local_slot(keys[lo - 1]) == local) {
+          pos = lo - 1;
+          lq = L[pos];
+        }
+        weight = rho * expf(lq);
       }
-      int lo = f == 0 ? 0 : (f - 1) * stride + 1, hi = f == 0 ? 0 : min(f * stride, CW);
-      while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (keys[mid] <= bound) lo = mid + 1;
-        else hi = mid;
-      }
-      float lq = 0.0f;
-      if (lo > 0 && geo.keys.local_slot(keys[lo - 1]) == local) {
-        pos = lo - 1;
-        lq = buf.L[n * CW + pos];
-      }
-      weight = rho * expf(lq);
+      const std::int64_t e = n * CR + x;
+      buf.q_slot[e] = slot;
+      buf.q_pos[e] = pos;
+      buf.q_rho[e] = rho;
+      buf.q_w[e] = weight;
     }
   }
-  buf.q_slot[e] = slot;
-  buf.q_pos[e] = pos;
-  buf.q_rho[e] = rho;
-  buf.q_w[e] = weight;
 }
 
 // ---- pair_products -------------------------------------------------------------------------
@@ -469,6 +578,19 @@ void launch_solve(const Geometry& geo, const Inputs& in, const Phase1Buffers& bu
   check_launch("solve");
 }
 
+// One CTA of `threads` per chunk with `smem` bytes of dynamic shared memory (scan_groups,
+// lookup_reads).
+using ChunkKernel = void (*)(Geometry, Inputs, bool, Phase1Buffers);
+void launch_per_chunk(ChunkKernel kernel, int threads, std::size_t smem, const char* name, const Geometry& geo, const Inputs& in,
+                      bool bf16_bank, const Phase1Buffers& buf, cudaStream_t stream) {
+  if (smem > 48 * 1024) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+               "cudaFuncSetAttribute (Phase 1 shared memory)");
+  }
+  kernel<<<static_cast<unsigned>(geo.N), static_cast<unsigned>(threads), smem, stream>>>(geo, in, bf16_bank, buf);
+  check_launch(name);
+}
+
 // The sort of the write keys (planned the same way by plan_phase1_forward_only and run_phase1).
 ChunkSort write_key_sort(const Geometry& geo) {
   const int begin = sorted_bits_begin(geo.keys);
@@ -509,15 +631,17 @@ void plan_phase1_forward_only(const Geometry& geo, Workspace& ws, Phase1Buffers&
 void run_phase1(const Geometry& geo, const Inputs& in, bool bf16_bank, const Phase1Buffers& buf,
                 cudaStream_t stream) {
   const unsigned write_blocks = static_cast<unsigned>(geo.N) * slices_for(geo.C * geo.W);
-  const unsigned read_blocks = static_cast<unsigned>(geo.N) * slices_for(geo.C * geo.R);
   make_write_keys<<<write_blocks, kThreads, 0, stream>>>(geo, in, slices_for(geo.C * geo.W), buf.keys_unsorted,
                                                          buf.k_slot);
   check_launch("make_write_keys");
   sort_chunk_keys(write_key_sort(geo), buf.keys_unsorted, buf.keys, buf.sort_temp, stream);
-  scan_groups<<<write_blocks, kThreads, 0, stream>>>(geo, in, bf16_bank, slices_for(geo.C * geo.W), buf);
-  check_launch("scan_groups");
-  lookup_reads<<<read_blocks, kThreads, 0, stream>>>(geo, in, bf16_bank, slices_for(geo.C * geo.R), buf);
-  check_launch("lookup_reads");
+  const bool staged = staged_chunk(geo);
+  launch_per_chunk(staged ? scan_groups<true> : scan_groups<false>, kScanThreads,
+                   staged ? static_cast<std::size_t>(2 * geo.C * geo.W + geo.C) * sizeof(std::uint32_t) : 0,
+                   "scan_groups", geo, in, bf16_bank, buf, stream);
+  launch_per_chunk(staged ? lookup_reads<true> : lookup_reads<false>, kChunkThreads,
+                   staged ? static_cast<std::size_t>(geo.C * geo.W) * (sizeof(std::uint64_t) + sizeof(float)) : 0,
+                   "lookup_reads", geo, in, bf16_bank, buf, stream);
   const std::int64_t chunk_rows = geo.N * geo.C;
   const std::size_t pair_smem = 2 * static_cast<std::size_t>(geo.C) * kPairWarps * sizeof(float);
   pair_products<<<static_cast<unsigned>((chunk_rows + kPairWarps - 1) / kPairWarps), kPairWarps * 32, pair_smem,
