@@ -1,7 +1,7 @@
 // backward_entries.cu - the per-entry gradients of the CUDA backward (SPEC C.2 steps 9-11), batched
 // over all N chunks after the reverse loop. Inputs: Phase 1 (sorted keys, L, kappa, wcoef, k_eff,
-// q_pos, q_rho, q_w, A), the read records, and what the steps left: dMs, dQK, rdot, dk_eff, dc,
-// dlambda, dq_w. With da(i, j) = beta_i dMs[i][j] and E(x, y) = exp(x - y). Kernels, in order:
+// q_pos, q_rho, q_w, A), the read records, the slot kernel's tasks, and what the steps left: dMs, dQK,
+// rdot, dk_eff, dc, dlambda, dq_w. With da(i, j) = beta_i dMs[i][j] and E(x, y) = exp(x - y). Kernels, in order:
 //
 //   write_entry_grads  one thread per sorted write entry e (token i, slot group of e):
 //       dkappa_e = sum_{e' in group, i' < i} da(i, i') kappa_e' E(L_e, L_e')
@@ -16,22 +16,30 @@
 //                      a CTA covers one slice of one chunk's reads, 32-bit index math):
 //       drho_q = sum_{e' in group, pos <= q_pos} dQK[i][i_e'] kappa_e' E(Lq, L_e') + exp(Lq) dq_w
 //       dLq_q  = sum (same) rho_q kappa_e' E(Lq, L_e') + q_w dq_w.   Writes grad_q_val, dLq.
-//   group_scans        one thread per write group (its first entry), the CPU engine's scans:
+//   group_scans        one thread per write group (its first entry; the other positions'
+//                      threads stop after one load), the CPU engine's scans:
 //       dgamma_e = (sum_{e' >= e} dL_e' + sum_{reads at tokens >= i_e} dLq) + sum_{e' < e} dP_e'
 //                  + dLambda, the first sum built from the group's last entry backwards.
 //   token_grads        one warp per token: grad_beta = rdot_i + sum_{j<i} A[i][j] dMs[i][j]
 //                      (j ascending); grad_g = dgamma (G = W) or sum_w dgamma_(i,w) (w ascending).
 //                      Rows are loaded 32 columns at a time, one per lane; every lane runs the
 //                      serial sums on shuffled values (the one-thread order); G = W stores by lanes.
-//                      The first 32 columns, rdot and the first 32 dgamma are loaded before the sums.
+//                      The first 64 columns, rdot and the first 128 dgamma are loaded before the
+//                      sums and stores (all of them when C <= 64 and W <= 128).
 // Every sum has one thread and a fixed order; no atomics.
 //
-// write_entry_grads and group_scans find the first read of their slot (at or after a token) with
-// warp_lower_bounds: the lanes of a warp hold consecutive sorted write entries, so their bounds
-// ascend with the lane; the warp searches lane 0's bound once and every lane then takes its own
-// position from one coalesced window of 32 read keys (a per-lane search only when the window does
-// not cover lane 31's bound). The positions are exactly lower_bound_key's; the key at the position
-// comes from the window too, so the first read of the slot costs no further load.
+// Groups and reads without searches: the slot kernel's tasks (bb.slot_tasks, backward_slot_tasks.cu:
+// found once per call before the loop, which does not change them) hold at every write group's
+// first sorted position the group's size, the first sorted read position of its slot in the chunk
+// and the slot's read count; every other write position (inside a group, padding / masked) holds
+// kSlotIdle. write_entry_grads and group_scans load the task at their own position together with
+// their key. In write_entry_grads the group starts of a warp (whose lanes hold consecutive sorted
+// entries) are a ballot of the roles; a lane inside a group takes its start's position and task by
+// shuffles from the start's lane, and when the group began in an earlier warp lane 0 walks the
+// roles back to the start. The reads of the entry's slot are the task's read range; reads at tokens
+// before the entry's are skipped, which leaves the reads a search for the first read at or after
+// the token would walk, in the same order. Index divisions run in 32 bits whenever the operands
+// fit (the same quotients).
 #include "backward.hpp"
 #include "backward_rows.cuh"
 #include "cuda_check.hpp"
@@ -40,104 +48,81 @@ namespace sdm::cuda {
 namespace {
 
 constexpr int kThreads = 128;
+constexpr unsigned kAll = 0xffffffffu;
 
 unsigned blocks_for(std::int64_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
+
+// a / b for a >= 0, b > 0; in 32 bits when both fit (a fraction of the 64-bit division's work).
+__device__ __forceinline__ std::int64_t index_div(std::int64_t a, std::int64_t b) {
+  constexpr std::int64_t kU32 = 0xffffffff;
+  if (a <= kU32 && b <= kU32) return static_cast<std::uint32_t>(a) / static_cast<std::uint32_t>(b);
+  return a / b;
+}
 
 struct EntryPlace {
   std::int64_t n, p, t, token;  // chunk, stream, time in the stream, flat token p*T + t
 };
 
 __device__ __forceinline__ EntryPlace place(const Geometry& geo, std::int64_t n, std::int64_t i) {
-  const std::int64_t p = n % geo.P, t = (n / geo.P) * geo.C + i;
+  const std::int64_t ti = index_div(n, geo.P), p = n - ti * geo.P, t = ti * geo.C + i;
   return {n, p, t, p * geo.T + t};
 }
 
-// For each lane, the first position in keys[0, count) whose key is >= its bound (keys ascending),
-// when the 32 lanes' bounds do not decrease with the lane index and lane 0's position lies in
-// [first_begin, first_end] (first_end - first_begin < 2^31). All 32 lanes call it. Lane 0's bound
-// is searched by the whole warp; if some key of the window keys[lo, lo + 32) (keys past count read
-// as ~0) is >= lane 31's bound, every lane's position is in [lo, lo + 31] and is found by a binary
-// search over the window held one key per lane (shuffles); otherwise each lane searches [lo, count).
-// *key_at receives the key at the lane's position (~0 past count), from the window when it covers it.
-__device__ __forceinline__ std::int64_t warp_lower_bounds(const std::uint64_t* keys, std::int64_t count,
-                                                          std::int64_t first_begin, std::int64_t first_end,
-                                                          std::uint64_t bound, int lane, std::uint64_t* key_at) {
-  constexpr unsigned kAll = 0xffffffffu;
-  const std::uint64_t first_bound = __shfl_sync(kAll, bound, 0), last_bound = __shfl_sync(kAll, bound, 31);
-  std::uint64_t key_at_lo = 0;
-  const std::int64_t lo =
-      first_begin + warp_lower_bound_key(keys + first_begin, static_cast<int>(first_end - first_begin), first_bound,
-                                         lane, &key_at_lo);
-  const std::int64_t at = lo + lane;
-  const std::uint64_t window = at < count ? keys[at] : ~std::uint64_t{0};
-  if (__ballot_sync(kAll, window < last_bound) == kAll) {
-    const std::int64_t at_bound = lo + lower_bound_key(keys + lo, count - lo, bound);
-    *key_at = at_bound < count ? keys[at_bound] : ~std::uint64_t{0};
-    return at_bound;
-  }
-  int below = 0;  // window keys < bound: the largest prefix whose last key is below the bound
-  for (int step = 32; step > 0; step /= 2) {
-    const int candidate = below + step;
-    const std::uint64_t key = __shfl_sync(kAll, window, (candidate - 1) & 31);
-    if (candidate <= 32 && key < bound) below = candidate;
-  }
-  // Some window key is >= lane 31's bound >= this lane's, so below < 32: the window holds the key.
-  *key_at = __shfl_sync(kAll, window, below & 31);
-  return lo + below;
-}
+__device__ __forceinline__ int task_write_size(std::int32_t sizes) { return sizes & ((1 << kReadSizeShift) - 1); }
+__device__ __forceinline__ int task_read_size(std::int32_t sizes) { return sizes >> kReadSizeShift; }
 
-// 8 CTAs per SM: 64 registers (16 bytes spilled).
+// 8 CTAs per SM (at most 64 registers).
 __global__ void __launch_bounds__(kThreads, 8)
     write_entry_grads(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_k) {
   const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int lane = static_cast<int>(threadIdx.x % 32);
   const std::int64_t total = geo.write_entries();
-  if (e - static_cast<std::int64_t>(threadIdx.x % 32) >= total) return;  // whole warps from here on
+  if (e - lane >= total) return;  // whole warps from here on
   const std::int64_t C = geo.C, CW = C * geo.W, CR = C * geo.R;
   const KeyLayout& rl = bb.read_layout;
   const bool in_range = e < total;
-  std::int64_t n = 0, local = 0, i = 0, w = 0;
-  std::uint64_t bound = ~std::uint64_t{0};  // past the end: after every read key
-  if (in_range) {
-    const std::uint64_t key = p1.keys[e];
-    n = e / CW, local = geo.keys.local_slot(key), i = geo.keys.token(key), w = geo.keys.lane(key);
-    bound = rl.encode(n, local, i, 0);
-  }
-  const std::int64_t chunk0 = n * CW, chunk_end = chunk0 + CW;
+  const std::int64_t n = index_div(e, CW), chunk0 = n * CW;
+  const SlotTask* tasks = bb.slot_tasks + n * CR;  // tasks[s]: the task of chunk n's sorted position s - chunk0
+  std::uint64_t key = 0;
+  SlotTask own{};
+  if (in_range) key = p1.keys[e], own = tasks[e];
+  const std::int64_t local = geo.keys.local_slot(key), i = geo.keys.token(key), w = geo.keys.lane(key);
+  const bool real = in_range && local != geo.sps;
   const EntryPlace at = place(geo, n, i);
   const std::int64_t entry = chunk0 + i * geo.W + w;
-  const bool real = in_range && local != geo.sps;
-  // The entry's own records, loaded before the search so that their latency overlaps it.
-  std::uint64_t prev_key = 0, next_key = 0;
+  // The entry's own records, issued before its group is known so that their latency overlaps it.
   float L_e = 0.0f, kappa_e = 0.0f, beta_i = 0.0f, dk_eff = 0.0f, dc = 0.0f, wcoef = 0.0f, k_eff = 0.0f;
   if (real) {
-    if (e > chunk0) prev_key = p1.keys[e - 1];
-    if (e + 1 < chunk_end) next_key = p1.keys[e + 1];
     L_e = p1.L[e], kappa_e = p1.kappa[e], beta_i = load_input(in.beta, in.beta_dtype, at.token);
     dk_eff = bb.dk_eff[e], dc = bb.dc[e], wcoef = p1.wcoef[e], k_eff = p1.k_eff[entry];
   }
-  const std::int64_t first_chunk = __shfl_sync(0xffffffffu, n, 0);
-  std::uint64_t first_read_key = 0;
-  const std::int64_t first_read =
-      warp_lower_bounds(bb.read_keys, geo.read_entries(), first_chunk * CR, (first_chunk + 1) * CR, bound,
-                        static_cast<int>(threadIdx.x % 32), &first_read_key);
+  // The group: a real entry with a role starts one (position 0 of a chunk does, when real). The
+  // lanes from a start up to the next start or unreal lane are its group's entries in this warp;
+  // lanes before the warp's first start continue lane 0's group, whose start lane 0 walks back to.
+  const unsigned starts = __ballot_sync(kAll, real && own.role != kSlotIdle);
+  std::int64_t start = e;
+  if (lane == 0 && real && own.role == kSlotIdle) {
+    do {
+      own = tasks[--start];
+    } while (own.role == kSlotIdle);
+  }
+  const unsigned starts_upto = starts & (kAll >> (31 - lane));
+  const int source = starts_upto != 0 ? 31 - __clz(starts_upto) : 0;
+  const std::int64_t begin = __shfl_sync(kAll, start, source);
+  const std::int32_t first_read = __shfl_sync(kAll, own.role, source), sizes = __shfl_sync(kAll, own.sizes, source);
   if (!in_range) return;
   if (!real) {  // padding or masked
     bb.dgamma[entry] = 0.0f;
     if (at.t < geo.T && grad_k.data != nullptr) store_any(grad_k.data, grad_k.dtype, at.token * geo.W + w, 0.0f);
     return;
   }
-  std::int64_t begin = e, end = e + 1;
-  if (e > chunk0 && geo.keys.local_slot(prev_key) == local) {
-    for (--begin; begin > chunk0 && geo.keys.local_slot(p1.keys[begin - 1]) == local;) --begin;
-  }
-  if (e + 1 < chunk_end && geo.keys.local_slot(next_key) == local) {
-    for (++end; end < chunk_end && geo.keys.local_slot(p1.keys[end]) == local;) ++end;
-  }
+  const std::int64_t end = begin + task_write_size(sizes);
 
   const float* dms = bb.dms + n * C * C;
   const float* dqk = bb.dqk + n * C * C;
   float dkappa = 0.0f, dL = 0.0f;
   for (std::int64_t s = begin; s < end; ++s) {
+    if (s == e) continue;  // token i itself: no pair term
     const std::int64_t j = geo.keys.token(p1.keys[s]);
     if (j < i) {
       const float da = beta_i * dms[i * C + j];
@@ -151,17 +136,20 @@ __global__ void __launch_bounds__(kThreads, 8)
       dL -= da * p1.kappa[s] * kappa_e * decay;
     }
   }
-  const std::uint64_t* reads = bb.read_keys;
-  for (std::int64_t s = first_read; s < (n + 1) * CR; ++s) {
-    const std::uint64_t read_key = s == first_read ? first_read_key : reads[s];
-    if (rl.local_slot(read_key) != local) break;
-    const std::int64_t iq = rl.token(read_key);
-    const std::int64_t read = n * CR + iq * geo.R + rl.lane(read_key);
-    const float rho = p1.q_rho[read];
-    const float decay = expf(p1.L[chunk0 + p1.q_pos[read]] - L_e);
-    const float d = dqk[iq * C + i];
-    dkappa += d * rho * decay;
-    dL -= d * rho * kappa_e * decay;
+  if (first_read >= 0) {
+    const std::uint64_t* reads = bb.read_keys + n * CR + first_read;
+    const int read_count = task_read_size(sizes);
+    for (int s = 0; s < read_count; ++s) {
+      const std::uint64_t read_key = reads[s];
+      const std::int64_t iq = rl.token(read_key);
+      if (iq < i) continue;  // a read before token i (the slot's reads ascend by token)
+      const std::int64_t read = n * CR + iq * geo.R + rl.lane(read_key);
+      const float rho = p1.q_rho[read];
+      const float decay = expf(p1.L[chunk0 + p1.q_pos[read]] - L_e);
+      const float d = dqk[iq * C + i];
+      dkappa += d * rho * decay;
+      dL -= d * rho * kappa_e * decay;
+    }
   }
   dkappa += expf(L_e) * dk_eff + expf((end - 1 == e ? L_e : p1.L[end - 1]) - L_e) * dc;
   dL += k_eff * dk_eff;
@@ -178,27 +166,39 @@ __global__ void read_entry_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers
   const std::int64_t i = q / R, r = q % R, read = n * CR + q;
   const EntryPlace at = place(geo, n, i);
   if (at.t >= geo.T) return;
+  // Phase 1 writes the four records of every read entry: one round of loads.
+  const std::int32_t slot = p1.q_slot[read], pos = p1.q_pos[read];
+  const float rho = p1.q_rho[read], q_w = p1.q_w[read];
   float drho = 0.0f, dLq = 0.0f;
-  if (p1.q_slot[read] >= 0) {
-    const std::int64_t chunk0 = n * CW, pos = p1.q_pos[read];
-    const float rho = p1.q_rho[read];
+  if (slot >= 0) {
+    const float dq_w = bb.dq_w[read];
     float Lq = 0.0f;
     if (pos >= 0) {
-      const std::int64_t local = geo.keys.local_slot(p1.keys[chunk0 + pos]);
-      std::int64_t begin = pos;
-      while (begin > 0 && geo.keys.local_slot(p1.keys[chunk0 + begin - 1]) == local) --begin;
-      Lq = p1.L[chunk0 + pos];
-      const float* dqk = bb.dqk + (n * C + i) * C;
-      for (std::int64_t s = chunk0 + begin; s <= chunk0 + pos; ++s) {
-        const float d = dqk[geo.keys.token(p1.keys[s])];
-        const float decay = expf(Lq - p1.L[s]);
-        drho += d * p1.kappa[s] * decay;
-        dLq += d * rho * p1.kappa[s] * decay;
+      // Position pos (the latest write of the slot at or before token i) and the one before it,
+      // loaded together: the group starts at pos unless that one is of the same slot.
+      const std::uint64_t* keys = p1.keys + n * CW;
+      const float* L = p1.L + n * CW;
+      const float* kappa = p1.kappa + n * CW;
+      const std::uint64_t key = keys[pos], key_before = pos > 0 ? keys[pos - 1] : 0;
+      const float kappa_pos = kappa[pos];
+      Lq = L[pos];
+      const std::int64_t local = geo.keys.local_slot(key);
+      int begin = pos;
+      if (pos > 0 && geo.keys.local_slot(key_before) == local) {
+        for (--begin; begin > 0 && geo.keys.local_slot(keys[begin - 1]) == local;) --begin;
       }
+      const float* dqk = bb.dqk + (n * C + i) * C;
+      const auto add = [&](std::uint64_t key_s, float L_s, float kappa_s) {
+        const float d = dqk[geo.keys.token(key_s)];
+        const float decay = expf(Lq - L_s);
+        drho += d * kappa_s * decay;
+        dLq += d * rho * kappa_s * decay;
+      };
+      for (int s = begin; s < pos; ++s) add(keys[s], L[s], kappa[s]);
+      add(key, Lq, kappa_pos);
     }
-    const float dq_w = bb.dq_w[read];
     drho += expf(Lq) * dq_w;
-    dLq += p1.q_w[read] * dq_w;
+    dLq += q_w * dq_w;
   }
   bb.dLq[read] = dLq;
   if (grad_q.data != nullptr) store_any(grad_q.data, grad_q.dtype, at.token * geo.R + r, drho);
@@ -206,45 +206,19 @@ __global__ void read_entry_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers
 
 __global__ void group_scans(Geometry geo, Phase1Buffers p1, BackwardBuffers bb) {
   const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::int64_t total = geo.write_entries();
-  if (e - static_cast<std::int64_t>(threadIdx.x % 32) >= total) return;  // whole warps from here on
+  if (e >= geo.write_entries()) return;
   const std::int64_t CW = geo.C * geo.W, CR = geo.C * geo.R;
   const KeyLayout& rl = bb.read_layout;
-  const bool in_range = e < total;
-  std::int64_t n = 0, local = 0;
-  std::uint64_t key = 0, bound = ~std::uint64_t{0};  // past the end: after every read key
-  if (in_range) {
-    key = p1.keys[e];
-    n = e / CW, local = geo.keys.local_slot(key);
-    bound = rl.encode(n, local, 0, 0);
-  }
-  const std::int64_t chunk0 = n * CW, chunk_end = chunk0 + CW;
-  // The entry's own records, loaded before the search so that their latency overlaps it.
-  std::uint64_t prev_key = 0, next_key = 0;
-  float dL_e = 0.0f;
-  const bool real = in_range && local != geo.sps;
-  if (real) {
-    if (e > chunk0) prev_key = p1.keys[e - 1];
-    if (e + 1 < chunk_end) next_key = p1.keys[e + 1];
-    dL_e = bb.dL[e];
-  }
-  const std::int64_t first_chunk = __shfl_sync(0xffffffffu, n, 0);
-  std::uint64_t first_read_key = 0;
-  const std::int64_t read_begin =
-      warp_lower_bounds(bb.read_keys, geo.read_entries(), first_chunk * CR, (first_chunk + 1) * CR, bound,
-                        static_cast<int>(threadIdx.x % 32), &first_read_key);
-  if (!real) return;
-  if (e > chunk0 && geo.keys.local_slot(prev_key) == local) return;  // not the group's first entry
+  const std::int64_t n = index_div(e, CW), chunk0 = n * CW;
+  // The task (its role says whether e starts a write group) and the key, loaded together.
+  const SlotTask task = bb.slot_tasks[n * CR + e];
+  const std::uint64_t key = p1.keys[e];
+  if (task.role == kSlotIdle) return;  // inside a group, padding or masked
+  const float dL_e = bb.dL[e];
   const float dlambda = bb.dlambda[e];  // written at group-first positions only
-  std::int64_t end = e + 1;
-  if (e + 1 < chunk_end && geo.keys.local_slot(next_key) == local) {
-    for (++end; end < chunk_end && geo.keys.local_slot(p1.keys[end]) == local;) ++end;
-  }
-
-  const std::uint64_t* reads = bb.read_keys;
-  std::int64_t read = read_begin;
-  while (read < (n + 1) * CR && rl.local_slot(read == read_begin ? first_read_key : reads[read]) == local) ++read;
-  --read;  // the slot's last read (reads are in token order)
+  const std::int64_t end = e + task_write_size(task.sizes);
+  const std::uint64_t* reads = bb.read_keys + n * CR + (task.role >= 0 ? task.role : 0);
+  int read = task_read_size(task.sizes) - 1;  // the slot's last read (reads are in token order)
   const auto entry_of = [&](std::uint64_t k) { return chunk0 + geo.keys.token(k) * geo.W + geo.keys.lane(k); };
 
   // Suffix sums from the group's last entry back to e; entry e's (the last one formed) stays in
@@ -254,7 +228,7 @@ __global__ void group_scans(Geometry geo, Phase1Buffers p1, BackwardBuffers bb) 
     const std::uint64_t k = s == e ? key : p1.keys[s];
     const std::int64_t i = geo.keys.token(k);
     suffix += s == e ? dL_e : bb.dL[s];
-    for (; read >= read_begin && rl.token(reads[read]) >= i; --read) {
+    for (; read >= 0 && rl.token(reads[read]) >= i; --read) {
       suffix += bb.dLq[n * CR + rl.token(reads[read]) * geo.R + rl.lane(reads[read])];
     }
     if (s > e) bb.dgamma[entry_of(k)] = suffix;
@@ -267,50 +241,82 @@ __global__ void group_scans(Geometry geo, Phase1Buffers p1, BackwardBuffers bb) 
   }
 }
 
+// Pieces of 32 values that token_grads loads before its sums and stores: kHeldCols of A / dMs
+// (every row when C <= 64), kHeldLanes of dgamma (every token when W <= 128).
+constexpr int kHeldCols = 2;
+constexpr int kHeldLanes = 4;
+
+// sum += a_j * b_j for j = 0 .. count - 1 in order, lane j holding a_j and b_j.
+__device__ __forceinline__ void add_products(float& sum, float a_lane, float b_lane, int count) {
+  for (int k = 0; k < count; ++k) {
+    const float a_j = __shfl_sync(kAll, a_lane, k), b_j = __shfl_sync(kAll, b_lane, k);
+    sum += a_j * b_j;
+  }
+}
+
+// sum += x_j for j = 0 .. count - 1 in order, lane j holding x_j.
+__device__ __forceinline__ void add_values(float& sum, float x_lane, int count) {
+  for (int k = 0; k < count; ++k) sum += __shfl_sync(kAll, x_lane, k);
+}
+
+__device__ __forceinline__ int piece_count(std::int64_t remaining) {
+  return remaining <= 0 ? 0 : remaining < 32 ? static_cast<int>(remaining) : 32;
+}
+
 __global__ void token_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_beta, AnyFloat grad_g) {
-  constexpr unsigned kAll = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const std::int64_t ci = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // n*C + i
   if (ci >= geo.N * geo.C) return;  // whole warps
-  const std::int64_t C = geo.C, n = ci / C, i = ci % C;
+  const std::int64_t C = geo.C, W = geo.W, n = index_div(ci, C), i = ci - n * C;
   const EntryPlace at = place(geo, n, i);
   if (at.t >= geo.T) return;
   // Every load before the first store (the stores may alias them for all the compiler knows): the
-  // first 32 columns of A / dMs, rdot, and the first 32 dgamma of the token.
+  // first kHeldCols pieces of A / dMs, rdot, and the first kHeldLanes pieces of the token's dgamma.
   const bool beta_out = grad_beta.data != nullptr, g_out = grad_g.data != nullptr;
   const float* a = p1.A + ci * C;
   const float* dms = bb.dms + ci * C;
-  const float* dgamma = bb.dgamma + ci * geo.W;
-  const bool first_mine = beta_out && lane < i;
-  const float a_first = first_mine ? a[lane] : 0.0f, dms_first = first_mine ? dms[lane] : 0.0f;
+  const float* dgamma = bb.dgamma + ci * W;
+  float a_held[kHeldCols], dms_held[kHeldCols], dgamma_held[kHeldLanes];
+#pragma unroll
+  for (int k = 0; k < kHeldCols; ++k) {
+    const std::int64_t j = 32 * k + lane;
+    const bool mine = beta_out && j < i;
+    a_held[k] = mine ? a[j] : 0.0f;
+    dms_held[k] = mine ? dms[j] : 0.0f;
+  }
   const float rdot = beta_out && lane == 0 ? bb.rdot[ci] : 0.0f;
-  const float dgamma_first = g_out && lane < geo.W ? dgamma[lane] : 0.0f;
+#pragma unroll
+  for (int k = 0; k < kHeldLanes; ++k) {
+    const std::int64_t w = 32 * k + lane;
+    dgamma_held[k] = g_out && w < W ? dgamma[w] : 0.0f;
+  }
   if (beta_out) {
     float a_dms = 0.0f;
-    for (std::int64_t j0 = 0; j0 < i; j0 += 32) {
+#pragma unroll
+    for (int k = 0; k < kHeldCols; ++k) add_products(a_dms, a_held[k], dms_held[k], piece_count(i - 32 * k));
+    for (std::int64_t j0 = 32 * kHeldCols; j0 < i; j0 += 32) {
       const bool mine = j0 + lane < i;
-      const float a_lane = j0 == 0 ? a_first : mine ? a[j0 + lane] : 0.0f;
-      const float dms_lane = j0 == 0 ? dms_first : mine ? dms[j0 + lane] : 0.0f;
-      const int count = i - j0 < 32 ? static_cast<int>(i - j0) : 32;
-      for (int k = 0; k < count; ++k) {
-        const float a_j = __shfl_sync(kAll, a_lane, k), dms_j = __shfl_sync(kAll, dms_lane, k);
-        a_dms += a_j * dms_j;
-      }
+      add_products(a_dms, mine ? a[j0 + lane] : 0.0f, mine ? dms[j0 + lane] : 0.0f, piece_count(i - j0));
     }
     if (lane == 0) store_any(grad_beta.data, grad_beta.dtype, at.token, rdot + a_dms);
   }
   if (g_out) {
     if (geo.G == 1) {
       float sum = 0.0f;
-      for (std::int64_t w0 = 0; w0 < geo.W; w0 += 32) {
-        const float lane_value = w0 == 0 ? dgamma_first : w0 + lane < geo.W ? dgamma[w0 + lane] : 0.0f;
-        const int count = geo.W - w0 < 32 ? static_cast<int>(geo.W - w0) : 32;
-        for (int k = 0; k < count; ++k) sum += __shfl_sync(kAll, lane_value, k);
+#pragma unroll
+      for (int k = 0; k < kHeldLanes; ++k) add_values(sum, dgamma_held[k], piece_count(W - 32 * k));
+      for (std::int64_t w0 = 32 * kHeldLanes; w0 < W; w0 += 32) {
+        add_values(sum, w0 + lane < W ? dgamma[w0 + lane] : 0.0f, piece_count(W - w0));
       }
       if (lane == 0) store_any(grad_g.data, grad_g.dtype, at.token, sum);
     } else {
-      for (std::int64_t w = lane; w < geo.W; w += 32) {
-        store_any(grad_g.data, grad_g.dtype, at.token * geo.W + w, w == lane ? dgamma_first : dgamma[w]);
+#pragma unroll
+      for (int k = 0; k < kHeldLanes; ++k) {
+        const std::int64_t w = 32 * k + lane;
+        if (w < W) store_any(grad_g.data, grad_g.dtype, at.token * W + w, dgamma_held[k]);
+      }
+      for (std::int64_t w = 32 * kHeldLanes + lane; w < W; w += 32) {
+        store_any(grad_g.data, grad_g.dtype, at.token * W + w, dgamma[w]);
       }
     }
   }
