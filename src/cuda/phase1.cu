@@ -189,11 +189,14 @@ __global__ void __launch_bounds__(kScanThreads, 2) scan_groups(Geometry geo, Inp
     const std::int64_t local = geo.keys.local_slot(key);
     if (local == geo.sps) {
       // Padding / masked entries join no group; their sorted coefficients are defined as 0 so that
-      // kernels that load a warp's coefficients before testing membership read initialised memory.
+      // kernels that load a warp's coefficients before testing membership read initialised memory
+      // (and L, kappa too: the saving forward writes every byte of `saved`, saved_layout.hpp).
       const int i = static_cast<int>(geo.keys.token(key));
       place(i * W + static_cast<int>(geo.keys.lane(key)), q, false, 0.0f);
       buf.wcoef[base + q] = 0.0f;
       buf.gdecay[base + q] = 0.0f;
+      buf.L[base + q] = 0.0f;
+      buf.kappa[base + q] = 0.0f;
       continue;
     }
     if (q > 0 && geo.keys.local_slot(prev_key) == local) continue;  // its group's first entry places it

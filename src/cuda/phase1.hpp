@@ -4,8 +4,8 @@
 // Outputs (per chunk n; "sorted" arrays are indexed by n*C*W + q, q the sorted position):
 //   keys      u64 [N*C*W] sorted write keys (chunk_plan.hpp): slot groups in token order
 //   L         f32 sorted   L_e = per-slot inclusive cumulative log-decay (segmented f32 scan);
-//                          written at group positions only (not at padding / masked ones)
-//   kappa     f32 sorted   k_val rounded to the bank dtype; written where L is
+//                          0 for padding / masked
+//   kappa     f32 sorted   k_val rounded to the bank dtype; 0 for padding / masked
 //   wcoef     f32 sorted   kappa_e * exp(Lambda_s - L_e)    (write coefficient, B.2); 0 for padding / masked
 //   gdecay    f32 sorted   exp(Lambda_s) of the entry's group (total decay of the slot); 0 for padding / masked
 //   inv_pos   i32 [N, C, W] in-chunk sorted position of entry (n, i, w)

@@ -1,10 +1,11 @@
-// saved_layout.cu - region offsets of the CUDA saved buffer and the Phase 1 pointers into it (see
-// saved_layout.hpp). Host code only.
+// saved_layout.cu - region offsets of the CUDA saved buffer, the Phase 1 pointers into it and the
+// zeroing of the gaps between regions (see saved_layout.hpp).
 #include "saved_layout.hpp"
 
 #include <cstdint>
 
 #include "alignment.hpp"
+#include "cuda_check.hpp"
 #include "core/snapshot_quant.hpp"
 
 namespace sdm::cuda {
@@ -20,18 +21,20 @@ SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptio
   layout.mode = core::effective_snapshot_mode(options.snapshot_quant, shape.bank);
   layout.row_bytes = core::snapshot_payload_bytes(layout.mode, shape.bank, shape.hd);
   layout.has_scales = core::snapshot_scale_bytes(layout.mode) > 0;
-  layout.delta = 0;
-  layout.residual = align256(token_rows * hd * sizeof(float));
-  layout.snapshot = layout.residual + align256(token_rows * hd * sizeof(float));
-  const std::size_t snapshot_end = layout.snapshot + write_entries * layout.row_bytes;
-  layout.scales = layout.has_scales ? align256(snapshot_end) : snapshot_end;
-  std::size_t end = layout.has_scales ? layout.scales + write_entries * sizeof(float) : snapshot_end;
-
-  // Each Phase 1 region starts at the next multiple of 256 bytes.
+  // Each region starts at the next multiple of 256 bytes after the previous one's end; the bytes
+  // skipped are a gap.
+  std::size_t end = 0;
   const auto region = [&](std::size_t& offset, std::size_t bytes) {
     offset = align256(end);
+    if (offset > end) layout.gaps[layout.gap_count++] = {end, offset};
     end = offset + bytes;
   };
+  const std::size_t token_bytes = token_rows * hd * sizeof(float);
+  region(layout.delta, token_bytes);
+  region(layout.residual, token_bytes);
+  region(layout.snapshot, write_entries * layout.row_bytes);
+  if (layout.has_scales) region(layout.scales, write_entries * sizeof(float));
+  else layout.scales = end;
   SavedPhase1& p1 = layout.phase1;
   region(p1.keys, write_entries * sizeof(std::uint64_t));
   constexpr std::size_t word = 4;  // f32 and i32 elements
@@ -42,6 +45,29 @@ SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptio
   for (std::size_t* offset : {&p1.A, &p1.QK, &p1.X}) region(*offset, chunk_matrix * sizeof(float));
   layout.total = end;
   return layout;
+}
+
+namespace {
+
+// Block b zeroes gap b (shorter than 256 bytes).
+struct GapList {
+  SavedGap gaps[kMaxSavedGaps];
+};
+
+__global__ void zero_gaps(GapList list, unsigned char* base) {
+  const SavedGap gap = list.gaps[blockIdx.x];
+  const std::size_t at = gap.begin + threadIdx.x;
+  if (at < gap.end) base[at] = 0;
+}
+
+}  // namespace
+
+void zero_saved_gaps(const SavedLayout& layout, unsigned char* base, cudaStream_t stream) {
+  if (layout.gap_count == 0) return;
+  GapList list;
+  for (int k = 0; k < layout.gap_count; ++k) list.gaps[k] = layout.gaps[k];
+  zero_gaps<<<static_cast<unsigned>(layout.gap_count), 256, 0, stream>>>(list, base);
+  check_launch("zero_gaps");
 }
 
 void bind_saved_phase1(const SavedLayout& layout, unsigned char* base, Phase1Buffers& buf) {

@@ -13,8 +13,8 @@
 //   scales    f32 [rows]            the row's quantiser scale (fp8 / int4 only; else an empty region)
 //   Phase 1 (phase1.hpp states each array's meaning; "sorted": index n*C*W + q):
 //   keys      u64 [N*C*W]  sorted write keys
-//   L         f32 [N*C*W]  sorted cumulative log-decays (real entries only)
-//   kappa     f32 [N*C*W]  sorted k_val rounded to the bank dtype (real entries only)
+//   L         f32 [N*C*W]  sorted cumulative log-decays (0 at padding / masked entries)
+//   kappa     f32 [N*C*W]  sorted k_val rounded to the bank dtype (0 at padding / masked entries)
 //   wcoef     f32 [N*C*W]  sorted write coefficients
 //   gdecay    f32 [N*C*W]  sorted total decays exp(Lambda_s)
 //   inv_pos   i32 [N, C, W] sorted position of each write entry
@@ -25,7 +25,9 @@
 //   q_rho     f32 [N, C, R] q_val rounded to the bank dtype
 //   q_w       f32 [N, C, R] read weights rho exp(Lq)
 //   A, QK, X  f32 [N, C, C] per chunk
-// Not written: rows that start no group (and their scales), L / kappa at padding / masked positions.
+// Every byte is written by a saving forward (an op output: the same bytes for the same inputs):
+// rows that start no group (and their scales) and L / kappa at padding / masked positions hold 0,
+// and so do the gaps between regions (zero_saved_gaps).
 // Phase 1 takes 36 bytes per write entry, 16 per read entry and 12 C^2 per chunk: bf16 bank, C 64,
 // config small (P 4, T 2048, W = R = 16, hd 128) 12.5 MiB (+31 % over the 40 MiB of snapshot
 // "none"), readme (P 2, T 8192, W = R = 64, hd 768) 64 MiB (+3.9 % over 1.59 GiB; fp8 +7.4 %,
@@ -36,6 +38,8 @@
 #pragma once
 
 #include <cstddef>
+
+#include <cuda_runtime.h>
 
 #include "core/validate.hpp"
 #include "phase1.hpp"
@@ -50,8 +54,16 @@ struct SavedPhase1 {
   std::size_t A = 0, QK = 0, X = 0;
 };
 
+// The bytes between one region's end and the next one's 256-byte aligned start, [begin, end).
+struct SavedGap {
+  std::size_t begin = 0, end = 0;
+};
+constexpr int kMaxSavedGaps = 20;  // one before each region after the first (18 regions)
+
 struct SavedLayout {
   std::size_t delta = 0, residual = 0, snapshot = 0, scales = 0, total = 0;
+  SavedGap gaps[kMaxSavedGaps];
+  int gap_count = 0;
   SavedPhase1 phase1;
   SnapshotQuant mode = SnapshotQuant::none;  // effective mode ("bf16" on a bf16 bank is "none")
   std::size_t row_bytes = 0;                 // payload bytes per snapshot row
@@ -59,6 +71,10 @@ struct SavedLayout {
 };
 
 SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptions& options);
+
+// Zeroes the gaps between the regions of the saved buffer at `base` (one small launch on `stream`;
+// none when there are no gaps).
+void zero_saved_gaps(const SavedLayout& layout, unsigned char* base, cudaStream_t stream);
 
 // Points the Phase 1 arrays kept in the saved buffer (keys .. X above) at their regions of the
 // buffer at `base`; buf's other fields are left as they are. The saving forward's Phase 1 writes

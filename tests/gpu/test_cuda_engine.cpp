@@ -501,6 +501,53 @@ void test_snapshot_modes_forward() {
   }
 }
 
+// ---- the saving forward writes every byte of `saved` ------------------------------------------
+
+// The saved buffer is an output of the op (the PyTorch binding returns it from write_read and
+// allocates it uninitialised), so the saving forward must write every byte, the same bytes for the
+// same inputs. Two runs into buffers filled with 0x00 and 0xff must give the same bytes: awkward
+// shapes (T % C != 0, padding and masked entries, hot slots, odd hd), both banks, every mode.
+void test_saved_fully_written() {
+  for (const DType bank : {DType::f32, DType::bf16}) {
+    for (const SnapshotQuant mode :
+         {SnapshotQuant::none, SnapshotQuant::bf16, SnapshotQuant::fp8, SnapshotQuant::int4}) {
+      ProblemSpec spec = spec_of(2, 37, 3, 5, 13, 16, 1, bank, 91);
+      Problem pb = make_problem(spec);
+      // A masked write entry and a masked read entry (validate=False) have their bytes too.
+      pb.k_idx.set(4, -1.0);
+      pb.q_idx.set(7, -1.0);
+      WriteReadOptions opt = options_for(spec, 8, false);
+      opt.snapshot_quant = mode;
+      std::vector<std::uint8_t> got[2];
+      for (int run = 0; run < 2; ++run) {
+        DeviceProblem dp(pb);
+        DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(dp.args(), opt))});
+        cuda_ok(cudaMemset(saved.data(), run == 0 ? 0x00 : 0xff, saved.bytes()), "cudaMemset");
+        DeviceTensor readings(bank, {spec.P, spec.T, spec.hd});
+        write_read_forward_saving(dp.args(), readings.ref(), saved.ref(), opt);
+        sync();
+        got[run].resize(saved.bytes());
+        cuda_ok(cudaMemcpy(got[run].data(), saved.data(), saved.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+      }
+      // Unwritten bytes as [begin, end) ranges (the first few printed).
+      std::size_t differ = 0, ranges = 0;
+      for (std::size_t b = 0; b < got[0].size();) {
+        if (got[0][b] == got[1][b]) {
+          ++b;
+          continue;
+        }
+        std::size_t end = b;
+        while (end < got[0].size() && got[0][end] != got[1][end]) ++end;
+        if (++ranges <= 12) std::printf("    unwritten bytes [%zu, %zu) of %zu\n", b, end, got[0].size());
+        differ += end - b;
+        b = end;
+      }
+      expect(differ == 0, std::string(dtype_name(bank)) + " bank, " + snapshot_quant_name(mode) +
+                              ": every byte of saved written");
+    }
+  }
+}
+
 // ---- CUDA vs the CPU engine ------------------------------------------------------------
 
 void test_cuda_vs_cpu_engine() {
@@ -818,6 +865,7 @@ int main(int argc, char** argv) {
       {"masking with validate=False", test_masking},
       {"device index check (validate=True)", test_validation_errors},
       {"snapshot modes: saved bytes, forward unchanged", test_snapshot_modes_forward},
+      {"saving forward writes every byte of saved", test_saved_fully_written},
       {"CUDA vs CPU engine", test_cuda_vs_cpu_engine},
       {"bank of more than 2^32 elements", test_bank_over_2_pow_32_elements},
       {"snapshot quantiser: device == host, exhaustive", test_snapshot_codec_exhaustive},
