@@ -87,9 +87,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
     auto final_bank = private_copy(memory);
     const auto args = make_args(final_bank, in);
     const auto bytes = static_cast<int64_t>(sdm::write_read_saved_bytes(args, options));
-    // Zeroed: the engine leaves padding bytes of the layout unwritten, and an op's outputs
-    // must be a deterministic function of its inputs (opcheck, SPEC Z.4).
-    auto saved = at::zeros({bytes}, memory.options().dtype(at::kByte));
+    // An op's outputs must be a deterministic function of its inputs (opcheck, SPEC Z.4). The
+    // CUDA engine writes every byte of `saved` (src/cuda/saved_layout.hpp; tested), so its buffer
+    // is left uninitialised (zeroing it cost a memset of the whole buffer, 1.8 GB at config readme,
+    // every training step); the CPU engine leaves padding bytes of its layout unwritten, so its
+    // buffer is zeroed.
+    const auto byte_options = memory.options().dtype(at::kByte);
+    auto saved = memory.is_cuda() ? at::empty({bytes}, byte_options) : at::zeros({bytes}, byte_options);
     auto readings = new_readings(memory, in.v);
     sdm::write_read_forward_saving(args, to_ref(readings, "readings"), to_ref(saved, "saved"), options);
     return std::make_tuple(readings, final_bank, saved);
