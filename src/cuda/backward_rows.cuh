@@ -1,5 +1,5 @@
-// backward_rows.cuh - row pieces, fixed-order warp dot products, any-dtype element access and
-// sorted-key searches of the CUDA backward.
+// backward_rows.cuh - row pieces, fixed-order warp dot products and any-dtype element access of
+// the CUDA backward.
 //
 // Column ownership (every backward kernel that walks a row with one warp): lane l owns the
 // columns c = 256 s + 8 l + k (k < 8, c < hd) of column step s. With kVec (hd % 8 == 0 and
@@ -135,40 +135,6 @@ __device__ __forceinline__ void store_any(void* data, DType dtype, std::int64_t 
     case DType::f16: static_cast<std::uint16_t*>(data)[i] = core::f16_from_float(x); break;
     default: static_cast<float*>(data)[i] = x; break;
   }
-}
-
-// First position in keys[0, count) whose key is >= bound (keys ascending).
-__device__ __forceinline__ std::int64_t lower_bound_key(const std::uint64_t* keys, std::int64_t count,
-                                                        std::uint64_t bound) {
-  std::int64_t lo = 0, hi = count;
-  while (lo < hi) {
-    const std::int64_t mid = (lo + hi) / 2;
-    if (keys[mid] < bound) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
-// lower_bound_key by a whole warp (all 32 lanes call it; count < 2^31): each round probes 32 keys
-// spread evenly over the remaining range and keeps the stretch between the last probe below
-// `bound` and the first one not below it, so 4096 keys take 3 rounds of dependent loads instead
-// of 12. Every lane returns the position pos; when pos < count, *key_at receives keys[pos].
-__device__ __forceinline__ int warp_lower_bound_key(const std::uint64_t* keys, int count, std::uint64_t bound,
-                                                    int lane, std::uint64_t* key_at) {
-  int lo = 0, hi = count;  // keys[0, lo) < bound <= keys[hi, count)
-  while (hi - lo >= 32) {
-    const int stride = (hi - lo + 31) / 32;
-    const int probe = lo + (lane + 1) * stride - 1;
-    // The lanes whose probe lies below `bound` form a prefix (keys ascending, probes ascending).
-    const int below = __popc(__ballot_sync(0xffffffffu, probe < hi && keys[probe] < bound));
-    hi = min(hi, lo + (below + 1) * stride - 1);
-    lo += below * stride;
-  }
-  const int probe = lo + lane;
-  const std::uint64_t key = probe < count ? keys[probe] : 0;
-  const int below = __popc(__ballot_sync(0xffffffffu, probe < hi && key < bound));  // <= hi - lo < 32
-  *key_at = __shfl_sync(0xffffffffu, key, below);
-  return lo + below;
 }
 
 }  // namespace sdm::cuda
