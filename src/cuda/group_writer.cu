@@ -5,9 +5,7 @@
 //          saving call); the bank, which still holds M0 for this step's written rows.
 // Outputs: the bank rows written in the step's chunks, in place; in a saving call also the
 //          pre-write row of each group into snapshot row e (saved_layout.hpp), encoded in the
-//          effective mode kMode (snapshot_rows.cuh), and for fp8 / int4 its scale into scales[e];
-//          the snapshot rows (and scales) of positions that start no group are zeroed, so every
-//          snapshot byte is written.
+//          effective mode kMode (snapshot_rows.cuh), and for fp8 / int4 its scale into scales[e].
 // Math:    M[s] = rnd_E( exp(Lambda_s) M0[s] + sum_{e in group(s)} wcoef_e delta[i_e] ).
 //          Snapshot: none M0[s] bit for bit; bf16 rnd_bf16(M0[s]); fp8 / int4 the shared quantiser
 //          core/snapshot_quant.hpp (scale from the row's amax, codes from the fast quotient on bf16
@@ -63,15 +61,6 @@ struct EntryBatch {
   float coef = 0.0f;
   int count = 0;
 };
-
-// Zeroes the n bytes at p (all 32 lanes call it): 16-byte stores when p and n allow, else bytes.
-__device__ __forceinline__ void zero_bytes(unsigned char* p, std::int64_t n, int lane) {
-  if ((reinterpret_cast<std::uintptr_t>(p) | static_cast<std::uintptr_t>(n)) % 16 == 0) {
-    for (std::int64_t at = 16 * lane; at < n; at += 16 * 32) *reinterpret_cast<uint4*>(p + at) = make_uint4(0, 0, 0, 0);
-  } else {
-    for (std::int64_t at = lane; at < n; at += 32) p[at] = 0;
-  }
-}
 
 // Fetches the 32-byte line piece at p into L1 (a hint: no register, no fault on any address).
 __device__ __forceinline__ void prefetch_l1(const float* p) {
@@ -147,26 +136,17 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   const float decay = p1.gdecay[e];
   prefetch_later_row<E>(geo, p1, sb, ti, static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32 + ahead,
                         ctas_per_stream, lane);
+  const std::int64_t local = geo.keys.local_slot(__shfl_sync(0xffffffffu, my_key, 0));
+  if (local == geo.sps) return;
+  if (q > 0 && geo.keys.local_slot(prev_key) == local) return;
+
   const std::int64_t hd = geo.hd;
+  E* __restrict__ row = static_cast<E*>(sb.bank) + (p * geo.sps + local) * hd;
   // kMode none: a saving call stores the exact row, a no-grad call (snapshot null) nothing.
   constexpr DType kBank = sizeof(E) == 2 ? DType::bf16 : DType::f32;
   const auto row_bytes = static_cast<std::int64_t>(core::snapshot_payload_bytes(kMode, kBank, hd));
   unsigned char* __restrict__ snapshot =
       sb.snapshot != nullptr ? static_cast<unsigned char*>(sb.snapshot) + e * row_bytes : nullptr;
-  const std::int64_t local = geo.keys.local_slot(__shfl_sync(0xffffffffu, my_key, 0));
-  if (local == geo.sps || (q > 0 && geo.keys.local_slot(prev_key) == local)) {
-    // No group starts here (masked / padding entry, or inside a group): its snapshot row (and
-    // scale) holds zeros, so that a saving call writes every byte of `saved`.
-    if (snapshot != nullptr) {
-      zero_bytes(snapshot, row_bytes, lane);
-      if constexpr (kQuantised) {
-        if (lane == 0) sb.snapshot_scales[e] = 0.0f;
-      }
-    }
-    return;
-  }
-
-  E* __restrict__ row = static_cast<E*>(sb.bank) + (p * geo.sps + local) * hd;
   const float* __restrict__ delta = sb.delta + (sb.delta_per_chunk ? n * geo.C : p * geo.C) * hd;
   const EntryBatch head = batch_of(my_key, my_coef, q, CW, local, geo.keys, hd, lane);
   // The group's first entry (lane 0 of the head batch is always a member).

@@ -1,5 +1,5 @@
 // saved_layout.cu - region offsets of the CUDA saved buffer, the Phase 1 pointers into it and the
-// zeroing of the gaps between regions (see saved_layout.hpp).
+// zeroing of the bytes no other kernel writes (see saved_layout.hpp).
 #include "saved_layout.hpp"
 
 #include <cstdint>
@@ -60,14 +60,57 @@ __global__ void zero_gaps(GapList list, unsigned char* base) {
   if (at < gap.end) base[at] = 0;
 }
 
+constexpr int kRowWarps = 8;
+
+// One warp per 32 consecutive sorted write positions of one chunk (grid: chunks x ceil(C*W / 32)
+// / kRowWarps): lane l tests position q = 32 w + l (a group starts there when its slot is real and
+// differs from the previous position's); the warp then zeroes the snapshot row (16-byte stores when
+// the row allows, else bytes) and the scale of each position that starts no group.
+__global__ void __launch_bounds__(kRowWarps * 32)
+    zero_unused_rows(Geometry geo, const std::uint64_t* __restrict__ keys, unsigned char* __restrict__ rows,
+                     std::size_t row_bytes, float* __restrict__ scales) {
+  const int CW = static_cast<int>(geo.C * geo.W);
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int first = (static_cast<int>(blockIdx.y) * kRowWarps + static_cast<int>(threadIdx.x) / 32) * 32;
+  if (first >= CW) return;
+  const std::int64_t chunk = blockIdx.x;
+  const std::uint64_t* chunk_keys = keys + chunk * CW;
+  const int q = first + lane;
+  bool unused = false;
+  if (q < CW) {
+    const std::int64_t local = geo.keys.local_slot(chunk_keys[q]);
+    unused = local == geo.sps || (q > 0 && geo.keys.local_slot(chunk_keys[q - 1]) == local);
+  }
+  const std::int64_t row0 = chunk * CW + first;
+  if (unused && scales != nullptr) scales[row0 + lane] = 0.0f;
+  const bool vector = (reinterpret_cast<std::uintptr_t>(rows) | row_bytes) % 16 == 0;
+  for (unsigned todo = __ballot_sync(0xffffffffu, unused); todo != 0; todo &= todo - 1) {
+    unsigned char* row = rows + (row0 + __ffs(todo) - 1) * row_bytes;
+    if (vector) {
+      for (std::size_t at = 16 * lane; at < row_bytes; at += 16 * 32) {
+        *reinterpret_cast<uint4*>(row + at) = make_uint4(0, 0, 0, 0);
+      }
+    } else {
+      for (std::size_t at = lane; at < row_bytes; at += 32) row[at] = 0;
+    }
+  }
+}
+
 }  // namespace
 
-void zero_saved_gaps(const SavedLayout& layout, unsigned char* base, cudaStream_t stream) {
-  if (layout.gap_count == 0) return;
-  GapList list;
-  for (int k = 0; k < layout.gap_count; ++k) list.gaps[k] = layout.gaps[k];
-  zero_gaps<<<static_cast<unsigned>(layout.gap_count), 256, 0, stream>>>(list, base);
-  check_launch("zero_gaps");
+void zero_unwritten_saved(const Geometry& geo, const SavedLayout& layout, const std::uint64_t* keys,
+                          unsigned char* base, cudaStream_t stream) {
+  if (layout.gap_count > 0) {
+    GapList list;
+    for (int k = 0; k < layout.gap_count; ++k) list.gaps[k] = layout.gaps[k];
+    zero_gaps<<<static_cast<unsigned>(layout.gap_count), 256, 0, stream>>>(list, base);
+    check_launch("zero_gaps");
+  }
+  const std::int64_t CW = geo.C * geo.W;
+  const dim3 grid(static_cast<unsigned>(geo.N), static_cast<unsigned>((CW + 32 * kRowWarps - 1) / (32 * kRowWarps)));
+  float* scales = layout.has_scales ? reinterpret_cast<float*>(base + layout.scales) : nullptr;
+  zero_unused_rows<<<grid, kRowWarps * 32, 0, stream>>>(geo, keys, base + layout.snapshot, layout.row_bytes, scales);
+  check_launch("zero_unused_rows");
 }
 
 void bind_saved_phase1(const SavedLayout& layout, unsigned char* base, Phase1Buffers& buf) {

@@ -27,7 +27,7 @@
 //   A, QK, X  f32 [N, C, C] per chunk
 // Every byte is written by a saving forward (an op output: the same bytes for the same inputs):
 // rows that start no group (and their scales) and L / kappa at padding / masked positions hold 0,
-// and so do the gaps between regions (zero_saved_gaps).
+// and so do the gaps between regions (zero_unwritten_saved).
 // Phase 1 takes 36 bytes per write entry, 16 per read entry and 12 C^2 per chunk: bf16 bank, C 64,
 // config small (P 4, T 2048, W = R = 16, hd 128) 12.5 MiB (+31 % over the 40 MiB of snapshot
 // "none"), readme (P 2, T 8192, W = R = 64, hd 768) 64 MiB (+3.9 % over 1.59 GiB; fp8 +7.4 %,
@@ -42,6 +42,7 @@
 #include <cuda_runtime.h>
 
 #include "core/validate.hpp"
+#include "chunk_plan.hpp"
 #include "phase1.hpp"
 #include "sdm/options.hpp"
 
@@ -72,9 +73,12 @@ struct SavedLayout {
 
 SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptions& options);
 
-// Zeroes the gaps between the regions of the saved buffer at `base` (one small launch on `stream`;
-// none when there are no gaps).
-void zero_saved_gaps(const SavedLayout& layout, unsigned char* base, cudaStream_t stream);
+// The bytes of the saved buffer at `base` that no kernel of the saving forward writes, zeroed on
+// `stream`: the gaps between regions, and the snapshot rows (with their scales) of the sorted write
+// positions that start no group (inside a group, padding, masked), found from Phase 1's sorted keys
+// (`keys`, in the buffer: call after Phase 1). Two launches.
+void zero_unwritten_saved(const Geometry& geo, const SavedLayout& layout, const std::uint64_t* keys,
+                          unsigned char* base, cudaStream_t stream);
 
 // Points the Phase 1 arrays kept in the saved buffer (keys .. X above) at their regions of the
 // buffer at `base`; buf's other fields are left as they are. The saving forward's Phase 1 writes

@@ -108,8 +108,8 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
     sb.vec8 = sb.vec8 && aligned16(saved->data);
   }
 
-  if (saved != nullptr) zero_saved_gaps(layout, saved_base, stream);
   run_phase1(geo, in, sb.bf16_bank, p1, stream);
+  if (saved != nullptr) zero_unwritten_saved(geo, layout, p1.keys, saved_base, stream);
   for (std::int64_t ti = 0; ti < geo.Nt; ++ti) {
     launch_gather(geo, p1, sb, ti, stream);
     launch_dual(geo, in, p1, sb, ti, stream);
