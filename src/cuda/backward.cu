@@ -16,7 +16,8 @@
 //     and the GWR weights in entry order (backward_tokens.cu), from the saved Phase 1 arrays
 //   G = grad_final_bank or 0 (backward_grad_bank.cu)
 //   for ti = Nt-1 .. 0: token side (backward_tokens.cu), then slot side (backward_slots.cu: one
-//     kernel; a slot written and read in the chunk is finished by one warp, G' kept in registers)
+//     kernel; a slot written and read in the chunk is finished by one warp, G' kept in registers),
+//     each half of the P streams on its own CUDA stream (step_streams.hpp)
 //   the C x C dots of all chunks (pair_dots: off the loop's dependency chain, so one launch), then
 //   the per-entry gradients of all chunks (backward_entries.cu); grad_memory from G
 // Every launch goes to options.cuda_stream with no host sync after the optional check, so the
@@ -38,6 +39,7 @@
 #include "cuda_check.hpp"
 #include "index_check.hpp"
 #include "saved_layout.hpp"
+#include "step_streams.hpp"
 
 namespace sdm::cuda {
 namespace {
@@ -70,7 +72,8 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   const Geometry geo = make_geometry(shape);
   const Inputs in = make_inputs(args);
   const SavedLayout layout = saved_layout(shape, options);
-  const bool check = options.validate && !is_capturing(stream);
+  const bool capturing = is_capturing(stream);
+  const bool check = options.validate && !capturing;
 
   BackwardBuffers bb;
   bb.bank = args.memory.data;
@@ -126,10 +129,14 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   launch_entry_coefs(geo, p1, bb, stream);
   init_grad_bank(geo, bb, grad_rows, any_float(grad_final_bank), stream);
   const AnyFloat grad_v = any_float(grads.v);
+  StepStreams steps(geo, stream, !capturing);
   for (std::int64_t ti = geo.Nt - 1; ti >= 0; --ti) {
-    launch_token_side(geo, in, p1, bb, grad_v, ti, stream);
-    launch_slot_side(geo, in, p1, bb, ti, stream);
+    for (int h = 0; h < steps.count(); ++h) {
+      launch_token_side(steps.geometry(h), in, p1, bb, grad_v, ti, steps.stream(h));
+      launch_slot_side(steps.geometry(h), in, p1, bb, ti, steps.stream(h));
+    }
   }
+  steps.join();
   launch_pair_dots(geo, bb, stream);
   const TokenGrads token_grads{any_float(grads.k_val), grad_v, any_float(grads.beta), any_float(grads.g),
                                any_float(grads.q_val)};

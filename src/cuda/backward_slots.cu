@@ -1,6 +1,6 @@
 // backward_slots.cu - the slot side of one reverse step of the CUDA backward (SPEC C.3 "PA" and
-// "GDS", C.2 steps 7-8), for the P chunks n = ti*P + p of step ti. Runs after the token side (it
-// reads dU and dy of the step). One kernel, slot_groups_backward; for each slot s that chunk n
+// "GDS", C.2 steps 7-8), for the chunks n = ti*P + p of step ti, p in [geo.p_first, geo.p_first +
+// geo.p_count). Runs after the token side (it reads dU and dy of the step). One kernel, slot_groups_backward; for each slot s that chunk n
 // writes or reads:
 //
 //   write group of s (entries e in token order, token i_e, pre = the snapshot row = M0[s],
@@ -602,7 +602,7 @@ __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Pha
   read_main_pass<Reads::many, kVec>(grad, bank, reads, hd, lane);
 }
 
-// Grid (P, ceil((C*W + C*R) / kWarps)): warp q < C*W takes sorted write position q, the others
+// Grid (p_count, ceil((C*W + C*R) / kWarps)): warp q < C*W takes sorted write position q, the others
 // sorted read position q - C*W.
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
@@ -611,7 +611,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const int CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C * geo.R);
   const int q = static_cast<int>(blockIdx.y) * kWarps + static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t p = blockIdx.x;
+  const std::int64_t p = geo.p_first + blockIdx.x;
   if (q < CW) write_group_worker<E, Gt, kVec, kMode>(geo, in, p1, bb, ti, p, q, lane);
   else if (q < CW + CR) read_group_worker<E, Gt, kVec>(geo, p1, bb, ti, p, q - CW, lane);
 }
@@ -620,7 +620,7 @@ template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
 void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
             std::int64_t ti, cudaStream_t stream) {
   const std::int64_t warps = geo.C * geo.W + geo.C * geo.R;
-  const dim3 grid(static_cast<unsigned>(geo.P), static_cast<unsigned>((warps + kWarps - 1) / kWarps));
+  const dim3 grid(static_cast<unsigned>(geo.p_count), static_cast<unsigned>((warps + kWarps - 1) / kWarps));
   launch_dependent(slot_groups_backward<E, Gt, kVec, kMode>, grid, dim3(kWarps * 32), 0, stream,
                    "slot_groups_backward", geo, in, p1, bb, ti);
 }

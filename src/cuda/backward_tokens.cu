@@ -1,5 +1,6 @@
 // backward_tokens.cu - the token side of one reverse step of the CUDA backward (SPEC C.2 steps 1-6,
-// C.3 "GWR" and "baddbmm"), for the P chunks n = ti*P + p of step ti. Kernels, in launch order:
+// C.3 "GWR" and "baddbmm"), for the chunks n = ti*P + p of step ti, p in [geo.p_first, geo.p_first +
+// geo.p_count). Kernels, in launch order:
 //
 //   GWR           D_w[p*C+i] = sum_w coef_(i,w) G[s_(i,w)] (coef = kappa exp(Lambda - L) of the entry,
 //                 0 for masked entries): the forward's gather kernel (gather.cu, launch_weighted_gather)
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
   const int col = tid % kCols, group = tid / kCols, groups = threads / kCols;
   const int r0 = kRows * group;
-  const std::int64_t p = blockIdx.y, n = ti * geo.P + p;
+  const std::int64_t p = geo.p_first + blockIdx.y, n = ti * geo.P + p;
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kCols + col;
   const bool in_cols = c < hd;
   float* dy_col = dyt + col * ld;
@@ -173,7 +174,7 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
   const int col = tid % kCols, group = tid / kCols, groups = threads / kCols;  // groups = row_groups(C)
   const int r0 = kRows * group;  // < C: every thread owns a real row
-  const std::int64_t p = blockIdx.y, n = ti * geo.P + p;
+  const std::int64_t p = geo.p_first + blockIdx.y, n = ti * geo.P + p;
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kCols + col;
   const bool in_cols = c < hd;
   const bool want_grad_v = grad_v.data != nullptr;
@@ -432,7 +433,7 @@ void launch_solve_side(const Geometry& geo, const Inputs& in, const Phase1Buffer
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                "cudaFuncSetAttribute (solve_side shared memory)");
   }
-  const dim3 grid(static_cast<unsigned>((geo.hd + kCols - 1) / kCols), static_cast<unsigned>(geo.P));
+  const dim3 grid(static_cast<unsigned>((geo.hd + kCols - 1) / kCols), static_cast<unsigned>(geo.p_count));
   const dim3 block(static_cast<unsigned>(kCols * chunk::row_groups(C)));
   launch_dependent(kernel, grid, block, smem, stream, "solve_side", geo, in, p1, bb, grad_v, ti);
 }
@@ -451,7 +452,7 @@ void launch_token_side(const Geometry& geo, const Inputs& in, const Phase1Buffer
   launch_weighted_gather(geo, bb.grad_rows, bb.bf16_grad_rows, bb.vec8, GatherSide{p1.k_slot, bb.entry_coef, geo.W},
                          GatherSide{}, ti, bb.dw, nullptr, stream);
 
-  switch (chunk::tile_cols(geo.hd, geo.P)) {
+  switch (chunk::tile_cols(geo.hd, geo.p_count)) {
     case 32: launch_solve_side<32>(geo, in, p1, bb, grad_v, ti, stream); break;
     case 16: launch_solve_side<16>(geo, in, p1, bb, grad_v, ti, stream); break;
     default: launch_solve_side<8>(geo, in, p1, bb, grad_v, ti, stream); break;

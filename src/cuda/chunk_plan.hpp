@@ -50,6 +50,9 @@ struct Geometry {
   std::int64_t Nt = 0;  // time steps ceil(T / C)
   std::int64_t N = 0;   // chunks Nt * P
   KeyLayout keys;
+  // The streams a per-step launch covers: p in [p_first, p_first + p_count) (make_geometry: all P;
+  // step_streams.hpp gives each of two CUDA streams half of them).
+  std::int64_t p_first = 0, p_count = 0;
 
   SDM_HOST_DEVICE std::int64_t write_entries() const { return N * C * W; }
   SDM_HOST_DEVICE std::int64_t read_entries() const { return N * C * R; }

@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   const int R0 = kBlock * static_cast<int>(blockIdx.y);
   const int rows = C - R0 < kBlock ? C - R0 : kBlock;  // rows of this CTA's block
   const bool active = r0 < rows;                       // the thread owns a real row
-  const std::int64_t p = blockIdx.z, n = ti * geo.P + p;
+  const std::int64_t p = geo.p_first + blockIdx.z, n = ti * geo.P + p;
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kCols + col;
   const bool in_cols = c < hd;
   const bool bf16_bank = sb.bf16_bank;
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
   const int col = tid % kCols, group = tid / kCols, groups = threads / kCols;  // groups = row_groups(C)
   const int r0 = kRows * group;  // < C: every thread owns a real row
-  const std::int64_t p = blockIdx.y, n = ti * geo.P + p;
+  const std::int64_t p = geo.p_first + blockIdx.y, n = ti * geo.P + p;
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kCols + col;
   const bool in_cols = c < hd;
 
@@ -186,7 +186,7 @@ void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, cons
             cudaStream_t stream) {
   const int C = static_cast<int>(geo.C);
   const dim3 grid(static_cast<unsigned>((geo.hd + kCols - 1) / kCols),
-                  static_cast<unsigned>((C + kBlock - 1) / kBlock), static_cast<unsigned>(geo.P));
+                  static_cast<unsigned>((C + kBlock - 1) / kBlock), static_cast<unsigned>(geo.p_count));
   const dim3 block(static_cast<unsigned>(kCols * chunk::row_groups(C)));
   if (C <= kBlock) {
     const dim3 small_grid(grid.x, grid.z);
@@ -199,7 +199,7 @@ void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, cons
 template <typename E>
 void launch_tiled(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const StepBuffers& sb,
                   std::int64_t ti, cudaStream_t stream) {
-  switch (chunk::tile_cols(geo.hd, geo.P * ((geo.C + kBlock - 1) / kBlock))) {
+  switch (chunk::tile_cols(geo.hd, geo.p_count * ((geo.C + kBlock - 1) / kBlock))) {
     case 32: launch<E, 32>(geo, in, p1, sb, ti, stream); break;
     case 16: launch<E, 16>(geo, in, p1, sb, ti, stream); break;
     default: launch<E, 8>(geo, in, p1, sb, ti, stream); break;

@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   __shared__ float partial[kWarps][2][kTile];
   wait_for_predecessor();
   const unsigned row32 = blockIdx.x / tiles;               // the column tiles of a row are adjacent
-  const std::int64_t row = row32;                          // step row p*C + i
+  const std::int64_t row = geo.p_first * geo.C + row32;    // step row p*C + i
   const std::int64_t token = ti * geo.P * geo.C + row;     // chunk-token n*C + i
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t tile0 = static_cast<std::int64_t>(blockIdx.x - row32 * tiles) * kTile;
@@ -165,7 +165,7 @@ template <typename E, int kVec>
 void launch(const Geometry& geo, const void* rows, GatherSide k, GatherSide q, std::int64_t ti, float* k_sums,
             float* q_sums, cudaStream_t stream) {
   const auto tiles = static_cast<unsigned>((geo.hd + 32 * kVec - 1) / (32 * kVec));
-  const dim3 grid(static_cast<unsigned>(geo.P * geo.C) * tiles);
+  const dim3 grid(static_cast<unsigned>(geo.p_count * geo.C) * tiles);
   launch_dependent(gather_rows<E, kVec>, grid, dim3(kWarps * 32), 0, stream, "gather_rows", geo,
                    static_cast<const E*>(rows), k, q, ti, tiles, k_sums, q_sums);
 }

@@ -102,9 +102,10 @@ __device__ __forceinline__ void prefetch_later_row(const Geometry& geo, const Ph
                                                    int lane) {
   const int CW = static_cast<int>(geo.C * geo.W);
   const std::int64_t per_stream = static_cast<std::int64_t>(ctas_per_stream) * kWarps;
-  const std::int64_t p = later / per_stream;
-  const int q = static_cast<int>(later - p * per_stream);
-  if (p >= geo.P || q >= CW) return;
+  const std::int64_t launch_p = later / per_stream;
+  const int q = static_cast<int>(later - launch_p * per_stream);
+  if (launch_p >= geo.p_count || q >= CW) return;
+  const std::int64_t p = geo.p_first + launch_p;
   const std::int64_t local = geo.keys.local_slot(p1.keys[(ti * geo.P + p) * CW + q]);
   if (local == geo.sps) return;
   const std::int64_t row_bytes = geo.hd * static_cast<std::int64_t>(sizeof(E));
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   const int q = static_cast<int>(blockIdx.x - stream * ctas_per_stream) * kWarps + static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (q >= CW) return;
-  const std::int64_t p = stream, n = ti * geo.P + p, e = n * CW + q;
+  const std::int64_t p = geo.p_first + stream, n = ti * geo.P + p, e = n * CW + q;
   const std::uint64_t* __restrict__ keys = p1.keys + n * CW;  // the chunk's sorted keys
   const float* __restrict__ wcoef = p1.wcoef + n * CW;
   // One round trip for the warp's metadata: the keys and coefficients of positions q .. q + 31,
@@ -246,7 +247,7 @@ template <typename E, int kVec, SnapshotQuant kMode>
 void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
             cudaStream_t stream) {
   constexpr auto kernel = write_groups<E, kVec, kMode>;
-  const std::int64_t ctas = geo.P * ((geo.C * geo.W + kWarps - 1) / kWarps);
+  const std::int64_t ctas = geo.p_count * ((geo.C * geo.W + kWarps - 1) / kWarps);
   const std::int64_t ahead = resident_warps<kernel>(kWarps * 32, "write_groups");
   launch_dependent(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kWarps * 32), 0, stream, "write_groups", geo, p1,
                    sb, ti, ahead);

@@ -1,6 +1,7 @@
 // step_kernels.hpp - the three per-time-step kernels of the chunked forward (SPEC B.2, B.5).
-// Step ti processes the P chunks n = ti*P + p at once; chunk-token rows of the step are
-// p*C + i ("step rows", [P*C, hd]).
+// A launch for step ti processes the chunks n = ti*P + p of the streams p in [geo.p_first,
+// geo.p_first + geo.p_count) (all P, or half of them: step_streams.hpp); chunk-token rows of the
+// step are p*C + i ("step rows", [P*C, hd]).
 //
 //   gather        retrieved[p*C+i] = sum_w k_eff * M0[k_slot], inter[...] = sum_r q_w * M0[q_slot]
 //   dual          U = beta (v - retrieved); delta = X U; readings = inter + QX U (rounded to E)

@@ -3,7 +3,7 @@
 //
 // One call: [device index check + one sync, if options.validate and not capturing] ->
 // Phase 1 for all chunks (phase1.cu) -> for each time step ti: gather -> dual -> group_writer
-// (step_kernels.hpp). In a saving call Phase 1 writes the arrays the backward reads straight into
+// (step_kernels.hpp), each half of the P streams on its own CUDA stream (step_streams.hpp). In a saving call Phase 1 writes the arrays the backward reads straight into
 // `saved`, and the steps add delta, residual and the snapshot rows (saved_layout.hpp). Every launch
 // goes to one stream (options.cuda_stream: the PyTorch binding passes torch's current stream) with
 // no host sync after the optional check, so the whole call can be captured in a CUDA graph; while
@@ -21,6 +21,7 @@
 #include "saved_layout.hpp"
 #include "snapshot_rows.cuh"
 #include "step_kernels.hpp"
+#include "step_streams.hpp"
 #include "workspace.hpp"
 
 namespace sdm::cuda {
@@ -30,6 +31,7 @@ Geometry make_geometry(const core::WriteReadShape& s) {
   g.P = s.P, g.T = s.T, g.W = s.W, g.R = s.R, g.G = s.G, g.hd = s.hd, g.C = s.C, g.sps = s.slots_per_stream;
   g.Nt = s.num_time_chunks();
   g.N = g.Nt * g.P;
+  g.p_count = g.P;
   g.keys.lane_bits = bits_for(static_cast<std::uint64_t>(g.W - 1));
   g.keys.token_bits = bits_for(static_cast<std::uint64_t>(g.C - 1));
   g.keys.slot_bits = bits_for(static_cast<std::uint64_t>(g.sps));
@@ -64,7 +66,8 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
   const cudaStream_t stream = stream_of(options.cuda_stream);
   const Geometry geo = make_geometry(shape);
   const Inputs in = make_inputs(args);
-  const bool check = options.validate && !is_capturing(stream);
+  const bool capturing = is_capturing(stream);
+  const bool check = options.validate && !capturing;
 
   Workspace ws(stream);
   unsigned long long* check_word = nullptr;
@@ -110,11 +113,15 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
 
   run_phase1(geo, in, sb.bf16_bank, p1, stream);
   if (saved != nullptr) zero_unwritten_saved(geo, layout, p1.keys, saved_base, stream);
+  StepStreams steps(geo, stream, !capturing);
   for (std::int64_t ti = 0; ti < geo.Nt; ++ti) {
-    launch_gather(geo, p1, sb, ti, stream);
-    launch_dual(geo, in, p1, sb, ti, stream);
-    launch_group_writer(geo, p1, sb, ti, stream);
+    for (int h = 0; h < steps.count(); ++h) {
+      launch_gather(steps.geometry(h), p1, sb, ti, steps.stream(h));
+      launch_dual(steps.geometry(h), in, p1, sb, ti, steps.stream(h));
+      launch_group_writer(steps.geometry(h), p1, sb, ti, steps.stream(h));
+    }
   }
+  steps.join();
 }
 
 }  // namespace
