@@ -2,7 +2,7 @@
 # gpu_check.sh - run on the GPU machine from a clean checkout: builds the library with CUDA
 # (SDM_CUDA_ARCHS, default 90) together with the PyTorch extension against the torch found there,
 # installs the `sdm` package with CUDA on, runs the C++ GPU tests (forward, backward, the per-chunk
-# key sort; forward and backward once more with SDM_CUDA_PDL=0), the Python
+# key sort; forward and backward once more with SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1), the Python
 # GPU tests (tests/python_gpu), compute-sanitizer (memcheck, racecheck, initcheck) on the small C++
 # tests (summary rc: forward tests / backward tests), the C++ GPU benchmark and the Python
 # decode-latency benchmark; prints a summary table last.
@@ -126,14 +126,16 @@ if [ "$tests" = 1 ]; then
   phase "C++ GPU sort tests"
   "$build/tests/gpu/sdm_gpu_sort_tests" 2>&1 | tee "$out/sort_tests.log"
   sort_rc=${PIPESTATUS[0]}
-  # PDL only changes when a kernel is scheduled; both suites must pass (and stay bitwise
-  # deterministic) without it too.
-  phase "C++ GPU tests without programmatic dependent launch (SDM_CUDA_PDL=0)"
-  SDM_CUDA_PDL=0 "$build/tests/gpu/sdm_gpu_tests" >"$out/tests_no_pdl.log" 2>&1
+  # PDL and the split of the steps over two CUDA streams only change when and where a kernel
+  # runs; both suites must pass (and stay bitwise deterministic: eager == graph replay, which
+  # runs on one stream) without PDL and with every call of two or more streams split (the test
+  # shapes are below the size at which calls split by default, src/cuda/step_streams.hpp).
+  phase "C++ GPU tests without PDL, steps split over two streams (SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1)"
+  SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1 "$build/tests/gpu/sdm_gpu_tests" >"$out/tests_no_pdl.log" 2>&1
   tests_no_pdl_rc=$?
-  SDM_CUDA_PDL=0 "$build/tests/gpu/sdm_gpu_backward_tests" >"$out/backward_tests_no_pdl.log" 2>&1
+  SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1 "$build/tests/gpu/sdm_gpu_backward_tests" >"$out/backward_tests_no_pdl.log" 2>&1
   backward_no_pdl_rc=$?
-  echo "without PDL: forward rc $tests_no_pdl_rc ($(tail -1 "$out/tests_no_pdl.log")), backward rc" \
+  echo "without PDL, split steps: forward rc $tests_no_pdl_rc ($(tail -1 "$out/tests_no_pdl.log")), backward rc" \
     "$backward_no_pdl_rc ($(tail -1 "$out/backward_tests_no_pdl.log"))"
   if [ "$torch" = 1 ]; then
     phase "Python GPU tests"
@@ -198,7 +200,7 @@ echo "| python package | $package |"
 [ "$tests" = 1 ] && echo "| C++ GPU tests | rc $tests_rc: $(tail -1 "$out/tests.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU backward tests | rc $backward_rc: $(tail -1 "$out/backward_tests.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU sort tests | rc $sort_rc: $(tail -1 "$out/sort_tests.log") |"
-[ "$tests" = 1 ] && echo "| C++ GPU tests, SDM_CUDA_PDL=0 | rc $tests_no_pdl_rc / $backward_no_pdl_rc: $(tail -1 "$out/tests_no_pdl.log"); $(tail -1 "$out/backward_tests_no_pdl.log") |"
+[ "$tests" = 1 ] && echo "| C++ GPU tests, SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1 | rc $tests_no_pdl_rc / $backward_no_pdl_rc: $(tail -1 "$out/tests_no_pdl.log"); $(tail -1 "$out/backward_tests_no_pdl.log") |"
 [ "$tests" = 1 ] && [ "$torch" = 1 ] && echo "| Python GPU tests | rc $py_tests_rc: $(tail -1 "$out/python_tests.log") |"
 printf "%s" "$sanitizer_summary"
 echo "| benchmark | rc $bench_rc, Python decode rc $py_bench_rc |"

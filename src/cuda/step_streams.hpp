@@ -10,16 +10,40 @@
 // transposed solves, every kernel's ramp and tail) can then overlap the other half's memory-bound
 // ones. No value changes: each element is computed by the same kernel with the same arithmetic
 // whichever half holds it, and the halves write disjoint memory.
+// It pays where each half still has plenty to do: measured on the H200 (training step, A/B of one
+// stream against two, each half's bank rows per step in parentheses: P/2 * C * (W + R) * hd *
+// element size) small 1.26 -> 1.60 ms (1 MB), readme 9.75 -> 9.80-9.85 (12.6 MB), big 20.5 ->
+// 19.9-20.0 (33.5 MB), flagship 33.8 -> 32.85-32.89 (134 MB). So a call splits when a half moves at
+// least kSplitRowBytes of bank rows a step. SDM_CUDA_STEP_STREAMS=1 in the environment splits every
+// call with P >= 2, =0 none (read once per process; for tests and A/B measurements: the split only
+// changes where launches run, never what they compute).
 // While the call's stream is being captured into a CUDA graph the call stays on one stream (no
 // stream or event is created during a capture).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
 #include "chunk_plan.hpp"
 #include "cuda_check.hpp"
 
 namespace sdm::cuda {
+
+constexpr std::int64_t kSplitRowBytes = std::int64_t{16} << 20;
+
+// Whether a call of this shape splits its steps over two streams (bank_element: 2 or 4 bytes).
+inline bool split_steps(const Geometry& geo, std::int64_t bank_element) {
+  static const int forced = [] {
+    const char* value = std::getenv("SDM_CUDA_STEP_STREAMS");
+    if (value == nullptr) return -1;
+    return std::strcmp(value, "0") == 0 ? 0 : 1;
+  }();
+  if (geo.P < 2 || forced == 0) return false;
+  return forced == 1 || geo.P / 2 * geo.C * (geo.W + geo.R) * geo.hd * bank_element >= kSplitRowBytes;
+}
 
 class StepStreams {
  public:

@@ -113,7 +113,7 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
 
   run_phase1(geo, in, sb.bf16_bank, p1, stream);
   if (saved != nullptr) zero_unwritten_saved(geo, layout, p1.keys, saved_base, stream);
-  StepStreams steps(geo, stream, !capturing);
+  StepStreams steps(geo, stream, !capturing && split_steps(geo, sb.bf16_bank ? 2 : 4));
   for (std::int64_t ti = 0; ti < geo.Nt; ++ti) {
     for (int h = 0; h < steps.count(); ++h) {
       launch_gather(steps.geometry(h), p1, sb, ti, steps.stream(h));
