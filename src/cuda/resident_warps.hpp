@@ -1,9 +1,8 @@
-// resident_warps.hpp - how many warps of a kernel the current device holds at once, for kernels
-// whose warps each walk a contiguous range of work items (one wave of warps, each prefetching its
-// next item while it works on the current one).
+// resident_warps.hpp - how many warps of a kernel the current device holds at once: one wave. The
+// group writer asks L2 for the row its successor one wave later will write (group_writer.cu).
 //
-// Only the launch shape depends on it: those kernels give every item the same arithmetic whichever
-// warp takes it, so no result depends on the SM count or the occupancy.
+// Only hints depend on it (which rows are asked for early), never what a kernel computes, so no
+// result depends on the SM count or the occupancy.
 #pragma once
 
 #include <cuda_runtime.h>
