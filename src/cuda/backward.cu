@@ -17,11 +17,12 @@
 //   G = grad_final_bank or 0 (backward_grad_bank.cu)
 //   for ti = Nt-1 .. 0: token side (backward_tokens.cu), then slot side (backward_slots.cu: one
 //     kernel; a slot written and read in the chunk is finished by one warp, G' kept in registers),
-//     each half of the P streams on its own CUDA stream (step_streams.hpp)
+//     for a large call, half of the P streams on a side stream (step_streams.hpp)
 //   the C x C dots of all chunks (pair_dots: off the loop's dependency chain, so one launch), then
 //   the per-entry gradients of all chunks (backward_entries.cu); grad_memory from G
-// Every launch goes to options.cuda_stream with no host sync after the optional check, so the
-// call can be captured in a CUDA graph. Deterministic by construction: one writer per gradient
+// Every launch goes to options.cuda_stream (or, for the steps of a large call, to the side stream
+// forked from it and joined back) with no host sync after the optional check, so the call can be
+// captured in a CUDA graph (then on one stream). Deterministic by construction: one writer per gradient
 // element and per G / bank row, every f32 sum in an order fixed by the shape (the kernel headers
 // state them), no atomics; results do not depend on the SM count or on pointer alignment.
 //

@@ -18,19 +18,18 @@
 //   gather read the step's rows, but at large steps (flagship: 126 MB of written rows) they have
 //   left L2 by the writer's turn. Measured on the H200: flagship training step 34.4 -> 34.0 ms,
 //   the other configs within 0.5 %; the slot kernel's rows asked one wave ahead were slower
-//   (backward_slots.cu). Lane l owns
-//   columns l*kVec + 32*kVec*s (16-byte accesses when kVec == 8). The group's entries are read 32
-//   at a time, one per lane (key, delta row offset, coefficient: one coalesced load), and then
-//   broadcast by shuffles; nearly every group fits in one such batch. The first batch's keys and
-//   coefficients, the previous key and the decay are loaded in one round trip before the warp
-//   knows whether it writes, and the first entry's delta pieces are prefetched into L1 while the
-//   row's loads fly. The row is processed in
-//   blocks of kHeld pieces (kVec 8: 4 pieces = 1024 columns; kVec 1: 8 pieces = 256 columns):
-//   a block's row pieces are all loaded first (loads in flight together) and kept as loaded
-//   (PackedRow) for the snapshot and the update, then for each entry all of the block's delta
-//   pieces are loaded together. fp8 / int4 take the row's amax from the held pieces (lane maxima,
-//   then a warp max: exact, any order) when the row is one block (hd <= 1024 resp. 256), else from
-//   a first read of the row; lane 0 stores the scale. int4 with kVec == 1 pairs the adjacent
+//   (docs/performance.md). Lane l owns columns l*kVec + 32*kVec*s (16-byte accesses when
+//   kVec == 8). The group's entries are read 32 at a time, one per lane (key, delta row offset,
+//   coefficient: one coalesced load), and then broadcast by shuffles; nearly every group fits in
+//   one such batch. The first batch's keys and coefficients, the previous key and the decay are
+//   loaded in one round trip before the warp knows whether it writes, and the first entry's delta
+//   pieces are prefetched into L1 while the row's loads fly. The row is processed in blocks of
+//   kHeld pieces (kVec 8: 4 pieces = 1024 columns; kVec 1: 8 pieces = 256 columns): a block's row
+//   pieces are all loaded first (loads in flight together) and kept as loaded (PackedRow) for the
+//   snapshot and the update, then for each entry all of the block's delta pieces are loaded
+//   together. fp8 / int4 take the row's amax from the held pieces (lane maxima, then a warp max:
+//   exact, any order) when the row is one block (hd <= 1024 resp. 256), else from a first read of
+//   the row; lane 0 stores the scale. int4 with kVec == 1 pairs the adjacent
 //   columns of lanes 2j, 2j+1 by a shuffle.
 // Numerics: per element, f32 in group order (ascending token) starting from exp(Lambda) M0, one
 //   rounding to E per chunk. The update always uses the exact M0, so readings and the final bank

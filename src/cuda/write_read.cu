@@ -3,12 +3,14 @@
 //
 // One call: [device index check + one sync, if options.validate and not capturing] ->
 // Phase 1 for all chunks (phase1.cu) -> for each time step ti: gather -> dual -> group_writer
-// (step_kernels.hpp), each half of the P streams on its own CUDA stream (step_streams.hpp). In a saving call Phase 1 writes the arrays the backward reads straight into
-// `saved`, and the steps add delta, residual and the snapshot rows (saved_layout.hpp). Every launch
-// goes to one stream (options.cuda_stream: the PyTorch binding passes torch's current stream) with
-// no host sync after the optional check, so the whole call can be captured in a CUDA graph; while
-// the stream is capturing, the device index check is skipped (SPEC Z.3) and out-of-range entries
-// are masked.
+// (step_kernels.hpp). In a saving call Phase 1 writes the arrays the backward reads straight into
+// `saved`, zero_unwritten_saved zeroes the bytes no kernel writes, and the steps add delta,
+// residual and the snapshot rows (saved_layout.hpp). Every launch goes to the call's stream
+// (options.cuda_stream: the PyTorch binding passes torch's current stream), except that the steps
+// of a large call run half of the P streams on a side stream forked from it and joined back
+// (step_streams.hpp). No host sync follows the optional check, so the whole call can be captured
+// in a CUDA graph (then on one stream); while the stream is capturing, the device index check is
+// skipped (SPEC Z.3) and out-of-range entries are masked.
 // Scratch comes from one stream-ordered allocation (workspace.hpp).
 #include <cstdint>
 #include <string>
