@@ -1,7 +1,7 @@
 // bench_cuda.cu - GPU benchmark of the CUDA engine on the configurations of issue 6.
 //
 //   sdm_gpu_bench [--json FILE] [--configs small,readme,...] [--reps N] [--training-only]
-//                 [--snapshot none,fp8,int4]
+//                 [--snapshot none,fp8,int4] [--timeline]
 //
 // Per config: the chunked op's no-grad forward and saving forward (validate=False, chunk 64,
 // bf16 bank, bf16 k_val / v / q_val, f32 beta / g, int32 indices, inputs drawn on the device),
@@ -15,6 +15,9 @@
 // --snapshot: the snapshot modes (SPEC D) of the saving forward and the training step, one row
 // each (default none); per mode the extra device memory of the training step is printed, with its
 // ratio to mode none's and the time's ratio to none's when none is in the list.
+// --timeline: after its timed runs, one more training step per config and mode recorded kernel by
+// kernel (kernel_timeline.hpp: CUPTI's activity records), printed as a table per kernel name with
+// the time during which no kernel ran.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 
 #include "core/snapshot_quant.hpp"
 #include "device_tensor.hpp"
+#include "kernel_timeline.hpp"
 #include "sdm/options.hpp"
 #include "sdm/ops.hpp"
 
@@ -228,8 +232,8 @@ void bench_no_grad_forward(const Config& c, int reps, Inputs& in, const WriteRea
                           copy_bw));
 }
 
-void bench_chunked(const Config& c, int reps, bool training_only, const std::vector<SnapshotQuant>& modes,
-                   double copy_bw, std::vector<Row>& rows) {
+void bench_chunked(const Config& c, int reps, bool training_only, bool timeline,
+                   const std::vector<SnapshotQuant>& modes, double copy_bw, std::vector<Row>& rows) {
   Inputs in(c);
   WriteReadOptions opt;
   opt.slots_per_stream = c.sps;
@@ -270,6 +274,13 @@ void bench_chunked(const Config& c, int reps, bool training_only, const std::vec
       write_read_forward_saving(args, in.readings.ref(), saved.ref(), opt);
       write_read_backward(args, saved.ref(), grad_readings.ref(), TensorRef{}, grads, opt);
     });
+    if (timeline) {
+      KernelTimeline recorder;
+      recorder.start();
+      write_read_forward_saving(args, in.readings.ref(), saved.ref(), opt);
+      write_read_backward(args, saved.ref(), grad_readings.ref(), TensorRef{}, grads, opt);
+      print_timeline(recorder.stop(), (std::string(c.name) + " training step" + tag).c_str(), stdout);
+    }
     const double step_rows = rows_per_token(c, snapshot_row_size(c, mode), true);
     rows.push_back(make_row(c, "forward saving + backward" + tag, ms, step_rows, copy_bw));
     cuda_ok(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &peak), "read pool high-water mark");
@@ -325,7 +336,7 @@ std::vector<SnapshotQuant> parse_modes(const std::string& list) {
 int main(int argc, char** argv) {
   std::string json_path, only;
   int reps = 5;
-  bool training_only = false;
+  bool training_only = false, timeline = false;
   std::vector<SnapshotQuant> modes = {SnapshotQuant::none};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -333,6 +344,7 @@ int main(int argc, char** argv) {
     else if (a == "--configs" && i + 1 < argc) only = "," + std::string(argv[++i]) + ",";
     else if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--training-only") training_only = true;
+    else if (a == "--timeline") timeline = true;
     else if (a == "--snapshot" && i + 1 < argc) modes = parse_modes(argv[++i]);
   }
   if (!cuda_device_available()) {
@@ -350,7 +362,7 @@ int main(int argc, char** argv) {
     std::printf("running %s ...\n", c.name);
     std::fflush(stdout);
     if (c.decode) bench_decode(c, reps, copy_bw, rows);
-    else bench_chunked(c, reps, training_only, modes, copy_bw, rows);
+    else bench_chunked(c, reps, training_only, timeline, modes, copy_bw, rows);
   }
   std::printf("\n| config | mode | ms | tokens/s | GB must move | fraction of copy bw |\n|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
