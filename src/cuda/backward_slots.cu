@@ -26,9 +26,9 @@
 // read entry, the entries' scalars); idle warps exit there, and no warp searches keys inside the
 // loop. A worker asks L2 for its G row and its snapshot row (write) or bank row (read)
 // (prefetch_row_l2); the common groups then start their row pass at once, the others first load
-// their keys (find_group_start: lane l looks at position q + l, so the group's size and its
-// entries' keys come from one load per lane) and entries' scalars, with the row fetches in
-// flight. Lane l owns the 8-column pieces c0 = 256 s + 8 l (backward_rows.cuh). A worker walks the
+// their keys (lane_key: lane l loads the key at position q + l, so the group's first 32 entries'
+// keys come from one load per lane; the task holds the group's size) and entries' scalars, with the
+// row fetches in flight. Lane l owns the 8-column pieces c0 = 256 s + 8 l (backward_rows.cuh). A worker walks the
 // row's columns once per pass; every dot's lane partial stays in a register next to the row
 // accumulators, and the butterflies of a pass's dots run at its end (warp_sums).
 //   write: one pass per entry (nearly every group has one: slots_per_stream is large). Per piece it
@@ -69,7 +69,7 @@
 #include "backward_rows.cuh"
 #include "cuda_check.hpp"
 #include "dependent_launch.cuh"
-#include "l2_prefetch.cuh"
+#include "prefetch.cuh"
 
 namespace sdm::cuda {
 namespace {
@@ -82,33 +82,11 @@ constexpr unsigned kAllLanes = 0xffffffffu;
 // The read side a pass computes: none, a single read entry, or any number of them.
 enum class Reads { none, one, many };
 
-// The slot group starting at sorted position q of a chunk (keys: the chunk's `count` sorted keys),
-// as one warp sees it: lane l holds the key at q + l, which is the group's entry l when l < size.
-// size == 0: q starts no group (padding / masked entries, or q continues the group of q - 1).
-struct GroupStart {
-  std::int64_t local = 0;
-  int size = 0;
-  std::uint64_t key = 0;
-};
-
-__device__ __forceinline__ GroupStart find_group_start(const std::uint64_t* keys, int count, int q,
-                                                       const KeyLayout& layout, std::int64_t sps, int lane) {
-  GroupStart group;
-  const int at = q + lane;
-  group.key = at < count ? keys[at] : 0;
-  const std::int64_t mine = at < count ? layout.local_slot(group.key) : -1;
-  const std::int64_t before = q > 0 ? layout.local_slot(keys[q - 1]) : -1;
-  group.local = __shfl_sync(kAllLanes, mine, 0);
-  if (group.local == sps || before == group.local) return group;
-  // Sorted keys: the group's positions are contiguous, so its members are lanes 0 .. size - 1.
-  unsigned members = __ballot_sync(kAllLanes, mine == group.local);
-  group.size = members == kAllLanes ? 32 : __ffs(~members) - 1;
-  for (int next = q + 32; members == kAllLanes && next < count; next += 32) {
-    const int later = next + lane;
-    members = __ballot_sync(kAllLanes, later < count && layout.local_slot(keys[later]) == group.local);
-    group.size += members == kAllLanes ? 32 : __ffs(~members) - 1;
-  }
-  return group;
+// The key at sorted position q + lane of a chunk's `count` sorted keys (0 past the end). For the
+// group starting at q (the slot tasks give its size), lane l < size holds its entry l's key: a
+// chunk's keys are sorted by slot, so a group's positions are contiguous.
+__device__ __forceinline__ std::uint64_t lane_key(const std::uint64_t* keys, int count, int q, int lane) {
+  return q + lane < count ? keys[q + lane] : 0;
 }
 
 // ---- read entries -------------------------------------------------------------------------------
@@ -165,9 +143,9 @@ struct ReadGroup {
   int size = 0;
 };
 
-// The read group at sorted read position q (group: its find_group_start): lane l < size loads entry
-// l's data; the caller shares the batch (share_reads) once other independent loads are issued.
-__device__ __forceinline__ ReadGroup load_read_group(const GroupStart& group, const std::uint64_t* keys, int q,
+// The read group of `size` entries at sorted read position q: lane l < size loads entry l's data
+// (key: lane_key); the caller shares the batch (share_reads) once other independent loads are issued.
+__device__ __forceinline__ ReadGroup load_read_group(int size, std::uint64_t key, const std::uint64_t* keys, int q,
                                                      const ReadEntrySource& src, const float* dy, float* dq_w,
                                                      int lane) {
   ReadGroup reads;
@@ -175,8 +153,8 @@ __device__ __forceinline__ ReadGroup load_read_group(const GroupStart& group, co
   reads.keys = keys + q;
   reads.src = src;
   reads.dq_w = dq_w;
-  reads.size = group.size;
-  if (lane < group.size) reads.mine = read_entry(src, group.key);
+  reads.size = size;
+  if (lane < size) reads.mine = read_entry(src, key);
   return reads;
 }
 
@@ -526,19 +504,19 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
 
   // Lane l < size loads entry l's data while the warp loads the slot's read keys.
   const std::uint64_t* keys = p1.keys + n * CW;
-  const GroupStart group = find_group_start(keys, CW, q, geo.keys, geo.sps, lane);
+  const int size = write_size_of(task);
   const WriteEntrySource src{in.beta, in.beta_dtype, p1.k_eff + n * CW, geo.keys, geo.hd, geo.W,
                              p * geo.T + ti * geo.C};
-  const WriteEntry mine = lane < group.size ? write_entry(src, group.key) : WriteEntry{};
+  const WriteEntry mine = lane < size ? write_entry(src, lane_key(keys, CW, q, lane)) : WriteEntry{};
   ReadGroup reads;
   if (task.role >= 0) {
     const std::uint64_t* read_keys = bb.read_keys + n * CR;
-    const GroupStart read_group = find_group_start(read_keys, CR, task.role, bb.read_layout, geo.sps, lane);
     const ReadEntrySource read_src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
-    reads = load_read_group(read_group, read_keys, task.role, read_src, dy, bb.dq_w, lane);
+    reads = load_read_group(read_size, lane_key(read_keys, CR, task.role, lane), read_keys, task.role, read_src, dy,
+                            bb.dq_w, lane);
   }
   reads.batch = share_reads(reads.mine, min(kHeldReads, reads.size));
-  write_long_group<kMode, kVec>(rows, mine, src, keys + q, group.size, reads, hd, lane);
+  write_long_group<kMode, kVec>(rows, mine, src, keys + q, size, reads, hd, lane);
 }
 
 // The read main pass of a slot the chunk does not write (bank row = M0, base = G): the first
@@ -593,9 +571,8 @@ __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Pha
   }
 
   const std::uint64_t* keys = bb.read_keys + n * CR;
-  const GroupStart group = find_group_start(keys, CR, q, bb.read_layout, geo.sps, lane);
   const ReadEntrySource src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
-  ReadGroup reads = load_read_group(group, keys, q, src, dy, bb.dq_w, lane);
+  ReadGroup reads = load_read_group(read_size_of(task), lane_key(keys, CR, q, lane), keys, q, src, dy, bb.dq_w, lane);
   reads.batch = share_reads(reads.mine, min(kHeldReads, reads.size));
   read_dot_passes<kVec>(
       reads, [&](int c0, float(&m0)[kLaneCols]) { load_piece<kVec>(bank, c0, hd, m0); }, hd, lane);

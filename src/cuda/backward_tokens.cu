@@ -102,12 +102,7 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   float* Ms = smem;                   // [64][64] block of QK, then of X
   float* dyt = Ms + kBlock * kBlock;  // [kCols][ld]: dy of the tile, transposed
   float* ddt = dyt + kCols * ld;      // [kCols][ld]: ddelta of the tile, transposed
-  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
-  const int col = tid % kCols, group = tid / kCols, groups = threads / kCols;
-  const int r0 = kRows * group;
-  const std::int64_t p = geo.p_first + blockIdx.y, n = ti * geo.P + p;
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kCols + col;
-  const bool in_cols = c < hd;
+  const auto [tid, threads, col, group, groups, r0, p, n, c, in_cols] = chunk::tile_thread<kCols>(geo, ti, blockIdx.y);
   float* dy_col = dyt + col * ld;
   float* dd_col = ddt + col * ld;
 
@@ -171,12 +166,8 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   float* Xs = QKs + kBlock * kBlock;   // [64][64]: X of the chunk
   float* dyt = Xs + kBlock * kBlock;   // [kCols][ld]: dy of the tile, transposed
   float* ddt = dyt + kCols * ld;       // [kCols][ld]: ddelta of the tile, transposed
-  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
-  const int col = tid % kCols, group = tid / kCols, groups = threads / kCols;  // groups = row_groups(C)
-  const int r0 = kRows * group;  // < C: every thread owns a real row
-  const std::int64_t p = geo.p_first + blockIdx.y, n = ti * geo.P + p;
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kCols + col;
-  const bool in_cols = c < hd;
+  // groups = row_groups(C), r0 < C: every thread owns a real row.
+  const auto [tid, threads, col, group, groups, r0, p, n, c, in_cols] = chunk::tile_thread<kCols>(geo, ti, blockIdx.y);
   const bool want_grad_v = grad_v.data != nullptr;
 
   chunk::stage_chunk_async(p1.QK + n * C * C, C, QKs, tid, threads);

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "alignment.hpp"
+#include "chunk_plan.hpp"
 #include "core/float_convert.hpp"
 #include "sdm/types.hpp"
 
@@ -49,6 +50,28 @@ inline int tile_cols(std::int64_t hd, std::int64_t other) {
   if ((hd + 31) / 32 * other >= kTargetCtas) return 32;
   if ((hd + 15) / 16 * other >= kTargetCtas) return 16;
   return 8;
+}
+
+// A thread's place in a (column tile, chunk) CTA of the chunk products (the tiling above): column
+// `col` of the CTA's tile of kCols columns (global column c; in_cols: c < hd), row group `group` of
+// `groups` (rows r0 .. r0 + 3 of each 64-row block), stream p = p_first + `stream` (the CTA's
+// stream index within its launch) and chunk n = ti P + p.
+struct TileThread {
+  int tid, threads, col, group, groups, r0;
+  std::int64_t p, n, c;
+  bool in_cols;
+};
+
+template <int kCols>
+__device__ __forceinline__ TileThread tile_thread(const Geometry& geo, std::int64_t ti, unsigned stream) {
+  TileThread t;
+  t.tid = static_cast<int>(threadIdx.x), t.threads = static_cast<int>(blockDim.x);
+  t.col = t.tid % kCols, t.group = t.tid / kCols, t.groups = t.threads / kCols;
+  t.r0 = kRows * t.group;
+  t.p = geo.p_first + stream, t.n = ti * geo.P + t.p;
+  t.c = static_cast<std::int64_t>(blockIdx.x) * kCols + t.col;
+  t.in_cols = t.c < geo.hd;
+  return t;
 }
 
 // Leading dimension (floats) of the transposed operand for `rows` rows: a multiple of 4 whose

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "cuda/engine.hpp"
+#include "alignment.hpp"
 #include "cuda_check.hpp"
 #include "device_values.cuh"
 #include "index_check.hpp"
@@ -241,7 +242,7 @@ void decode_step(const WriteReadArgs& args, const TensorRef& readings, const cor
     check_indices_on_device(prm.in, ic, check_word, stream);
   }
 
-  const bool vec8 = shape.hd % 8 == 0 && reinterpret_cast<std::uintptr_t>(prm.bank) % 16 == 0;
+  const bool vec8 = shape.hd % 8 == 0 && aligned16(prm.bank);
   if (prm.bf16_bank) {
     vec8 ? launch<Bf16Bits, 8>(prm, stream) : launch<Bf16Bits, 1>(prm, stream);
   } else {

@@ -43,15 +43,10 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   wait_for_predecessor();
   const int C = static_cast<int>(geo.C);
   const std::int64_t hd = geo.hd;
-  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
-  const int col = tid % kCols, group = tid / kCols, groups = threads / kCols;
-  const int r0 = kRows * group;
+  const auto [tid, threads, col, group, groups, r0, p, n, c, in_cols] = chunk::tile_thread<kCols>(geo, ti, blockIdx.z);
   const int R0 = kBlock * static_cast<int>(blockIdx.y);
   const int rows = C - R0 < kBlock ? C - R0 : kBlock;  // rows of this CTA's block
   const bool active = r0 < rows;                       // the thread owns a real row
-  const std::int64_t p = geo.p_first + blockIdx.z, n = ti * geo.P + p;
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kCols + col;
-  const bool in_cols = c < hd;
   const bool bf16_bank = sb.bf16_bank;
 
   float d[kRows] = {}, y[kRows] = {}, inter[kRows] = {};
@@ -118,12 +113,8 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   wait_for_predecessor();
   const int C = static_cast<int>(geo.C);
   const std::int64_t hd = geo.hd;
-  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
-  const int col = tid % kCols, group = tid / kCols, groups = threads / kCols;  // groups = row_groups(C)
-  const int r0 = kRows * group;  // < C: every thread owns a real row
-  const std::int64_t p = geo.p_first + blockIdx.y, n = ti * geo.P + p;
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kCols + col;
-  const bool in_cols = c < hd;
+  // groups = row_groups(C), r0 < C: every thread owns a real row.
+  const auto [tid, threads, col, group, groups, r0, p, n, c, in_cols] = chunk::tile_thread<kCols>(geo, ti, blockIdx.y);
 
   chunk::stage_chunk_async(p1.X + n * C * C, C, Xs, tid, threads);
   chunk::stage_chunk_async(p1.QX + n * C * C, C, QXs, tid, threads);

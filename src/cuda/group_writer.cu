@@ -37,7 +37,7 @@
 //   deterministic; padding and masked entries (local slot == sps) form no group.
 #include "cuda_check.hpp"
 #include "dependent_launch.cuh"
-#include "l2_prefetch.cuh"
+#include "prefetch.cuh"
 #include "resident_warps.hpp"
 #include "device_values.cuh"
 #include "snapshot_rows.cuh"
@@ -60,11 +60,6 @@ struct EntryBatch {
   float coef = 0.0f;
   int count = 0;
 };
-
-// Fetches the 32-byte line piece at p into L1 (a hint: no register, no fault on any address).
-__device__ __forceinline__ void prefetch_l1(const float* p) {
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
 
 // The batch of the entries at chunk positions first .. first + 31 (< CW) that have local slot
 // `local`, from this lane's key and coefficient at position first + lane (any values past CW).

@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   }
   const std::int64_t row0 = chunk * CW + first;
   if (unused && scales != nullptr) scales[row0 + lane] = 0.0f;
-  const bool vector = (reinterpret_cast<std::uintptr_t>(rows) | row_bytes) % 16 == 0;
+  const bool vector = aligned16(rows) && row_bytes % 16 == 0;
   for (unsigned todo = __ballot_sync(0xffffffffu, unused); todo != 0; todo &= todo - 1) {
     unsigned char* row = rows + (row0 + __ffs(todo) - 1) * row_bytes;
     if (vector) {

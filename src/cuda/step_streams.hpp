@@ -52,7 +52,6 @@ class StepStreams {
     half_[0] = geo;
     stream_[0] = stream;
     if (!split || geo.P < 2) return;
-    half_[0].p_first = 0;
     half_[0].p_count = geo.P / 2;
     half_[1] = geo;
     half_[1].p_first = geo.P / 2;

@@ -1,6 +1,7 @@
-// l2_prefetch.cuh - asking L2 for a row ahead of its use (prefetch.global.L2): a hint that holds
-// no register and changes no value, so a warp can start a row's DRAM trip before the dependent
-// loads (its metadata, or the work before it) that precede the row's first real load.
+// prefetch.cuh - asking L2 (prefetch.global.L2) or L1 (prefetch.global.L1) for data ahead of its
+// use: hints that hold no register and change no value, so a warp can start a row's DRAM trip
+// before the dependent loads (its metadata, or the work before it) that precede the row's first
+// real load.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,9 @@ namespace sdm::cuda {
 
 // Asks L2 for the 32-byte sector holding `at` (a hint: no register, no fault on any address).
 __device__ __forceinline__ void prefetch_l2(const void* at) { asm volatile("prefetch.global.L2 [%0];" ::"l"(at)); }
+
+// Fetches the 32-byte sector holding `at` into L1 (a hint: no register, no fault on any address).
+__device__ __forceinline__ void prefetch_l1(const void* at) { asm volatile("prefetch.global.L1 [%0];" ::"l"(at)); }
 
 // Bytes of a row prefetch_row_l2 asks for: whole rows up to 2 KB (hd 1024 in bf16), the first 2 KB
 // of longer ones. Measured on an H200 at config big (hd 2048, bf16): whole 4 KB rows made the slot
