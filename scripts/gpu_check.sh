@@ -14,7 +14,8 @@
 # --snapshot: the snapshot modes of the benchmark's training-step rows (default none,fp8,int4).
 # --no-torch: C++ only (no extension, no Python tests or Python benchmark).
 # The benchmark also runs small and readme with SDM_CUDA_PDL=0 (no programmatic dependent launch)
-# for an A/B of the launch gaps.
+# for an A/B of the launch gaps, and records one training step per config kernel by kernel
+# (sdm_gpu_bench --timeline, CUPTI) into $OUT/timeline.log.
 # --profile CONFIG: Nsight Compute (ncu, clocks left alone) times every kernel of one forward
 # (or 400 decode steps) of that benchmark config and prints the per-kernel summary, then the
 # speed-of-light, occupancy and warp-state numbers of the first launch of each engine kernel.
@@ -155,6 +156,8 @@ if [ "$bench" = 1 ]; then
   echo "-- the same, without programmatic dependent launch (SDM_CUDA_PDL=0): small, readme"
   SDM_CUDA_PDL=0 "$build/tests/gpu/sdm_gpu_bench" --json "$out/bench_no_pdl.json" --configs small,readme --reps "$reps" \
     2>&1 | sed 's/^| \([a-z0-9]*\) | /| \1 | no PDL: /' | tee "$out/bench_no_pdl.log"
+  echo "-- one training step per config, kernel by kernel (CUPTI): $out/timeline.log"
+  "$build/tests/gpu/sdm_gpu_bench" --configs "$configs" --reps 1 --training-only --timeline >"$out/timeline.log" 2>&1
   if [ "$torch" = 1 ]; then
     phase "Python decode latency"
     PYTHONPATH="$site" PYTHONUNBUFFERED=1 timeout 120 "$python" tests/gpu/bench_torch_decode.py \
