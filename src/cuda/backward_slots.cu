@@ -28,9 +28,9 @@
 // (prefetch_row_l2); the common groups then start their row pass at once, the others first load
 // their keys (lane_key: lane l loads the key at position q + l, so the group's first 32 entries'
 // keys come from one load per lane; the task holds the group's size) and entries' scalars, with the
-// row fetches in flight. Lane l owns the 8-column pieces c0 = 256 s + 8 l (backward_rows.cuh). A worker walks the
-// row's columns once per pass; every dot's lane partial stays in a register next to the row
-// accumulators, and the butterflies of a pass's dots run at its end (warp_sums).
+// row fetches in flight. Lane l owns the 8-column pieces c0 = 256 s + 8 l (backward_rows.cuh). A
+// worker walks the row's columns once per pass; every dot's lane partial stays in a register next
+// to the row accumulators, and the butterflies of a pass's dots run at its end (warp_sums).
 //   write: one pass per entry (nearly every group has one: slots_per_stream is large). Per piece it
 //     loads G, the entry's delta and dU pieces, the snapshot piece and, when the slot is read, the
 //     first read entry's dy piece once (all issued before any is used) and updates dlambda (first
