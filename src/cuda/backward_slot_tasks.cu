@@ -50,15 +50,8 @@ constexpr int kThreads = 1024;
 // bytes 160 KiB of shared memory at the limit, 40 KiB at C*R = 8192).
 constexpr std::int64_t kMaxStagedReads = 32768;
 
-// The local slots along a chunk's sorted keys, read from the keys in global memory...
-struct KeySlots {
-  using Slot = std::int64_t;
-  const std::uint64_t* keys;
-  KeyLayout layout;
-  __device__ Slot operator[](int q) const { return layout.local_slot(keys[q]); }
-};
-
-// ...or from their u32 copy in shared memory.
+// The local slots along a chunk's sorted keys from their u32 copy in shared memory (else from the
+// keys in global memory: KeySlots, chunk_plan.hpp).
 struct StagedSlots {
   using Slot = std::uint32_t;
   const std::uint32_t* slots;
@@ -74,11 +67,6 @@ struct ChunkKeys {
   ReadSlots read_slots;
 };
 
-// Whether sorted position q, of local slot `local`, starts the group of a real slot.
-template <typename Slots>
-__device__ __forceinline__ bool starts_group(const Slots& slots, int q, std::int64_t local, std::int64_t sps) {
-  return local != sps && (q == 0 || slots[q - 1] != local);
-}
 
 // The size of the group of slot `local` that starts at position q of slots[0, count).
 template <typename Slots>

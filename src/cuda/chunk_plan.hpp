@@ -45,6 +45,22 @@ struct KeyLayout {
   int total_bits() const { return lane_bits + token_bits + slot_bits + chunk_bits; }
 };
 
+// The local slots along a chunk's sorted keys (keys: the chunk's first sorted key).
+struct KeySlots {
+  using Slot = std::int64_t;
+  const std::uint64_t* keys;
+  KeyLayout layout;
+  SDM_HOST_DEVICE Slot operator[](int q) const { return layout.local_slot(keys[q]); }
+};
+
+// Whether sorted position q, of local slot `local`, starts the group of a real slot: `local` is not
+// the sentinel sps of padding / masked entries and differs from position q - 1's slot. `slots`:
+// KeySlots, or any array of the chunk's slots in sorted order.
+template <typename Slots>
+SDM_HOST_DEVICE bool starts_group(const Slots& slots, int q, std::int64_t local, std::int64_t sps) {
+  return local != sps && (q == 0 || slots[q - 1] != local);
+}
+
 struct Geometry {
   std::int64_t P = 0, T = 0, W = 0, R = 0, G = 1, hd = 0, C = 0, sps = 0;
   std::int64_t Nt = 0;  // time steps ceil(T / C)

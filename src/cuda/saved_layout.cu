@@ -74,13 +74,9 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const int first = (static_cast<int>(blockIdx.y) * kRowWarps + static_cast<int>(threadIdx.x) / 32) * 32;
   if (first >= CW) return;
   const std::int64_t chunk = blockIdx.x;
-  const std::uint64_t* chunk_keys = keys + chunk * CW;
+  const KeySlots slots{keys + chunk * CW, geo.keys};
   const int q = first + lane;
-  bool unused = false;
-  if (q < CW) {
-    const std::int64_t local = geo.keys.local_slot(chunk_keys[q]);
-    unused = local == geo.sps || (q > 0 && geo.keys.local_slot(chunk_keys[q - 1]) == local);
-  }
+  const bool unused = q < CW && !starts_group(slots, q, slots[q], geo.sps);
   const std::int64_t row0 = chunk * CW + first;
   if (unused && scales != nullptr) scales[row0 + lane] = 0.0f;
   const bool vector = aligned16(rows) && row_bytes % 16 == 0;
