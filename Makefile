@@ -38,6 +38,9 @@ PYTHON ?= python3
 VENV ?= .venv
 VENV_PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
+# Where pip builds the extension (kept between installs). Two checkouts or two venvs built at
+# once need two of these: `make test VENV=.venv-b PY_BUILD_DIR=build-python-b`.
+PY_BUILD_DIR ?= build-python/{wheel_tag}
 
 python-deps: deps
 	test -x $(VENV_PY) || $(PYTHON) -m venv $(VENV)
@@ -45,7 +48,7 @@ python-deps: deps
 	$(VENV_PY) -m pip install -q "scikit-build-core>=0.10"
 
 python-install: python-deps
-	$(VENV_PY) -m pip install -q --no-build-isolation ".[test,demo]"
+	$(VENV_PY) -m pip install -q --no-build-isolation -C build-dir=$(PY_BUILD_DIR) ".[test,demo]"
 
 test-python: python-install
 	$(VENV_PY) -m pytest tests/python -q -p no:cacheprovider
