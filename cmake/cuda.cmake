@@ -1,12 +1,12 @@
 # cuda.cmake - the CUDA engine (included by the top-level CMakeLists.txt when SDM_ENABLE_CUDA=ON).
 #
 #   sdm_cuda         static library part from src/cuda (kernels + host launchers)
-#   tests/gpu        GPU tests and the GPU benchmark (SDM_BUILD_GPU_TESTS, default ON); they
-#                    need no GoogleTest and exit 0 with a message where no GPU exists.
+#   tests/gpu        GPU tests and, in bench/cuda, the GPU benchmark (SDM_BUILD_GPU_TESTS, default
+#                    ON); they need no GoogleTest and exit 0 with a message where no GPU exists.
 #
 # SDM_CUDA_ARCHS picks the architectures (CMAKE_CUDA_ARCHITECTURES syntax, default 90 = H100/H200).
 set(SDM_CUDA_ARCHS "90" CACHE STRING "CUDA architectures of the kernels (e.g. 90, 90;100)")
-option(SDM_BUILD_GPU_TESTS "Build the GPU tests and benchmark of tests/gpu" ON)
+option(SDM_BUILD_GPU_TESTS "Build the GPU tests (tests/gpu) and the GPU benchmark (bench/cuda)" ON)
 
 set(CMAKE_CUDA_ARCHITECTURES ${SDM_CUDA_ARCHS})
 enable_language(CUDA)
@@ -36,4 +36,5 @@ sdm_set_cuda_warnings(sdm_cuda)
 
 if(SDM_BUILD_GPU_TESTS)
   add_subdirectory(${PROJECT_SOURCE_DIR}/tests/gpu ${PROJECT_BINARY_DIR}/tests/gpu)
+  add_subdirectory(${PROJECT_SOURCE_DIR}/bench/cuda ${PROJECT_BINARY_DIR}/bench/cuda)
 endif()

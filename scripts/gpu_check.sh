@@ -150,17 +150,17 @@ bench_rc=0
 py_bench_rc=0
 if [ "$bench" = 1 ]; then
   phase "benchmark"
-  "$build/tests/gpu/sdm_gpu_bench" --json "$out/bench.json" --configs "$configs" --reps "$reps" \
+  "$build/bench/cuda/sdm_gpu_bench" --json "$out/bench.json" --configs "$configs" --reps "$reps" \
     --snapshot "$snapshots" 2>&1 | tee "$out/bench.log"
   bench_rc=${PIPESTATUS[0]}
   echo "-- the same, without programmatic dependent launch (SDM_CUDA_PDL=0): small, readme"
-  SDM_CUDA_PDL=0 "$build/tests/gpu/sdm_gpu_bench" --json "$out/bench_no_pdl.json" --configs small,readme --reps "$reps" \
+  SDM_CUDA_PDL=0 "$build/bench/cuda/sdm_gpu_bench" --json "$out/bench_no_pdl.json" --configs small,readme --reps "$reps" \
     2>&1 | sed 's/^| \([a-z0-9]*\) | /| \1 | no PDL: /' | tee "$out/bench_no_pdl.log"
   echo "-- one training step per config, kernel by kernel (CUPTI): $out/timeline.log"
-  "$build/tests/gpu/sdm_gpu_bench" --configs "$configs" --reps 1 --training-only --timeline >"$out/timeline.log" 2>&1
+  "$build/bench/cuda/sdm_gpu_bench" --configs "$configs" --reps 1 --training-only --timeline >"$out/timeline.log" 2>&1
   if [ "$torch" = 1 ]; then
     phase "Python decode latency"
-    PYTHONPATH="$site" PYTHONUNBUFFERED=1 timeout 120 "$python" tests/gpu/bench_torch_decode.py \
+    PYTHONPATH="$site" PYTHONUNBUFFERED=1 timeout 120 "$python" bench/cuda/bench_torch_decode.py \
       --json "$out/bench_torch_decode.json" 2>&1 | tee "$out/bench_torch_decode.log"
     py_bench_rc=${PIPESTATUS[0]}
   fi
@@ -185,12 +185,12 @@ fi
 if [ -n "$profile" ]; then
   phase "ncu kernel times, config $profile"
   timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --launch-count 420 --print-summary per-kernel \
-    "$build/tests/gpu/sdm_gpu_bench" --configs "$profile" --reps 1 >"$out/profile.log" 2>&1
+    "$build/bench/cuda/sdm_gpu_bench" --configs "$profile" --reps 1 >"$out/profile.log" 2>&1
   grep -v "^==PROF==" "$out/profile.log" | grep -E "^  [a-zA-Z_]|gpu__time_duration" | cut -c1-140 | tail -60
   echo "== ncu details: the first pair_products, solve, gather, dual and group writer of config $profile"
   timeout 90 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
     --section WarpStateStats -k 'regex:pair_products|solve|gather_rows|dual_product|write_groups|decode_token' \
-    --launch-count 6 "$build/tests/gpu/sdm_gpu_bench" --configs "$profile" --reps 1 >>"$out/profile.log" 2>&1
+    --launch-count 6 "$build/bench/cuda/sdm_gpu_bench" --configs "$profile" --reps 1 >>"$out/profile.log" 2>&1
   grep -E "^  [a-zA-Z_].*\(|^    (Duration|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|DRAM Throughput|Registers Per Thread|Waves Per SM|Warp Cycles Per Issued|Block Limit Registers|Compute \(SM\) Throughput)" \
     "$out/profile.log" | tail -60 | cut -c1-130
 fi

@@ -1,7 +1,7 @@
 """Per-step latency of sdm.decode_step called from Python on CUDA (issue 6 targets for decode8:
 <= 30 us eager from Python, <= 10 us replayed in a CUDA graph).
 
-    python3 tests/gpu/bench_torch_decode.py [--json FILE] [--steps N] [--reps N]
+    python3 bench/cuda/bench_torch_decode.py [--json FILE] [--steps N] [--reps N]
 
 Configs decode8 / decode64: one token for 8 / 64 streams, hd 768, slots_per_stream 36864,
 W = R = 64, bf16 bank, bf16 k_val / v / q_val, f32 beta / g, int32 indices (the C++ benchmark's

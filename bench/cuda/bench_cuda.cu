@@ -1,16 +1,24 @@
-// bench_cuda.cu - GPU benchmark of the CUDA engine on the configurations of issue 6.
+// bench_cuda.cu - GPU benchmark of the CUDA engine on the benchmark configurations.
 //
 //   sdm_gpu_bench [--json FILE] [--configs small,readme,...] [--reps N] [--training-only]
-//                 [--snapshot none,fp8,int4] [--timeline]
+//                 [--snapshot none,fp8,int4] [--slots product_key,heavy_reuse,strided]
+//                 [--chunks 64,128,256] [--timeline]
 //
-// Per config: the chunked op's no-grad forward and saving forward (validate=False, chunk 64,
-// bf16 bank, bf16 k_val / v / q_val, f32 beta / g, int32 indices, inputs drawn on the device),
-// each eager through the public API and replayed from a CUDA graph (the no-grad forward; 100 steps
-// of the decode step), which shows the time without host launch overhead.
+// Per config, slot pattern and chunk size: the chunked op's no-grad forward and saving forward
+// (validate=False, bf16 bank, bf16 k_val / v / q_val, f32 beta / g, int32 indices; values drawn on
+// the device, slots by the host generators of bench/slot_patterns.hpp), each eager through the
+// public API and replayed from a CUDA graph (the no-grad forward; 100 steps of the decode step),
+// which shows the time without host launch overhead.
+// --slots: the slot patterns (default product_key,heavy_reuse: product-key top-k over a correlated
+// latent, and the same with a few keys winning for most tokens; strided is the old synthetic one,
+// nearly no reuse). Each row names its pattern and the fraction of a chunk's write entries that hit
+// distinct rows ("distinct").
+// --chunks: the chunk sizes C (default 64).
 // Reports the median of N timed runs (CUDA events, after one warm-up), tokens/s, the bytes that
 // must move (per token: W rows read + W rows written + R rows read, plus W snapshot rows written
-// in a saving call) and that traffic's bandwidth as a fraction of the device-to-device copy
-// bandwidth measured in the same run (bytes read + written). Exits 0 with a message without a GPU.
+// in a saving call; entries, not distinct rows, so reuse raises the fraction) and that traffic's
+// bandwidth as a fraction of the device-to-device copy bandwidth measured in the same run (bytes
+// read + written). Exits 0 with a message without a GPU.
 // --training-only: only the training step (saving forward + backward) of the chunked configs.
 // --snapshot: the snapshot modes (SPEC D) of the saving forward and the training step, one row
 // each (default none); per mode the extra device memory of the training step is printed, with its
@@ -32,6 +40,7 @@
 #include "kernel_timeline.hpp"
 #include "sdm/options.hpp"
 #include "sdm/ops.hpp"
+#include "slot_patterns.hpp"
 
 namespace {
 
@@ -72,28 +81,23 @@ __global__ void fill_float(void* out, bool bf16, std::int64_t n, std::uint64_t s
   }
 }
 
-// W distinct slots of stream p per token: offset + w*stride + jitter (jitter < stride), mod sps.
-__global__ void fill_slots(std::int32_t* out, std::int64_t P, std::int64_t T, std::int64_t width, std::int64_t sps,
-                           std::uint64_t seed) {
-  const std::int64_t n = P * T * width, stride = sps / width;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t token = i / width, w = i % width, p = token / T;
-    const std::int64_t offset = static_cast<std::int64_t>(mix(seed ^ static_cast<std::uint64_t>(token)) % sps);
-    const std::int64_t jitter = static_cast<std::int64_t>(mix(seed + static_cast<std::uint64_t>(i)) % stride);
-    out[i] = static_cast<std::int32_t>(p * sps + (offset + w * stride + jitter) % sps);
-  }
-}
-
 void fill(DeviceTensor& t, std::uint64_t seed, float lo, float hi) {
   const std::int64_t n = static_cast<std::int64_t>(t.bytes() / dtype_size(t.ref().dtype));
   fill_float<<<1024, 256>>>(t.data(), t.ref().dtype == DType::bf16, n, seed, lo, hi);
   cuda_ok(cudaGetLastError(), "fill_float");
 }
 
+// A host slot tensor [lead..., width] on the device.
+DeviceTensor device_slots(const std::vector<std::int32_t>& slots, std::vector<std::int64_t> sizes) {
+  DeviceTensor t(DType::i32, std::move(sizes));
+  cuda_ok(cudaMemcpy(t.data(), slots.data(), t.bytes(), cudaMemcpyHostToDevice), "slots to the device");
+  return t;
+}
+
 struct Inputs {
   DeviceTensor memory, k_idx, k_val, v, beta, g, q_idx, q_val, readings;
-  Inputs(const Config& c) {
+  double distinct = 1.0;  // distinct rows / write entries of a chunk of `chunk` tokens (mean)
+  Inputs(const Config& c, bench::SlotPattern pattern, std::int64_t chunk) {
     const std::vector<std::int64_t> lead = c.decode ? std::vector<std::int64_t>{c.P} : std::vector<std::int64_t>{c.P, c.T};
     const auto with = [&](std::int64_t last) {
       std::vector<std::int64_t> s = lead;
@@ -101,8 +105,12 @@ struct Inputs {
       return s;
     };
     memory = DeviceTensor(DType::bf16, {c.P * c.sps, c.hd});
-    k_idx = DeviceTensor(DType::i32, with(c.W));
-    q_idx = DeviceTensor(DType::i32, with(c.R));
+    // Decode configs: P streams of one token each.
+    const std::int64_t streams = c.P, tokens = c.decode ? 1 : c.T;
+    const std::vector<std::int32_t> writes = bench::make_slots(pattern, streams, tokens, c.W, c.sps, 7);
+    k_idx = device_slots(writes, with(c.W));
+    q_idx = device_slots(bench::make_slots(pattern, streams, tokens, c.R, c.sps, 8), with(c.R));
+    distinct = bench::distinct_fraction(writes, streams, tokens, c.W, chunk);
     k_val = DeviceTensor(DType::bf16, with(c.W));
     q_val = DeviceTensor(DType::bf16, with(c.R));
     v = DeviceTensor(DType::bf16, with(c.hd));
@@ -115,9 +123,6 @@ struct Inputs {
     fill(v, 4, -0.1f, 0.1f);
     fill(beta, 5, 0.0f, 0.3f);
     fill(g, 6, -0.5f, -0.01f);
-    const std::int64_t tokens = c.decode ? c.P : c.P * c.T;
-    fill_slots<<<1024, 256>>>(static_cast<std::int32_t*>(k_idx.data()), c.P, tokens / c.P, c.W, c.sps, 7);
-    fill_slots<<<1024, 256>>>(static_cast<std::int32_t*>(q_idx.data()), c.P, tokens / c.P, c.R, c.sps, 8);
     cuda_ok(cudaDeviceSynchronize(), "input generation");
   }
   WriteReadArgs args() const {
@@ -184,9 +189,19 @@ double graph_replay_ms(int reps, F&& record) {
   return ms;
 }
 
+// What one set of rows measures: a config, its slot pattern and chunk size, and the pattern's
+// distinct fraction at that chunk size.
+struct Case {
+  const Config& c;
+  bench::SlotPattern pattern;
+  std::int64_t chunk;
+  double distinct;
+};
+
 struct Row {
-  std::string config, mode;
-  double ms, tokens_per_s, gbytes, fraction;
+  std::string config, slots, mode;
+  std::int64_t chunk;
+  double distinct, ms, tokens_per_s, gbytes, fraction;
 };
 
 // Bank rows each token must move (bf16 rows of hd), by pass:
@@ -207,17 +222,19 @@ double snapshot_row_size(const Config& c, SnapshotQuant mode) {
   return static_cast<double>(bytes) / static_cast<double>(2 * c.hd);
 }
 
-Row make_row(const Config& c, const std::string& mode, double ms, double rows, double copy_bw) {
+Row make_row(const Case& k, const std::string& mode, double ms, double rows, double copy_bw) {
+  const Config& c = k.c;
   const double tokens = static_cast<double>(c.P * c.T);
   const double bytes = tokens * rows * static_cast<double>(c.hd) * 2.0;
-  return {c.name, mode, ms, tokens / (ms * 1e-3), bytes * 1e-9, bytes / (ms * 1e-3) / copy_bw};
+  return {c.name, bench::slot_pattern_name(k.pattern), mode, k.chunk, k.distinct, ms, tokens / (ms * 1e-3),
+          bytes * 1e-9, bytes / (ms * 1e-3) / copy_bw};
 }
 
 // The no-grad forward: eager, replayed from a CUDA graph, and eager with validate=True.
-void bench_no_grad_forward(const Config& c, int reps, Inputs& in, const WriteReadOptions& opt, double copy_bw,
+void bench_no_grad_forward(const Case& c, int reps, Inputs& in, const WriteReadOptions& opt, double copy_bw,
                            std::vector<Row>& rows) {
   const WriteReadArgs args = in.args();
-  const double fwd_rows = rows_per_token(c, 0.0, false);
+  const double fwd_rows = rows_per_token(c.c, 0.0, false);
   rows.push_back(make_row(c, "forward no-grad", median_ms(reps, [&] { write_read_forward(args, in.readings.ref(), opt); }),
                           fwd_rows, copy_bw));
   rows.push_back(make_row(c, "forward no-grad, graph replay", graph_replay_ms(reps, [&](cudaStream_t stream) {
@@ -232,15 +249,19 @@ void bench_no_grad_forward(const Config& c, int reps, Inputs& in, const WriteRea
                           copy_bw));
 }
 
-void bench_chunked(const Config& c, int reps, bool training_only, bool timeline,
-                   const std::vector<SnapshotQuant>& modes, double copy_bw, std::vector<Row>& rows) {
-  Inputs in(c);
+void bench_chunked(const Config& c, bench::SlotPattern pattern, std::int64_t chunk, int reps, bool training_only,
+                   bool timeline, const std::vector<SnapshotQuant>& modes, double copy_bw, std::vector<Row>& rows) {
+  Inputs in(c, pattern, chunk);
+  const Case k{c, pattern, chunk, in.distinct};
+  const std::string label = std::string(c.name) + ", " + bench::slot_pattern_name(pattern) + ", C " +
+                            std::to_string(chunk);
+  std::printf("%s: distinct fraction of a chunk's write entries %.3f\n", label.c_str(), in.distinct);
   WriteReadOptions opt;
   opt.slots_per_stream = c.sps;
-  opt.chunk_size = 64;
+  opt.chunk_size = chunk;
   opt.validate = false;
   const WriteReadArgs args = in.args();
-  if (!training_only) bench_no_grad_forward(c, reps, in, opt, copy_bw, rows);
+  if (!training_only) bench_no_grad_forward(k, reps, in, opt, copy_bw, rows);
 
   // A training step: the saving forward, then the backward of <readings, grad_readings>; the
   // backward restores the bank (approximately for a lossy snapshot mode, so the bank drifts a
@@ -263,7 +284,7 @@ void bench_chunked(const Config& c, int reps, bool training_only, bool timeline,
     const std::string tag = std::string(", snapshot ") + snapshot_quant_name(mode);
     DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(args, opt))});
     if (!training_only) {
-      rows.push_back(make_row(c, "forward saving" + tag, median_ms(reps, [&] {
+      rows.push_back(make_row(k, "forward saving" + tag, median_ms(reps, [&] {
         write_read_forward_saving(args, in.readings.ref(), saved.ref(), opt);
       }), rows_per_token(c, snapshot_row_size(c, mode), false), copy_bw));
     }
@@ -279,15 +300,15 @@ void bench_chunked(const Config& c, int reps, bool training_only, bool timeline,
       recorder.start();
       write_read_forward_saving(args, in.readings.ref(), saved.ref(), opt);
       write_read_backward(args, saved.ref(), grad_readings.ref(), TensorRef{}, grads, opt);
-      print_timeline(recorder.stop(), (std::string(c.name) + " training step" + tag).c_str(), stdout);
+      print_timeline(recorder.stop(), (label + " training step" + tag).c_str(), stdout);
     }
     const double step_rows = rows_per_token(c, snapshot_row_size(c, mode), true);
-    rows.push_back(make_row(c, "forward saving + backward" + tag, ms, step_rows, copy_bw));
+    rows.push_back(make_row(k, "forward saving + backward" + tag, ms, step_rows, copy_bw));
     cuda_ok(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &peak), "read pool high-water mark");
     const double extra = static_cast<double>(saved.bytes() + peak);
     std::printf("%s training step, snapshot %s: %.3f ms, extra device memory %.3f GB (saved %.3f GB + scratch peak "
                 "%.3f GB)",
-                c.name, snapshot_quant_name(mode), ms, extra * 1e-9, static_cast<double>(saved.bytes()) * 1e-9,
+                label.c_str(), snapshot_quant_name(mode), ms, extra * 1e-9, static_cast<double>(saved.bytes()) * 1e-9,
                 static_cast<double>(peak) * 1e-9);
     if (mode == SnapshotQuant::none) {
       none_ms = ms;
@@ -300,7 +321,8 @@ void bench_chunked(const Config& c, int reps, bool training_only, bool timeline,
 }
 
 void bench_decode(const Config& c, int reps, double copy_bw, std::vector<Row>& rows) {
-  Inputs in(c);
+  Inputs in(c, bench::SlotPattern::product_key, 1);
+  const Case k{c, bench::SlotPattern::product_key, 1, in.distinct};
   DecodeOptions opt;
   opt.slots_per_stream = c.sps;
   opt.validate = false;
@@ -309,26 +331,27 @@ void bench_decode(const Config& c, int reps, double copy_bw, std::vector<Row>& r
   const double eager = median_ms(reps, [&] {
     for (int s = 0; s < kSteps; ++s) decode_step(args, in.readings.ref(), opt);
   });
-  rows.push_back(make_row(c, "decode step, eager", eager / kSteps, rows_per_token(c, 0.0, false), copy_bw));
+  rows.push_back(make_row(k, "decode step, eager", eager / kSteps, rows_per_token(c, 0.0, false), copy_bw));
 
   const double graphed = graph_replay_ms(reps, [&](cudaStream_t stream) {
     DecodeOptions on_stream = opt;
     on_stream.cuda_stream = stream;
     for (int s = 0; s < kSteps; ++s) decode_step(args, in.readings.ref(), on_stream);
   });
-  rows.push_back(make_row(c, "decode step, graph replay", graphed / kSteps, rows_per_token(c, 0.0, false), copy_bw));
+  rows.push_back(make_row(k, "decode step, graph replay", graphed / kSteps, rows_per_token(c, 0.0, false), copy_bw));
 }
 
-// "none,fp8,int4" -> the modes in that order (sdm::ValueError for an unknown name).
-std::vector<SnapshotQuant> parse_modes(const std::string& list) {
-  std::vector<SnapshotQuant> modes;
+// "a,b,c" -> parse(a), parse(b), parse(c) in that order.
+template <typename Parse>
+auto parse_list(const std::string& list, Parse&& parse) {
+  std::vector<decltype(parse(std::string{}))> items;
   std::size_t start = 0;
   while (start <= list.size()) {
     const std::size_t comma = std::min(list.find(',', start), list.size());
-    modes.push_back(parse_snapshot_quant(list.substr(start, comma - start)));
+    items.push_back(parse(list.substr(start, comma - start)));
     start = comma + 1;
   }
-  return modes;
+  return items;
 }
 
 }  // namespace
@@ -338,6 +361,8 @@ int main(int argc, char** argv) {
   int reps = 5;
   bool training_only = false, timeline = false;
   std::vector<SnapshotQuant> modes = {SnapshotQuant::none};
+  std::vector<bench::SlotPattern> patterns = {bench::SlotPattern::product_key, bench::SlotPattern::heavy_reuse};
+  std::vector<std::int64_t> chunks = {64};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
@@ -345,7 +370,11 @@ int main(int argc, char** argv) {
     else if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--training-only") training_only = true;
     else if (a == "--timeline") timeline = true;
-    else if (a == "--snapshot" && i + 1 < argc) modes = parse_modes(argv[++i]);
+    else if (a == "--snapshot" && i + 1 < argc) modes = parse_list(argv[++i], parse_snapshot_quant);
+    else if (a == "--slots" && i + 1 < argc) patterns = parse_list(argv[++i], bench::parse_slot_pattern);
+    else if (a == "--chunks" && i + 1 < argc) {
+      chunks = parse_list(argv[++i], [](const std::string& x) { return static_cast<std::int64_t>(std::stoll(x)); });
+    }
   }
   if (!cuda_device_available()) {
     std::printf("sdm_gpu_bench: skipped (no CUDA device)\n");
@@ -361,13 +390,22 @@ int main(int argc, char** argv) {
     if (!only.empty() && only.find("," + std::string(c.name) + ",") == std::string::npos) continue;
     std::printf("running %s ...\n", c.name);
     std::fflush(stdout);
-    if (c.decode) bench_decode(c, reps, copy_bw, rows);
-    else bench_chunked(c, reps, training_only, timeline, modes, copy_bw, rows);
+    if (c.decode) {
+      bench_decode(c, reps, copy_bw, rows);
+      continue;
+    }
+    for (const bench::SlotPattern pattern : patterns) {
+      for (const std::int64_t chunk : chunks) {
+        bench_chunked(c, pattern, chunk, reps, training_only, timeline, modes, copy_bw, rows);
+      }
+    }
   }
-  std::printf("\n| config | mode | ms | tokens/s | GB must move | fraction of copy bw |\n|---|---|---|---|---|---|\n");
+  std::printf("\n| config | slots | C | distinct | mode | ms | tokens/s | GB must move | fraction of copy bw |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
-    std::printf("| %s | %s | %.4f | %.3g | %.4f | %.3f |\n", r.config.c_str(), r.mode.c_str(), r.ms, r.tokens_per_s,
-                r.gbytes, r.fraction);
+    std::printf("| %s | %s | %lld | %.3f | %s | %.4f | %.3g | %.4f | %.3f |\n", r.config.c_str(), r.slots.c_str(),
+                static_cast<long long>(r.chunk), r.distinct, r.mode.c_str(), r.ms, r.tokens_per_s, r.gbytes,
+                r.fraction);
   }
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");
@@ -375,9 +413,10 @@ int main(int argc, char** argv) {
       std::fprintf(f, "{\"device\": \"%s\", \"copy_bandwidth_gbs\": %.1f, \"rows\": [\n", prop.name, copy_bw * 1e-9);
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
-        std::fprintf(f, "  {\"config\": \"%s\", \"mode\": \"%s\", \"ms\": %.6f, \"tokens_per_s\": %.1f, "
+        std::fprintf(f, "  {\"config\": \"%s\", \"slots\": \"%s\", \"chunk\": %lld, \"distinct\": %.4f, "
+                        "\"mode\": \"%s\", \"ms\": %.6f, \"tokens_per_s\": %.1f, "
                         "\"gbytes_must_move\": %.6f, \"fraction_of_copy_bw\": %.4f}%s\n",
-                     r.config.c_str(), r.mode.c_str(), r.ms, r.tokens_per_s, r.gbytes, r.fraction,
+                     r.config.c_str(), r.slots.c_str(), static_cast<long long>(r.chunk), r.distinct, r.mode.c_str(), r.ms, r.tokens_per_s, r.gbytes, r.fraction,
                      i + 1 < rows.size() ? "," : "");
       }
       std::fprintf(f, "]}\n");

@@ -1,0 +1,41 @@
+// slot_patterns.hpp - the bank rows the benchmarks write and read: host-side generators of the
+// k_idx / q_idx tensors [P, T, width] (absolute rows, stream p's in [p*sps, (p+1)*sps), the
+// `width` slots of a token distinct), one per addressing pattern, and the reuse statistic that
+// sets the cost of a chunk (the fraction of a chunk's write entries that hit distinct rows).
+//
+// Patterns:
+//   strided      token t's slots offset_t + w * (sps / width) + jitter_w (mod sps): every slot of a
+//                token in its own stride, offsets independent per token (little reuse; flatters
+//                the kernels: nearly every slot group has one entry).
+//   product_key  a layer's addressing: product-key top-k (SPEC Z.8: n = isqrt(sps) keys per factor,
+//                factor top-k1 with k1 = min(width, n), top-width of the k1 x k1 candidate sums,
+//                slots ascending) of scores z_t . proj over a temporally correlated latent z (AR(1),
+//                rho 0.9, 64 dims, as ../shared/peer_bench/bench.py): consecutive tokens share
+//                slots; a chunk of 64 tokens hits 0.4-0.55 distinct rows.
+//   heavy_reuse  the same with a fixed bias on a few keys of each factor, so that a few keys win
+//                for most tokens (as in trained layers): a chunk of 64 hits 0.15-0.2 distinct rows.
+// Deterministic for a seed on every platform (own generator, no std distributions).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sdm::bench {
+
+enum class SlotPattern { strided, product_key, heavy_reuse };
+
+// "strided" / "product_key" / "heavy_reuse" (std::invalid_argument naming the value otherwise).
+SlotPattern parse_slot_pattern(const std::string& name);
+const char* slot_pattern_name(SlotPattern pattern);
+
+// Slots [P, T, width] (stream-major, token-major, lane fastest) of `pattern`; width <= sps.
+// Different seeds give independent draws (the benchmarks use one for k_idx and another for q_idx).
+std::vector<std::int32_t> make_slots(SlotPattern pattern, std::int64_t P, std::int64_t T, std::int64_t width,
+                                     std::int64_t sps, std::uint64_t seed);
+
+// Mean over the chunks of C tokens (the last partial one included) of distinct rows / entries.
+double distinct_fraction(const std::vector<std::int32_t>& slots, std::int64_t P, std::int64_t T, std::int64_t width,
+                         std::int64_t C);
+
+}  // namespace sdm::bench
