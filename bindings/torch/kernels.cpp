@@ -50,6 +50,22 @@ GradBuffers new_grads(const at::Tensor& bank, at::ScalarType bank_grad_dtype, co
                      at::empty_like(in.g),     at::empty_like(in.q_val)};
 }
 
+// Data-less views of the op's tensors, each on its own device (meta included).
+WriteReadArgs shape_args(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                         const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
+                         const at::Tensor& q_val) {
+  WriteReadArgs args;
+  args.memory = to_shape_ref(memory, "memory");
+  args.k_idx = to_shape_ref(k_idx, "k_idx");
+  args.k_val = to_shape_ref(k_val, "k_val");
+  args.v = to_shape_ref(v, "v");
+  args.beta = to_shape_ref(beta, "beta");
+  args.g = to_shape_ref(g, "g");
+  args.q_idx = to_shape_ref(q_idx, "q_idx");
+  args.q_val = to_shape_ref(q_val, "q_val");
+  return args;
+}
+
 TensorRef optional_ref(const std::optional<at::Tensor>& tensor, at::Tensor& keep_alive, const char* name) {
   if (!tensor.has_value() || !tensor->defined()) return TensorRef{};
   keep_alive = tensor->contiguous();
@@ -68,8 +84,9 @@ at::Tensor write_read_inplace(at::Tensor& memory, const at::Tensor& k_idx, const
     const auto options =
         make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate, context.cuda_stream());
     const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
+    const auto args = make_args(memory, in);  // before `readings`: a bad input is named as itself
     auto readings = new_readings(memory, in.v);
-    sdm::write_read_forward(make_args(memory, in), to_ref(readings, "readings"), options);
+    sdm::write_read_forward(args, to_ref(readings, "readings"), options);
     return readings;
   });
 }
@@ -107,17 +124,35 @@ int64_t write_read_saved_bytes(const at::Tensor& memory, const at::Tensor& k_idx
                                bool grad_bank_fp32) {
   return translate_errors([&] {
     const auto options = make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, false);
+    auto args = shape_args(memory, k_idx, k_val, v, beta, g, q_idx, q_val);
+    sdm::check_write_read(args, TensorRef{}, options);  // on the tensors' own devices
+    // Sized for `device`'s layout (a meta `device` is sized as the CPU).
     const auto on = to_sdm_device(device, "device");
-    WriteReadArgs args;
-    args.memory = to_shape_ref(memory, on, "memory");
-    args.k_idx = to_shape_ref(k_idx, on, "k_idx");
-    args.k_val = to_shape_ref(k_val, on, "k_val");
-    args.v = to_shape_ref(v, on, "v");
-    args.beta = to_shape_ref(beta, on, "beta");
-    args.g = to_shape_ref(g, on, "g");
-    args.q_idx = to_shape_ref(q_idx, on, "q_idx");
-    args.q_val = to_shape_ref(q_val, on, "q_val");
+    for (TensorRef* ref : {&args.memory, &args.k_idx, &args.k_val, &args.v, &args.beta, &args.g, &args.q_idx,
+                           &args.q_val}) {
+      ref->device = on;
+    }
     return static_cast<int64_t>(sdm::write_read_saved_bytes(args, options));
+  });
+}
+
+void check_write_read(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                      const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
+                      const at::Tensor& q_val, int64_t slots_per_stream, int64_t chunk_size,
+                      c10::string_view snapshot_quant, bool grad_bank_fp32) {
+  translate_errors([&] {
+    const auto options = make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, false);
+    sdm::check_write_read(shape_args(memory, k_idx, k_val, v, beta, g, q_idx, q_val), TensorRef{}, options);
+  });
+}
+
+void check_decode_step(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                       const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
+                       const at::Tensor& q_val, int64_t slots_per_stream) {
+  translate_errors([&] {
+    DecodeOptions options;
+    options.slots_per_stream = slots_per_stream;
+    sdm::check_decode_step(shape_args(memory, k_idx, k_val, v, beta, g, q_idx, q_val), TensorRef{}, options);
   });
 }
 
@@ -155,8 +190,9 @@ at::Tensor decode_step(at::Tensor& memory, const at::Tensor& k_idx, const at::Te
     options.validate = validate;
     options.cuda_stream = context.cuda_stream();
     const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
+    const auto args = make_args(memory, in);  // before `readings`: a bad input is named as itself
     auto readings = new_readings(memory, in.v);
-    sdm::decode_step(make_args(memory, in), to_ref(readings, "readings"), options);
+    sdm::decode_step(args, to_ref(readings, "readings"), options);
     return readings;
   });
 }

@@ -39,12 +39,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
     bool validate);
 
 // sdm::write_read_saved_bytes : the size of `saved` for a call with these shapes and dtypes
-// on `device`. Reads shapes and dtypes only (meta and fake tensors are fine); validates them.
+// on `device` (a meta device: the CPU's layout). Reads shapes and dtypes only (meta and fake
+// tensors are fine); validates them, with each tensor on its own device.
 int64_t write_read_saved_bytes(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
                                const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
                                const at::Tensor& q_idx, const at::Tensor& q_val, c10::Device device,
                                int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
                                bool grad_bank_fp32);
+
+// sdm::check_write_read / sdm::check_decode_step : every shape, dtype, device, size and option
+// rule of write_read_ / decode_step, on shapes only (meta and fake tensors are fine); raise what
+// the real op raises. The fake kernels call them.
+void check_write_read(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                      const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
+                      const at::Tensor& q_val, int64_t slots_per_stream, int64_t chunk_size,
+                      c10::string_view snapshot_quant, bool grad_bank_fp32);
+void check_decode_step(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                       const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
+                       const at::Tensor& q_val, int64_t slots_per_stream);
 
 // sdm::write_read_backward : gradients (memory, k_val, v, beta, g, q_val) of a saving
 // forward, given its final bank and saved buffer. Works on a private clone of

@@ -2,8 +2,7 @@
 // library is built with SDM_ENABLE_CUDA=ON). The kernels are those of the CPU registration: the
 // C++ API dispatches on the bank's device, and each kernel hands it torch's current CUDA stream
 // (device_context.hpp), so the ops run in stream order and can be captured into a CUDA graph.
-// The reference ops stay CPU-only; write_read_backward reaches the CUDA engine, which raises a
-// clear error until the CUDA backward exists (issue 7).
+// The reference ops stay CPU-only.
 #include <torch/library.h>
 
 #include "kernels.hpp"

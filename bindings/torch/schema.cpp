@@ -3,6 +3,8 @@
 //   write_read_             in-place no-grad chunked forward (inference, prefill, caches)
 //   write_read              functional saving forward -> (readings, final_bank, saved)
 //   write_read_saved_bytes  shape-only size of `saved` (used by the fake kernel)
+//   check_write_read, check_decode_step
+//                           shape-only validation of write_read_ / decode_step (fake kernels)
 //   write_read_backward     functional backward of write_read
 //   decode_step             one token per stream, in place
 //   reference_write_read, reference_write_read_backward
@@ -26,6 +28,8 @@ TORCH_LIBRARY(sdm, m) {
         ", bool validate=True) -> (Tensor readings, Tensor final_bank, Tensor saved)");
   m.def("write_read_saved_bytes(Tensor memory, " SDM_OP_INPUTS ", *, Device device, " SDM_OP_OPTIONS
         ") -> int");
+  m.def("check_write_read(Tensor memory, " SDM_OP_INPUTS ", *, " SDM_OP_OPTIONS ") -> ()");
+  m.def("check_decode_step(Tensor memory, " SDM_OP_INPUTS ", *, int slots_per_stream=0) -> ()");
   m.def("write_read_backward(Tensor final_bank, Tensor saved, " SDM_OP_INPUTS
         ", Tensor grad_readings, Tensor? grad_final_bank, *, " SDM_OP_OPTIONS ", bool validate=True) -> " SDM_GRADS);
   m.def("decode_step(Tensor(a!) memory, " SDM_OP_INPUTS

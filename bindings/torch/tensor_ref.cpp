@@ -25,8 +25,9 @@ DType to_sdm_dtype(at::ScalarType type, const char* name) {
 Device to_sdm_device(const c10::Device& device, const char* name) {
   if (device.is_cpu()) return Device{DeviceType::cpu, 0};
   if (device.is_cuda()) return Device{DeviceType::cuda, device.index() < 0 ? 0 : device.index()};
+  if (device.is_meta()) return Device{DeviceType::meta, 0};
   throw ValueError(name, std::string(name) + " is on unsupported device " + device.str() +
-                             " (sdm takes cpu and cuda tensors)");
+                             " (sdm takes cpu and cuda tensors, and meta tensors for shapes)");
 }
 
 namespace {
@@ -55,8 +56,8 @@ TensorRef to_ref(const at::Tensor& tensor, const char* name) {
   return view_of(tensor, tensor.data_ptr(), to_sdm_device(tensor.device(), name), name);
 }
 
-TensorRef to_shape_ref(const at::Tensor& tensor, const Device& device, const char* name) {
-  return view_of(tensor, nullptr, device, name);
+TensorRef to_shape_ref(const at::Tensor& tensor, const char* name) {
+  return view_of(tensor, nullptr, to_sdm_device(tensor.device(), name), name);
 }
 
 OpInputs contiguous_inputs(const at::Tensor& k_idx, const at::Tensor& k_val, const at::Tensor& v,

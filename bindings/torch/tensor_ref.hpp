@@ -19,9 +19,10 @@ Device to_sdm_device(const c10::Device& device, const char* name);
 // A view of `tensor` (data pointer, dtype, device, sizes, strides).
 TensorRef to_ref(const at::Tensor& tensor, const char* name);
 
-// A data-less view with `tensor`'s sizes, strides and dtype placed on `device`: what the
-// shape-only entry points (write_read_saved_bytes) need, also for meta / fake tensors.
-TensorRef to_shape_ref(const at::Tensor& tensor, const Device& device, const char* name);
+// A data-less view with `tensor`'s sizes, strides, dtype and device: what the shape-only entry
+// points (write_read_saved_bytes, check_write_read, check_decode_step) need, also for meta /
+// fake tensors.
+TensorRef to_shape_ref(const at::Tensor& tensor, const char* name);
 
 // The op's inputs other than the bank, made contiguous (a no-op when they already are).
 struct OpInputs {

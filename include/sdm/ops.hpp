@@ -35,7 +35,7 @@ struct WriteReadGrads {
   TensorRef memory, k_val, v, beta, g, q_val;
 };
 
-// ---- The production engines (CPU now; CUDA later) ------------------------------------
+// ---- The production engines (CPU and CUDA) ---------------------------------------------
 
 // No-grad forward: runs the recurrence, writes `readings`, leaves `memory` at the final
 // state. Saves nothing.
@@ -64,6 +64,13 @@ void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readi
 void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
                          const TensorRef& grad_readings, const TensorRef& grad_final_bank,
                          const WriteReadGrads& grads, const WriteReadOptions& options);
+
+// Shape-only checks: every rule of write_read_forward (or decode_step) that does not read
+// tensor data (dtypes, shapes, devices, sizes, options, overlap with the bank), with the same
+// errors. Tensors may be meta (DeviceType::meta, no data): this is what fake (meta) kernels
+// call so that a traced program fails the way an eager one does.
+void check_write_read(const WriteReadArgs& args, const TensorRef& readings, const WriteReadOptions& options);
+void check_decode_step(const WriteReadArgs& args, const TensorRef& readings, const DecodeOptions& options);
 
 // One token per stream, in place (SPEC E.1, Z.10). Leading dims of k_idx are the streams:
 // k_idx, k_val [..., W]; v [..., hd]; beta [..., 1]; g [..., 1 or W]; q_idx, q_val [..., R];

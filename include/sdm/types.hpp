@@ -12,7 +12,9 @@ namespace sdm {
 // Element types a TensorRef may hold.
 enum class DType : std::uint8_t { f64, f32, bf16, f16, i32, i64, u8 };
 
-enum class DeviceType : std::uint8_t { cpu, cuda };
+// meta: a tensor of shapes only (no data). Only the shape-only entry points accept it
+// (write_read_saved_bytes, check_write_read, check_decode_step); the engines refuse it.
+enum class DeviceType : std::uint8_t { cpu, cuda, meta };
 
 struct Device {
   DeviceType type = DeviceType::cpu;
@@ -23,7 +25,7 @@ struct Device {
 std::size_t dtype_size(DType dtype);     // bytes per element
 const char* dtype_name(DType dtype);     // "float32", "bfloat16", ... (PyTorch's spelling)
 bool is_floating(DType dtype);           // f64, f32, bf16, f16
-std::string device_name(const Device&);  // "cpu", "cuda:0"
+std::string device_name(const Device&);  // "cpu", "cuda:0", "meta"
 
 // A non-owning view of a strided tensor: data pointer, element type, device, sizes and
 // strides in elements. A default-constructed TensorRef (data == nullptr, ndim == 0) means

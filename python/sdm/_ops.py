@@ -8,6 +8,7 @@ import glob
 import os
 
 import torch
+from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -35,18 +36,32 @@ def _static(t: torch.Tensor) -> torch.Tensor:
     return t.new_empty([int(s) for s in t.shape])
 
 
-# ---- fake kernels: output metadata only --------------------------------------------------
+def _hinted(t: torch.Tensor) -> torch.Tensor:
+    """`t`, or a tensor of its example shape when its sizes are symbolic, without adding a guard:
+    the shape checks of ops whose outputs do not depend on sizes run on the traced example."""
+    if all(isinstance(s, int) for s in t.shape):
+        return t
+    return t.new_empty([s if isinstance(s, int) else optimization_hint(s) for s in t.shape])
+
+
+# ---- fake kernels: the real ops' shape / dtype / device / option checks, then output metadata --
 
 
 @torch.library.register_fake("sdm::write_read_")
-def _write_read_inplace_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, **options):
+def _write_read_inplace_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, *, validate=True, **options):
+    torch.ops.sdm.check_write_read(*(_hinted(t) for t in (memory, k_idx, k_val, v, beta, g, q_idx, q_val)),
+                                   **options)
     return v.new_empty(v.shape, dtype=memory.dtype)
+
+
+def _saved_bytes(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options) -> int:
+    tensors = [_static(t) for t in (memory, k_idx, k_val, v, beta, g, q_idx, q_val)]
+    return torch.ops.sdm.write_read_saved_bytes(*tensors, device=memory.device, **options)
 
 
 @torch.library.register_fake("sdm::write_read")
 def _write_read_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, *, validate=True, **options):
-    tensors = [_static(t) for t in (memory, k_idx, k_val, v, beta, g, q_idx, q_val)]
-    nbytes = torch.ops.sdm.write_read_saved_bytes(*tensors, device=memory.device, **options)
+    nbytes = _saved_bytes(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options)
     readings = v.new_empty(v.shape, dtype=memory.dtype)
     final_bank = memory.new_empty(memory.shape)
     saved = memory.new_empty((nbytes,), dtype=torch.uint8)
@@ -73,13 +88,19 @@ def bank_grad_dtype(bank_dtype: torch.dtype, grad_bank_fp32: bool) -> torch.dtyp
 
 @torch.library.register_fake("sdm::write_read_backward")
 def _write_read_backward_fake(final_bank, saved, k_idx, k_val, v, beta, g, q_idx, q_val, grad_readings,
-                              grad_final_bank, *, grad_bank_fp32=False, **options):
-    dtype = bank_grad_dtype(final_bank.dtype, grad_bank_fp32)
+                              grad_final_bank, *, validate=True, **options):
+    nbytes = _saved_bytes(final_bank, k_idx, k_val, v, beta, g, q_idx, q_val, options)
+    if saved.dim() != 1 or saved.dtype != torch.uint8 or saved.shape[0] != nbytes:
+        raise ValueError(f"saved must be a contiguous 1-D uint8 buffer of {nbytes} bytes (write_read_saved_bytes), "
+                         f"got shape {list(saved.shape)} of {saved.dtype}")
+    dtype = bank_grad_dtype(final_bank.dtype, options.get("grad_bank_fp32", False))
     return _grads_like(dtype, final_bank, k_val, v, beta, g, q_val)
 
 
 @torch.library.register_fake("sdm::decode_step")
-def _decode_step_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, **options):
+def _decode_step_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, *, validate=True, **options):
+    torch.ops.sdm.check_decode_step(*(_hinted(t) for t in (memory, k_idx, k_val, v, beta, g, q_idx, q_val)),
+                                    **options)
     return v.new_empty(v.shape, dtype=memory.dtype)
 
 

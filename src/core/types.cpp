@@ -38,6 +38,7 @@ bool is_floating(DType dtype) {
 
 std::string device_name(const Device& device) {
   if (device.type == DeviceType::cpu) return "cpu";
+  if (device.type == DeviceType::meta) return "meta";
   return "cuda:" + std::to_string(device.index);
 }
 

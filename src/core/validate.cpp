@@ -82,6 +82,21 @@ void check_device(const TensorRef& t, const char* name, const Device& bank_devic
   }
 }
 
+// The tensor's element count, computed without wrapping, is at most kMaxElements.
+void check_element_count(const TensorRef& t, const char* name) {
+  std::int64_t count = 1;
+  for (int d = 0; d < t.ndim; ++d) {
+    const std::int64_t size = t.sizes[static_cast<std::size_t>(d)];
+    if (size < 0) throw ValueError(name, std::string(name) + " has a negative size: shape " + t.shape_string());
+    if (size == 0) return;
+    if (__builtin_mul_overflow(count, size, &count) || count > kMaxElements) count = kMaxElements + 1;
+  }
+  if (count > kMaxElements) {
+    throw ValueError(name, std::string(name) + " of shape " + t.shape_string() + " has more than 2^52 elements, "
+                               "beyond what sdm addresses");
+  }
+}
+
 void check_contiguous(const TensorRef& t, const char* name) {
   if (!t.is_contiguous()) {
     throw ValueError(name, std::string(name) + " must be contiguous, got shape " + t.shape_string() +
@@ -132,6 +147,7 @@ void check_argument(const TensorRef& t, const char* name, const DTypes& dtypes, 
   check_present(t, name);
   check_dtype(t, name, dtypes);
   check_device(t, name, bank_device);
+  check_element_count(t, name);
 }
 
 // A tensor whose shape is known in advance: all of the above.
@@ -149,16 +165,65 @@ void check_bank(const TensorRef& memory, BankDTypes banks) {
   check_ndim(memory, "memory", 2, "[S, hd]");
   check_in_range(memory.size(0), "memory rows S", "memory", 1, kMaxBankRows);
   check_at_least(memory.size(1), "memory columns hd", "memory", 1);
+  check_element_count(memory, "memory");
   check_contiguous(memory, "memory");
 }
 
+// S >= streams * slots_per_stream, decided without forming a product that could wrap. A
+// slots_per_stream no bank can hold is reported as such, naming slots_per_stream.
 void check_bank_holds_streams(std::int64_t S, std::int64_t streams, std::int64_t slots_per_stream) {
-  if (S < streams * slots_per_stream) {
-    throw ValueError("memory", "memory must have at least streams * slots_per_stream = " +
-                                   std::to_string(streams) + " * " + std::to_string(slots_per_stream) + " = " +
-                                   std::to_string(streams * slots_per_stream) + " rows, got " +
-                                   std::to_string(S));
+  const std::string needed = "streams * slots_per_stream = " + std::to_string(streams) + " * " +
+                             std::to_string(slots_per_stream);
+  if (slots_per_stream > kMaxBankRows / streams) {
+    throw ValueError("slots_per_stream", "slots_per_stream = " + std::to_string(slots_per_stream) + " is too large: " +
+                                             needed + " rows exceeds the largest bank (2^31 - 1 rows); memory has " +
+                                             std::to_string(S) + " rows");
   }
+  if (S < streams * slots_per_stream) {
+    throw ValueError("memory", "memory must have at least " + needed + " = " +
+                                   std::to_string(streams * slots_per_stream) + " rows, got " + std::to_string(S));
+  }
+}
+
+// a * b for sizes already known to be in 0..kMaxElements; saturates at kMaxElements + 1.
+std::int64_t size_product(std::initializer_list<std::int64_t> factors) {
+  std::int64_t out = 1;
+  for (std::int64_t f : factors) {
+    if (__builtin_mul_overflow(out, f, &out) || out > kMaxElements) return kMaxElements + 1;
+  }
+  return out;
+}
+
+// The largest working arrays of a chunked call: [P * Nt * C, max(W, R, C)] entries or chunk
+// matrices, each entry up to a bank row of hd elements.
+void check_call_size(const WriteReadShape& s) {
+  const std::int64_t padded_tokens = size_product({s.P, s.num_time_chunks(), s.C});
+  const std::int64_t widest = std::max({s.W, s.R, s.C});
+  if (size_product({padded_tokens, widest, s.hd}) > kMaxElements) {
+    throw ValueError("k_idx", "the call is too large: P * ceil(T / C) * C * max(W, R, C) * hd = " +
+                                  std::to_string(s.P) + " * " + std::to_string(s.num_time_chunks()) + " * " +
+                                  std::to_string(s.C) + " * " + std::to_string(widest) + " * " +
+                                  std::to_string(s.hd) + " elements exceeds 2^52 (k_idx [P, T, W], q_idx [P, T, R], "
+                                  "memory [S, hd], chunk_size)");
+  }
+}
+
+// The bytes [begin, end) a tensor's elements span; empty when it is absent or has no elements.
+struct ByteSpan {
+  std::uintptr_t begin = 0, end = 0;
+  bool empty() const { return begin == end; }
+};
+
+ByteSpan byte_span(const TensorRef& t) {
+  if (t.data == nullptr || t.numel() == 0) return {};
+  std::int64_t lowest = 0, highest = 0;  // element offsets of the first and last element
+  for (int d = 0; d < t.ndim; ++d) {
+    const std::int64_t reach = (t.sizes[static_cast<std::size_t>(d)] - 1) * t.strides[static_cast<std::size_t>(d)];
+    (reach < 0 ? lowest : highest) += reach;
+  }
+  const auto element = static_cast<std::int64_t>(dtype_size(t.dtype));
+  const auto base = reinterpret_cast<std::uintptr_t>(t.data);
+  return {base + static_cast<std::uintptr_t>(lowest * element), base + static_cast<std::uintptr_t>((highest + 1) * element)};
 }
 
 void check_snapshot_quant(SnapshotQuant mode) {
@@ -283,6 +348,10 @@ WriteReadShape validate_write_read(const WriteReadArgs& args, const TensorRef& r
 
   check_bank_holds_streams(s.S, s.P, s.slots_per_stream);
   s.C = std::min(options.chunk_size, s.T);
+  check_call_size(s);
+  check_disjoint({{args.memory, "memory"}, {readings, "readings"}},
+                 {{args.k_idx, "k_idx"}, {args.k_val, "k_val"}, {args.v, "v"}, {args.beta, "beta"},
+                  {args.g, "g"}, {args.q_idx, "q_idx"}, {args.q_val, "q_val"}, {args.memory, "memory"}});
   return s;
 }
 
@@ -321,6 +390,13 @@ void validate_write_read_backward(const WriteReadArgs& args, const WriteReadShap
     check_tensor(out.grad, out.name, kAnyFloat, device,
                  {{std::string("the shape of ") + out.input_name, dims_of(out.input)}});
   }
+  check_disjoint({{args.memory, "memory"}, {grads.memory, "grad_memory"}, {grads.k_val, "grad_k_val"},
+                  {grads.v, "grad_v"}, {grads.beta, "grad_beta"}, {grads.g, "grad_g"}, {grads.q_val, "grad_q_val"}},
+                 {{args.k_idx, "k_idx"}, {args.k_val, "k_val"}, {args.v, "v"}, {args.beta, "beta"},
+                  {args.g, "g"}, {args.q_idx, "q_idx"}, {args.q_val, "q_val"}, {grad_readings, "grad_readings"},
+                  {grad_final_bank, "grad_final_bank"}, {args.memory, "memory"}, {grads.memory, "grad_memory"},
+                  {grads.k_val, "grad_k_val"}, {grads.v, "grad_v"}, {grads.beta, "grad_beta"},
+                  {grads.g, "grad_g"}, {grads.q_val, "grad_q_val"}});
 }
 
 DecodeShape validate_decode(const WriteReadArgs& args, const TensorRef& readings,
@@ -340,7 +416,7 @@ DecodeShape validate_decode(const WriteReadArgs& args, const TensorRef& readings
   s.streams = 1;
   for (std::int64_t d : lead) {
     check_at_least(d, "each leading (stream) dim of k_idx", "k_idx", 1);
-    s.streams *= d;
+    s.streams *= d;  // k_idx's element count (checked above) bounds the product
   }
   s.W = args.k_idx.size(-1);
   check_in_range(s.W, "writes per token W (k_idx.shape[-1])", "k_idx", 1, kMaxWidth);
@@ -370,6 +446,14 @@ DecodeShape validate_decode(const WriteReadArgs& args, const TensorRef& readings
                  {{"[..., hd]", with_last(s.hd)}});
   }
   if (options.slots_per_stream >= 1) check_bank_holds_streams(s.S, s.streams, options.slots_per_stream);
+  if (size_product({s.streams, std::max(s.W, s.R), s.hd}) > kMaxElements) {
+    throw ValueError("k_idx", "the call is too large: streams * max(W, R) * hd = " + std::to_string(s.streams) +
+                                  " * " + std::to_string(std::max(s.W, s.R)) + " * " + std::to_string(s.hd) +
+                                  " elements exceeds 2^52 (k_idx [..., W], q_idx [..., R], memory [S, hd])");
+  }
+  check_disjoint({{args.memory, "memory"}, {readings, "readings"}},
+                 {{args.k_idx, "k_idx"}, {args.k_val, "k_val"}, {args.v, "v"}, {args.beta, "beta"},
+                  {args.g, "g"}, {args.q_idx, "q_idx"}, {args.q_val, "q_val"}, {args.memory, "memory"}});
   return s;
 }
 
@@ -379,6 +463,21 @@ void check_decode_indices(const WriteReadArgs& args, const DecodeShape& shape, c
                                                         : RowRange{0, shape.S, "the bank's"};
     check_token(args.k_idx, p * shape.W, shape.W, rows, true, {"k_idx", p, std::nullopt});
     check_token(args.q_idx, p * shape.R, shape.R, rows, false, {"q_idx", p, std::nullopt});
+  }
+}
+
+void check_disjoint(std::initializer_list<NamedTensor> written, std::initializer_list<NamedTensor> others) {
+  for (const NamedTensor& w : written) {
+    const ByteSpan ws = byte_span(w.tensor);
+    if (ws.empty()) continue;
+    for (const NamedTensor& o : others) {
+      if (&o.tensor == &w.tensor) continue;
+      const ByteSpan os = byte_span(o.tensor);
+      if (os.empty() || os.begin >= ws.end || ws.begin >= os.end) continue;
+      const std::string what = std::string(w.name) == "memory" ? "memory (the bank)" : std::string(w.name);
+      throw ValueError(o.name, std::string(o.name) + " shares memory with " + what + ", which the call writes; pass " +
+                                   "a tensor with its own storage (e.g. " + o.name + ".clone())");
+    }
   }
 }
 

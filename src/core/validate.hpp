@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "sdm/ops.hpp"
 
@@ -19,6 +20,11 @@ enum class BankDTypes { engine, reference };
 inline constexpr std::int64_t kMaxWidth = 256;      // W, R limit
 inline constexpr std::int64_t kMaxChunk = 256;      // C limit
 inline constexpr std::int64_t kMaxBankRows = (std::int64_t{1} << 31) - 1;
+// The most elements any tensor of a call, or any working array the engines derive from its
+// shapes (e.g. [P * Nt * C * W, hd] snapshot rows, [P * Nt, C, C] chunk matrices), may hold.
+// 2^52 elements is far beyond any memory; the bound lets every engine form its byte sizes and
+// offsets (elements x <= 16 bytes, summed over a few dozen regions) in 64 bits without a wrap.
+inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 52;
 
 // The validated geometry of one chunked call.
 struct WriteReadShape {
@@ -53,7 +59,9 @@ void check_write_read_indices(const WriteReadArgs& args, const WriteReadShape& s
 // Extra checks of the backward (after validate_write_read): grad_readings [P, T, hd] float;
 // grad_final_bank absent or [S, hd] float; each defined gradient of `grads` shaped like its
 // input, float dtype, contiguous, on the bank's device (arguments named "grad_<input>").
-// The engine's `saved` buffer is checked by the dispatcher, which knows its size.
+// The engine's `saved` buffer is checked by the dispatcher, which knows its size. The working
+// bank (args.memory, restored in place) and every gradient output must not share memory with
+// any other argument.
 void validate_write_read_backward(const WriteReadArgs& args, const WriteReadShape& shape,
                                   const TensorRef& grad_readings, const TensorRef& grad_final_bank,
                                   const WriteReadGrads& grads);
@@ -61,7 +69,8 @@ void validate_write_read_backward(const WriteReadArgs& args, const WriteReadShap
 // Checks every argument of the decode step except index values (SPEC E.1, G.1, Z.10): the
 // leading dims of k_idx are the streams (their product), shared by every tensor; beta
 // [..., 1]; g [..., 1] or [..., W]; readings (skipped when absent) shaped like v. With
-// options.slots_per_stream >= 1 the bank must hold streams * slots_per_stream rows.
+// options.slots_per_stream >= 1 the bank must hold streams * slots_per_stream rows. The bank
+// and `readings` must not share memory with any other argument.
 DecodeShape validate_decode(const WriteReadArgs& args, const TensorRef& readings,
                             const DecodeOptions& options, BankDTypes banks);
 
@@ -70,5 +79,17 @@ DecodeShape validate_decode(const WriteReadArgs& args, const TensorRef& readings
 // The first violation in (stream, lane) order is reported, k_idx before q_idx per stream.
 void check_decode_indices(const WriteReadArgs& args, const DecodeShape& shape,
                           const DecodeOptions& options);
+
+// A tensor argument and its name, for the overlap checks.
+struct NamedTensor {
+  const TensorRef& tensor;
+  const char* name;
+};
+
+// Throws sdm::ValueError when a tensor the call writes (`written`) shares bytes with any other
+// argument (`others`, which may include `written`'s own entries: a tensor is never compared with
+// itself). Tensors are compared by the byte ranges they span; absent and empty ones never
+// overlap. The message names the other tensor and the written one.
+void check_disjoint(std::initializer_list<NamedTensor> written, std::initializer_list<NamedTensor> others);
 
 }  // namespace sdm::core

@@ -20,6 +20,13 @@ namespace {
 
 bool on_cpu(const TensorRef& memory) { return memory.device.type == DeviceType::cpu; }
 
+// Engines run on data; a meta bank (shapes only) reaches only the shape-only entry points.
+void check_runnable(const TensorRef& memory) {
+  if (memory.device.type == DeviceType::meta) {
+    throw ValueError("memory", "memory is a meta tensor (shapes only, no data): the op needs a cpu or cuda bank");
+  }
+}
+
 #if !defined(SDM_WITH_CUDA)
 [[noreturn]] void no_cuda(const TensorRef& memory) {
   throw ValueError("memory", "memory is on " + device_name(memory.device) +
@@ -49,9 +56,10 @@ void check_saved(const TensorRef& saved, std::size_t expected, const TensorRef& 
   }
 }
 
+// The saved layout of the bank's device (a meta bank is sized as a CPU one).
 std::size_t saved_bytes_for(const core::WriteReadShape& shape, const WriteReadOptions& options,
                             const TensorRef& memory) {
-  if (on_cpu(memory)) return cpu::write_read_saved_bytes(shape, options);
+  if (memory.device.type != DeviceType::cuda) return cpu::write_read_saved_bytes(shape, options);
 #if defined(SDM_WITH_CUDA)
   return cuda::write_read_saved_bytes(shape, options);
 #else
@@ -64,6 +72,7 @@ std::size_t saved_bytes_for(const core::WriteReadShape& shape, const WriteReadOp
 void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
                         const WriteReadOptions& options) {
   const auto shape = core::validate_write_read(args, readings, options, core::BankDTypes::engine);
+  check_runnable(args.memory);
   if (on_cpu(args.memory)) {
     if (options.validate) core::check_write_read_indices(args, shape);
     return cpu::write_read_forward(args, readings, shape, options);
@@ -83,7 +92,11 @@ std::size_t write_read_saved_bytes(const WriteReadArgs& args, const WriteReadOpt
 void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings,
                                const TensorRef& saved, const WriteReadOptions& options) {
   const auto shape = core::validate_write_read(args, readings, options, core::BankDTypes::engine);
+  check_runnable(args.memory);
   check_saved(saved, saved_bytes_for(shape, options, args.memory), args.memory);
+  core::check_disjoint({{saved, "saved"}}, {{args.memory, "memory"}, {readings, "readings"}, {args.k_idx, "k_idx"},
+                                            {args.k_val, "k_val"}, {args.v, "v"}, {args.beta, "beta"}, {args.g, "g"},
+                                            {args.q_idx, "q_idx"}, {args.q_val, "q_val"}});
   if (on_cpu(args.memory)) {
     if (options.validate) core::check_write_read_indices(args, shape);
     return cpu::write_read_forward_saving(args, readings, saved, shape, options);
@@ -100,7 +113,12 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
                          const WriteReadGrads& grads, const WriteReadOptions& options) {
   const auto shape = core::validate_write_read(args, TensorRef{}, options, core::BankDTypes::engine);
   core::validate_write_read_backward(args, shape, grad_readings, grad_final_bank, grads);
+  check_runnable(args.memory);
   check_saved(saved, saved_bytes_for(shape, options, args.memory), args.memory);
+  core::check_disjoint({{args.memory, "memory"}, {grads.memory, "grad_memory"}, {grads.k_val, "grad_k_val"},
+                        {grads.v, "grad_v"}, {grads.beta, "grad_beta"}, {grads.g, "grad_g"},
+                        {grads.q_val, "grad_q_val"}},
+                       {{saved, "saved"}});
   if (on_cpu(args.memory)) {
     if (options.validate) core::check_write_read_indices(args, shape);
     return cpu::write_read_backward(args, saved, grad_readings, grad_final_bank, grads, shape, options);
@@ -114,6 +132,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
 
 void decode_step(const WriteReadArgs& args, const TensorRef& readings, const DecodeOptions& options) {
   const auto shape = core::validate_decode(args, readings, options, core::BankDTypes::engine);
+  check_runnable(args.memory);
   if (on_cpu(args.memory)) {
     if (options.validate) core::check_decode_indices(args, shape, options);
     return cpu::decode_step(args, readings, shape, options);
@@ -123,6 +142,14 @@ void decode_step(const WriteReadArgs& args, const TensorRef& readings, const Dec
 #else
   no_cuda(args.memory);
 #endif
+}
+
+void check_write_read(const WriteReadArgs& args, const TensorRef& readings, const WriteReadOptions& options) {
+  core::validate_write_read(args, readings, options, core::BankDTypes::engine);
+}
+
+void check_decode_step(const WriteReadArgs& args, const TensorRef& readings, const DecodeOptions& options) {
+  core::validate_decode(args, readings, options, core::BankDTypes::engine);
 }
 
 }  // namespace sdm

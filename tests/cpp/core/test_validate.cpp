@@ -232,10 +232,10 @@ TEST_F(ChunkedValidation, RejectsBankWithoutColumns) {
 }
 
 TEST_F(ChunkedValidation, RejectsBankWith2To31Rows) {
-  // Only the geometry is inspected; the data is never touched.
-  args.memory = TensorRef::contiguous(args.memory.data, DType::f32, {std::int64_t{1} << 31, 4});
+  // Shape-only views (no data, as for meta tensors): only the geometry is inspected.
+  args.memory = TensorRef::contiguous(nullptr, DType::f32, {std::int64_t{1} << 31, 4});
   expect_rejects<ValueError>(validating(), "memory", {"2147483647", "2147483648"});
-  args.memory = TensorRef::contiguous(args.memory.data, DType::f32, {(std::int64_t{1} << 31) - 1, 4});
+  args.memory = TensorRef::contiguous(nullptr, DType::f32, {(std::int64_t{1} << 31) - 1, 4});
   EXPECT_NO_THROW(validate());
 }
 
@@ -337,7 +337,11 @@ TEST_F(ChunkedValidation, RejectsFloatInputDTypes) {
     args = pb.args();
     (args.*member).dtype = DType::i32;
     expect_rejects<TypeError>(validating(), name, {"float32, bfloat16 or float16", "got int32"});
-    (args.*member).dtype = DType::f64;
+    // A real float64 tensor of the same shape (relabelling the float32 buffer would make the
+    // view reach past its allocation, into the next tensor's bytes).
+    const TensorRef& input = args.*member;
+    const HostTensor f64(DType::f64, std::vector<std::int64_t>(input.sizes.begin(), input.sizes.begin() + input.ndim));
+    args.*member = f64.ref();
     expect_rejects<TypeError>(validating(), name, {"got float64"});
     EXPECT_NO_THROW(validate(BankDTypes::reference));
   }
@@ -536,7 +540,8 @@ const std::vector<std::pair<const char*, TensorRef WriteReadGrads::*>> kGrads = 
 
 TEST_F(BackwardValidation, AcceptsValidGradients) {
   EXPECT_NO_THROW(validating_backward()());
-  grad_final_bank = grad_bank_buffer.ref();
+  const HostTensor final_bank_grad(DType::f32, {32, 4});
+  grad_final_bank = final_bank_grad.ref();
   EXPECT_NO_THROW(validating_backward()());
   grads = WriteReadGrads{};  // every gradient output absent
   EXPECT_NO_THROW(validating_backward()());
