@@ -4,5 +4,6 @@
 #include "sdm/error.hpp"
 #include "sdm/ops.hpp"
 #include "sdm/options.hpp"
+#include "sdm/product_key_topk.hpp"
 #include "sdm/reference.hpp"
 #include "sdm/types.hpp"

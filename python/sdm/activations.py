@@ -1,27 +1,66 @@
-"""Read / write activations of the layer (SPEC F.1): applied over the K selected scores."""
+"""Read / write activations of the layer: applied over the K selected scores of a token.
+
+Modules (not closures), so a layer pickles, deep-copies and saves like any nn.Module."""
 
 from __future__ import annotations
-
-from typing import Callable
 
 import torch
 from torch import Tensor, nn
 
 
-def make_activation(name: str, scale: float, argument: str) -> Callable[[Tensor], Tensor]:
-    """"Softmax" -> softmax(scale * x); "l2_normalize" -> x / (||x||_2 + 1e-12); otherwise the
-    name of a parameter-free torch.nn activation. ValueError naming `argument` otherwise."""
-    if name == "Softmax":
-        return lambda x: torch.softmax(x * scale, dim=-1)
-    if name == "l2_normalize":
-        return lambda x: x / (torch.linalg.vector_norm(x, dim=-1, keepdim=True) + 1e-12)
+class ScaledSoftmax(nn.Module):
+    """softmax(scale * x) over the last dim."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.softmax(x * self.scale, dim=-1)
+
+
+class L2Normalize(nn.Module):
+    """x / (||x||_2 + 1e-12) over the last dim."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x / (torch.linalg.vector_norm(x, dim=-1, keepdim=True) + 1e-12)
+
+
+def _torch_activation(name: str) -> type[nn.Module] | None:
     module_class = getattr(nn, name, None)
-    if not (isinstance(module_class, type) and issubclass(module_class, nn.Module)
+    if (isinstance(module_class, type) and issubclass(module_class, nn.Module)
             and module_class.__module__ == "torch.nn.modules.activation"):
+        return module_class
+    return None
+
+
+def check_activation(name: object, argument: str) -> None:
+    """ValueError naming ``argument`` unless ``name`` is "Softmax", "l2_normalize" or the name of
+    a parameter-free torch.nn activation ("ReLU", "Sigmoid", ...)."""
+    if not isinstance(name, str):
+        raise ValueError(f"SparseDeltaMemoryArgs.{argument} must be an activation name (str), got {name!r}")
+    if name in ("Softmax", "l2_normalize"):
+        return
+    module_class = _torch_activation(name)
+    if module_class is None:
         raise ValueError(f"SparseDeltaMemoryArgs.{argument}: unknown activation {name!r}; expected 'Softmax', "
                          "'l2_normalize' or the name of a torch.nn activation such as 'ReLU' or 'Sigmoid'")
-    module = module_class()
+    try:
+        module = module_class()
+    except TypeError:
+        raise ValueError(f"SparseDeltaMemoryArgs.{argument}: activation {name!r} needs constructor arguments; "
+                         "only argument-free torch.nn activations are supported") from None
     if any(True for _ in module.parameters()):
         raise ValueError(f"SparseDeltaMemoryArgs.{argument}: activation {name!r} has parameters; "
                          "only parameter-free torch.nn activations are supported")
-    return module
+
+
+def make_activation(name: str, scale: float, argument: str) -> nn.Module:
+    """"Softmax" -> ScaledSoftmax(scale); "l2_normalize" -> L2Normalize(); otherwise the named
+    parameter-free torch.nn activation. ValueError naming ``argument`` otherwise."""
+    check_activation(name, argument)
+    if name == "Softmax":
+        return ScaledSoftmax(scale)
+    if name == "l2_normalize":
+        return L2Normalize()
+    return _torch_activation(name)()

@@ -1,16 +1,19 @@
-"""SparseDeltaMemory: the SDM sequence-mixing layer (SPEC F, Z.8, Z.9).
+"""SparseDeltaMemory: the SDM sequence-mixing layer, a drop-in for sparse-delta-memory 2.0.0's.
 
-Forward, for x [B, T, D] (or [B*T, D] with freqs_cis of T rows, SPEC F.3):
-  gates (F.5)       g = -exp(A_log) * softplus(a_proj(x) + dt_bias),  beta = sigmoid(b_proj(x))   [B, T, H]
+Forward, for x [B, T, D] (or [B*T, D] with freqs_cis of T rows):
+  gates             g = -exp(A_log) * softplus(a_proj(x) + dt_bias),  beta = sigmoid(b_proj(x))   [B, T, H]
   values            v = Wv_write(x), split into heads                                          [B*H, T, hd]
-  addressing (F.4)  Wk_write(x), Wq_read(x) (optional BatchNorm1d), product keys per head
+  addressing        Wk_write(x), Wq_read(x) (optional BatchNorm1d), split into heads, then
+                    torch.ops.sdm.product_key_topk over the factors of product_key_factor_dims
                     -> (k_idx, k_val = write_act(scores)) [B*H, T, W'], (q_idx, q_val) [B*H, T, R']
   decay             g per token (G = 1), or g * k_val per write with key_weighted_decay (G = W')
-  bank              the cache's bank, or the learned memory replicated over the batch, or zeros;
+  bank              the cache's memory, or the learned memory replicated over the batch, or zeros;
                     stream p = b*H + h owns rows [p*sph, (p+1)*sph) and indices get p*sph added
-  core op           training: sdm.write_read (differentiable); with a cache: sdm.write_read_
-                    in place for T > 1 and sdm.decode_step for T == 1
+  core op           sdm.write_read (differentiable; functional) when autograd records, else
+                    sdm.write_read_ in place, or sdm.decode_step for T == 1; a float64 layer runs the
+                    float64 reference op (CPU)
   output            optional per-head LayerNorm, merge heads, optional sigmoid(Wog(x)) gate, Wo
+Returns (output, state): the state holds the bank after the call (docs/layer.md).
 The layer composes torch ops and torch.ops.sdm; it holds no SDM math of its own.
 """
 
@@ -22,54 +25,42 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import functional
+from . import functional, reference
 from .activations import make_activation
 from .args import SparseDeltaMemoryArgs
-from .cache import SparseDeltaMemoryCache
+from .cache import SDMLayerState
 from .product_keys import product_key_topk
 
-_MAX_WIDTH = 256  # W, R and C limit of the op (SPEC Z.11)
+_ENGINE_DTYPES = (torch.float32, torch.bfloat16)  # the engine's banks; float64 runs the CPU reference
 
 
-def _check_args(args: SparseDeltaMemoryArgs) -> tuple[int, int]:
-    """Validates the layer's configuration; returns (head_dim, keys per factor)."""
-    if args.dim <= 0:
-        raise ValueError(f"SparseDeltaMemoryArgs.dim must be set to the model width, got {args.dim}")
-    if args.num_heads <= 0 or args.dim % args.num_heads != 0:
-        raise ValueError(f"SparseDeltaMemoryArgs: dim ({args.dim}) must be divisible by num_heads ({args.num_heads})")
-    n = math.isqrt(args.slots_per_head) if args.slots_per_head > 0 else 0
-    if n < 1 or n * n != args.slots_per_head:
-        raise ValueError(f"SparseDeltaMemoryArgs: slots_per_head ({args.slots_per_head}) must be a perfect square "
-                         "n*n (product keys use two factors of n keys)")
-    for name in ("num_writes", "num_reads"):
-        k = getattr(args, name)
-        if k < 1 or min(k, n * n) > _MAX_WIDTH:
-            raise ValueError(f"SparseDeltaMemoryArgs.{name} must be in 1..{_MAX_WIDTH}, got {k}")
-    if not 1 <= args.chunk_size <= _MAX_WIDTH:
-        raise ValueError(f"SparseDeltaMemoryArgs.chunk_size must be in 1..{_MAX_WIDTH}, got {args.chunk_size}")
-    low, high = args.A_init_range
-    if not 0 <= low <= high:
-        raise ValueError(f"SparseDeltaMemoryArgs.A_init_range must satisfy 0 <= min <= max, got {args.A_init_range}")
-    return args.dim // args.num_heads, n
+def _check_args(args: SparseDeltaMemoryArgs) -> tuple[int, tuple[int, ...]]:
+    """Re-validates the configuration (it may have changed since construction); returns
+    (head_dim, product-key factor widths)."""
+    if not isinstance(args, SparseDeltaMemoryArgs):
+        raise TypeError(f"SparseDeltaMemory: args must be a SparseDeltaMemoryArgs, got {type(args).__name__}")
+    args.validate()
+    if args.dim == -1:
+        raise ValueError("SparseDeltaMemoryArgs.dim must be set to the model width, got -1")
+    return args.dim // args.num_heads, args.factor_dims()
 
 
 class SparseDeltaMemory(nn.Module):
-    """Sparse Delta Memory layer. Parameter names and shapes follow SPEC F.2 exactly, so a
-    reference state dict loads with ``strict=True``. The constructor calls
-    :meth:`init_weights`, so the same seed gives the same parameters."""
+    """Sparse Delta Memory layer. Parameter names and shapes are those of sparse-delta-memory
+    2.0.0, so its state dicts load with ``strict=True`` for any factor list. The constructor
+    calls :meth:`init_weights`, so the same seed gives the same parameters."""
 
     def __init__(self, args: SparseDeltaMemoryArgs, layer_id: int = 0) -> None:
         super().__init__()
-        self.head_dim, self.num_keys = _check_args(args)
-        self._read_act = make_activation(args.read_act, args.read_act_scale, "read_act")
-        self._write_act = make_activation(args.write_act, args.write_act_scale, "write_act")
+        self.head_dim, self.product_key_factors = _check_args(args)
         self.args = args
         self.layer_id = layer_id
         self.dim, self.num_heads, self.slots_per_head = args.dim, args.num_heads, args.slots_per_head
         self.num_writes = min(args.num_writes, args.slots_per_head)
         self.num_reads = min(args.num_reads, args.slots_per_head)
         self.chunk_size = args.chunk_size
-        key_size = self.num_heads * 2 * self.num_keys
+        self.key_size_per_head = sum(self.product_key_factors)
+        key_size = self.num_heads * self.key_size_per_head
         D, H = self.dim, self.num_heads
 
         self.Wq_read = nn.Linear(D, key_size)
@@ -88,15 +79,18 @@ class SparseDeltaMemory(nn.Module):
         if args.backprop_on_memory:
             self.memory = nn.Parameter(torch.zeros(H * self.slots_per_head, self.head_dim))
             self.memory._is_memory_bank = True
+            self.memory._sdm_memory_bank = True
         else:
             self.memory = None
         self.readings_norm = nn.LayerNorm(self.head_dim, eps=args.norm_eps) if args.normalize_readings else None
+        self.read_act = make_activation(args.read_act, args.read_act_scale, "read_act")
+        self.write_act = make_activation(args.write_act, args.write_act_scale, "write_act")
         self.memory_stats: dict[str, Tensor] = {}
         self.init_weights()
 
     @torch.no_grad()
     def init_weights(self, init_std: float | None = None, factor: float = 1.0) -> None:
-        """SPEC F.2: projections trunc-normal(0, sigma, +-3 sigma) with zero bias, sigma =
+        """Projections trunc-normal(0, sigma, +-3 sigma) with zero bias, sigma =
         (init_std or dim^-1/2) / factor; A ~ U(A_init_range) clamped >= 1e-4, stored as log;
         dt_bias = inv_softplus(dt), dt = exp(U(ln 1e-3, ln 1e-1)) clamped >= 1e-4; memory
         trunc-normal(0, sigma, +-3 sigma); BatchNorm and LayerNorm reset to (1, 0)."""
@@ -118,62 +112,70 @@ class SparseDeltaMemory(nn.Module):
             nn.init.trunc_normal_(self.memory, mean=0.0, std=sigma, a=-3 * sigma, b=3 * sigma)
 
     def create_kv_cache(self, bsz: int, seq_len: int, dtype: torch.dtype,
-                        device: torch.device | str | None = None) -> SparseDeltaMemoryCache:
-        """A cache for ``bsz`` sequences that have consumed ``seq_len`` tokens: the bank
-        ``[bsz * H * slots_per_head, hd]`` in ``dtype`` (bfloat16 or float32) holding the learned
-        memory replicated per batch element (zeros without it)."""
-        if dtype not in (torch.bfloat16, torch.float32):
-            raise TypeError(f"create_kv_cache: dtype must be torch.bfloat16 or torch.float32, got {dtype}")
+                        device: torch.device | str | None = None,
+                        initial_memory: Tensor | None = None) -> SDMLayerState:
+        """The state of ``bsz`` sequences that have consumed ``seq_len`` tokens: a bank
+        ``[bsz * H * slots_per_head, hd]`` in ``dtype`` (bfloat16 or float32; float64 on the CPU)
+        holding a copy of ``initial_memory`` (e.g. the state's memory after a previous segment),
+        else the learned memory replicated per sequence, else zeros."""
+        if dtype not in (*_ENGINE_DTYPES, torch.float64):
+            raise TypeError(f"create_kv_cache: dtype must be torch.bfloat16 or torch.float32 (torch.float64 on the "
+                            f"CPU), got {dtype}")
         rows = bsz * self.num_heads * self.slots_per_head
         with torch.no_grad():
-            if self.memory is not None:
+            if initial_memory is not None:
+                if tuple(initial_memory.shape) != (rows, self.head_dim):
+                    raise ValueError(f"create_kv_cache: initial_memory must be [{rows}, {self.head_dim}] "
+                                     f"(bsz * num_heads * slots_per_head, head_dim), got {tuple(initial_memory.shape)}")
+                bank = initial_memory.detach().to(device=device, dtype=dtype).clone()
+            elif self.memory is not None:
                 bank = self.memory.detach().to(device=device, dtype=dtype).repeat(bsz, 1)
             else:
                 bank = torch.zeros(rows, self.head_dim, dtype=dtype, device=device)
-        return SparseDeltaMemoryCache(bank, seq_len)
+        return SDMLayerState(bank, seq_len)
 
-    def forward(self, x: Tensor, freqs_cis: Tensor | None = None,
-                cache: SparseDeltaMemoryCache | None = None) -> Tensor:
-        """x [B, T, D], or [B*T, D] with ``freqs_cis`` whose rows give T (SPEC F.3); returns the
-        output shaped like x. With a cache (inference only) the cache's bank is updated in
-        place and its token count advanced."""
+    def compute_gates(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The log-decay g and the write strength beta of x [B, T, D], each [B, T, H], in
+        float32 (float64 for a float64 layer): the op uses them in float32."""
+        gate_dtype = torch.promote_types(x.dtype, torch.float32)
+        g = -torch.exp(self.A_log.to(gate_dtype)) * F.softplus(self.a_proj(x).to(gate_dtype)
+                                                               + self.dt_bias.to(gate_dtype))
+        return g, torch.sigmoid(self.b_proj(x).to(gate_dtype))
+
+    def forward(self, x: Tensor, freqs_cis: Tensor | None = None, mask: Tensor | None = None,
+                cache: SDMLayerState | None = None) -> tuple[Tensor, SDMLayerState]:
+        """x [B, T, D], or [B*T, D] with ``freqs_cis`` whose rows give T; ``mask`` is accepted
+        and unused (the layer is causal by construction). Returns ``(output, state)``: the
+        output shaped like x and the state after the call (its ``memory`` is the final bank).
+        With a ``cache`` the call starts from ``cache.memory`` and updates the cache, which is
+        returned as the state; under autograd (training from a cache) the gradients reach the
+        inputs, and the cache then holds the final bank, detached."""
         x3 = self._as_batch_time(x, freqs_cis)
         B, T, _ = x3.shape
         H, hd, sph = self.num_heads, self.head_dim, self.slots_per_head
 
-        gate_dtype = torch.promote_types(x3.dtype, torch.float32)  # the op uses beta and g in f32
-        g = -torch.exp(self.A_log.to(gate_dtype)) * F.softplus(self.a_proj(x3).to(gate_dtype)
-                                                               + self.dt_bias.to(gate_dtype))
-        beta = torch.sigmoid(self.b_proj(x3).to(gate_dtype))
+        g, beta = self.compute_gates(x3)
         v = self._split_heads(self.Wv_write(x3), hd)
-        k_scores, k_idx = product_key_topk(self._addressing(self.Wk_write(x3), self.key_bn), self.num_keys,
-                                           self.num_writes)
-        q_scores, q_idx = product_key_topk(self._addressing(self.Wq_read(x3), self.query_bn), self.num_keys,
-                                           self.num_reads)
-        k_val = self._write_act(k_scores)
-        q_val = self._read_act(q_scores)
+        bank_dtype = self._bank_dtype(v, cache)
+        k_val, k_idx = product_key_topk(self._addressing(self.Wk_write(x3), self.key_bn), self.product_key_factors,
+                                        self.num_writes)
+        q_val, q_idx = product_key_topk(self._addressing(self.Wq_read(x3), self.query_bn), self.product_key_factors,
+                                        self.num_reads)
+        k_val = self.write_act(k_val)
+        q_val = self.read_act(q_val)
         g = self._split_heads(g, 1)
         beta = self._split_heads(beta, 1)
         if self.args.key_weighted_decay:
             g = g * k_val
         offsets = (torch.arange(B * H, device=x.device, dtype=torch.int32) * sph).view(-1, 1, 1)
-        k_idx = k_idx.to(torch.int32) + offsets
-        q_idx = q_idx.to(torch.int32) + offsets
-        inputs = (k_idx, k_val, v, beta, g, q_idx, q_val)
+        inputs = (k_idx.to(torch.int32) + offsets, k_val, v, beta, g, q_idx.to(torch.int32) + offsets, q_val)
 
-        # Product keys give distinct in-range slots by construction, so the op's index check
-        # (a host sync on CUDA) is skipped: validate=False.
         if cache is not None:
-            readings = self._cached_step(cache, B, T, inputs)
+            readings, state = self._cached_step(cache, B, T, inputs)
         else:
-            bank = self._initial_bank(B, v)  # a fresh tensor, owned here
-            options = dict(slots_per_stream=sph, chunk_size=min(self.chunk_size, T), validate=False)
-            if functional.records_grad(bank, k_val, v, beta, g, q_val):
-                readings, bank = functional.write_read(bank, *inputs, snapshot_quant=self.args.snapshot_quant,
-                                                       grad_bank_fp32=self.args.grad_bank_fp32, **options)
-            else:
-                readings = functional.write_read_(bank, *inputs, **options)
-            self._log_stats(bank, k_idx)
+            readings, final_bank = self._write_read(self._initial_bank(B, bank_dtype, v.device), T, inputs)
+            state = SDMLayerState(final_bank, T)
+            self._log_stats(final_bank, inputs[0])
 
         readings = readings.to(v.dtype)
         if self.readings_norm is not None:
@@ -181,22 +183,47 @@ class SparseDeltaMemory(nn.Module):
         readings = readings.view(B, H, T, hd).transpose(1, 2).reshape(B, T, H * hd)
         if self.Wog is not None:
             readings = torch.sigmoid(self.Wog(x3)) * readings
-        return self.Wo(readings).view(x.shape)
+        return self.Wo(readings).view(x.shape), state
 
     # ---- pieces of the forward ---------------------------------------------------------
 
     def _as_batch_time(self, x: Tensor, freqs_cis: Tensor | None) -> Tensor:
-        if x.dim() == 3:
-            return x
-        if x.dim() != 2:
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            raise TypeError(f"SparseDeltaMemory: x must be a floating-point tensor, got "
+                            f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
+        if x.dim() == 2:
+            if freqs_cis is None:
+                raise ValueError(f"SparseDeltaMemory: 2-D input x {tuple(x.shape)} ([B*T, D]) needs freqs_cis "
+                                 "(its rows give T)")
+            T = freqs_cis.shape[0]
+            if T == 0 or x.shape[0] % T != 0:
+                raise ValueError(f"SparseDeltaMemory: 2-D input x has {x.shape[0]} rows, not a multiple of "
+                                 f"freqs_cis rows T = {T}")
+            x = x.view(-1, T, x.shape[-1])
+        elif x.dim() != 3:
             raise ValueError(f"SparseDeltaMemory: x must be [B, T, D] or [B*T, D], got shape {tuple(x.shape)}")
-        if freqs_cis is None:
-            raise ValueError("SparseDeltaMemory: 2-D input [B*T, D] needs freqs_cis (its rows give T)")
-        T = freqs_cis.shape[0]
-        if x.shape[0] % T != 0:
-            raise ValueError(f"SparseDeltaMemory: 2-D input has {x.shape[0]} rows, not a multiple of "
-                             f"freqs_cis rows T = {T}")
-        return x.view(-1, T, x.shape[-1])
+        B, T, D = x.shape
+        if D != self.dim:
+            raise ValueError(f"SparseDeltaMemory: x's last dimension must be dim = {self.dim}, got x of shape "
+                             f"{tuple(x.shape)}")
+        if B == 0 or T == 0:
+            raise ValueError(f"SparseDeltaMemory: x of shape {tuple(x.shape)} has no {'tokens' if T == 0 else 'sequences'}; "
+                             "the layer needs B >= 1 sequences of T >= 1 tokens")
+        return x
+
+    def _bank_dtype(self, v: Tensor, cache: SDMLayerState | None) -> torch.dtype:
+        """The bank's dtype: the cache's, the learned memory's, or the compute dtype (v's)."""
+        dtype = cache.memory.dtype if cache is not None else self.memory.dtype if self.memory is not None else v.dtype
+        where = "the cache's memory" if cache is not None else "the layer's parameters" if self.memory is not None \
+            else "the input"
+        if dtype == torch.float64:
+            if v.device.type != "cpu":
+                raise TypeError(f"SparseDeltaMemory: a float64 layer runs on the CPU only (the float64 reference op); "
+                                f"on {v.device} use float32 or bfloat16 (layer.float(), layer.bfloat16())")
+        elif dtype not in _ENGINE_DTYPES:
+            raise TypeError(f"SparseDeltaMemory: {where} are {dtype}; the layer supports float32 and bfloat16 "
+                            "(and float64 on the CPU): use layer.float(), layer.bfloat16() or layer.double()")
+        return dtype
 
     def _split_heads(self, t: Tensor, width: int) -> Tensor:
         """[B, T, H * width] -> [B * H, T, width] (channel h * width + c)."""
@@ -207,28 +234,39 @@ class SparseDeltaMemory(nn.Module):
         if norm is not None:
             B, T, K = raw.shape
             raw = norm(raw.reshape(B * T, K)).view(B, T, K)
-        return self._split_heads(raw, 2 * self.num_keys)
+        return self._split_heads(raw, self.key_size_per_head)
 
-    def _initial_bank(self, B: int, v: Tensor) -> Tensor:
+    def _initial_bank(self, B: int, dtype: torch.dtype, device: torch.device) -> Tensor:
         """The learned memory replicated over the batch, or zeros: [B * H * sph, hd]."""
         if self.memory is not None:
             return self.memory.repeat(B, 1)
-        dtype = v.dtype if v.dtype in (torch.bfloat16, torch.float32) else torch.float32
-        return torch.zeros(B * self.num_heads * self.slots_per_head, self.head_dim, dtype=dtype, device=v.device)
+        return torch.zeros(B * self.num_heads * self.slots_per_head, self.head_dim, dtype=dtype, device=device)
 
-    def _cached_step(self, cache: SparseDeltaMemoryCache, B: int, T: int, inputs: tuple[Tensor, ...]) -> Tensor:
+    def _write_read(self, bank: Tensor, T: int, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+        """(readings, final bank) of the call from ``bank``, which it may overwrite (a bank owned
+        by the caller). Product keys give distinct in-range slots by construction, so the op's
+        index check (a host sync on CUDA) is skipped: validate=False."""
+        options = dict(slots_per_stream=self.slots_per_head, chunk_size=min(self.chunk_size, T), validate=False)
+        if bank.dtype == torch.float64:
+            return reference.write_read(bank, *inputs, **options)
+        if functional.records_grad(bank, *inputs[1:5], inputs[6]):
+            return functional.write_read(bank, *inputs, snapshot_quant=self.args.snapshot_quant,
+                                         grad_bank_fp32=self.args.grad_bank_fp32, **options)
+        return functional.write_read_(bank, *inputs, **options), bank
+
+    def _cached_step(self, cache: SDMLayerState, B: int, T: int,
+                     inputs: tuple[Tensor, ...]) -> tuple[Tensor, SDMLayerState]:
         rows = B * self.num_heads * self.slots_per_head
-        if tuple(cache.bank.shape) != (rows, self.head_dim):
-            raise ValueError(f"SparseDeltaMemory: the cache's bank is {tuple(cache.bank.shape)}, expected "
+        if tuple(cache.memory.shape) != (rows, self.head_dim):
+            raise ValueError(f"SparseDeltaMemory: the cache's memory is {tuple(cache.memory.shape)}, expected "
                              f"({rows}, {self.head_dim}) for batch {B}; build it with create_kv_cache({B}, ...)")
-        if T == 1:
-            readings = functional.decode_step(cache.bank, *inputs, slots_per_stream=self.slots_per_head,
-                                              validate=False)
+        bank = cache.memory
+        recording = functional.records_grad(*inputs[1:5], inputs[6])
+        if T == 1 and not recording and bank.dtype != torch.float64:
+            readings = functional.decode_step(bank, *inputs, slots_per_stream=self.slots_per_head, validate=False)
         else:
-            readings = functional.write_read_(cache.bank, *inputs, slots_per_stream=self.slots_per_head,
-                                              chunk_size=min(self.chunk_size, T), validate=False)
-        cache.cache_len += T
-        return readings
+            readings, bank = self._write_read(bank, T, inputs)
+        return readings, cache.update_(bank, T)
 
     def _log_stats(self, final_bank: Tensor, k_idx: Tensor) -> None:
         if self.args.log_memory_norms:

@@ -1,45 +1,85 @@
-"""Product-key addressing (SPEC F.4, Z.8): which K bank slots a token writes or reads.
+"""Product-key addressing: which slots of its head's bank a token writes or reads.
 
-A head's raw scores ``[..., 2n]`` hold two factors of n keys each (slot = i1 * n + i2, n*n
-slots). Selection, all in float32 (float64 stays float64):
-  1. per factor, the k1 = min(K, n) best keys: descending score, exact ties to the smaller
-     key index;
-  2. candidates s1[a] + s2[b] over the k1 x k1 grid; the K' = min(K, k1^2) best: descending
-     sum, exact ties to the smaller slot index;
-  3. the K' selected slots in ascending slot order, with their scores.
-Every ranking is a stable descending sort, so equal scores keep their ascending index
-order: the rule is deterministic by construction. Listing each factor's k1 keys in
-ascending key order makes grid position a*k1 + b ascend with the slot i1[a]*n + i2[b], so
-the same stable sort applies to the grid. Gradients reach the raw scores through the
-gathers (the selection itself is piecewise constant).
+``product_key_topk(raw, factor_dims, k)`` is ``torch.ops.sdm.product_key_topk`` (C++ kernels on
+CPU and CUDA) with its autograd formula; the selection rule is stated in docs/spec.md
+("Product-key top-k") and include/sdm/product_key_topk.hpp. This module registers the op's
+fake kernels (so ``torch.compile`` traces it) and its backward (a deterministic C++ kernel).
 """
 
 from __future__ import annotations
 
+import math
+import operator
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
+from . import _ops  # noqa: F401  (loads the operators)
 
-def _best_ascending(scores: Tensor, k: int) -> Tensor:
-    """Positions of the k largest entries along the last dim (ties to the smaller position),
-    listed in ascending position order."""
-    ranked = torch.sort(scores.detach(), dim=-1, descending=True, stable=True).indices[..., :k]
-    return torch.sort(ranked, dim=-1).values
+MAX_FACTORS = 512
+MAX_K = 256
+MAX_SLOTS = 2**32 - 1
 
 
-def product_key_topk(raw: Tensor, num_keys: int, k: int) -> tuple[Tensor, Tensor]:
-    """raw ``[..., 2 * num_keys]`` -> ``(scores [..., K'], slots [..., K'])``: the selected slots
-    (int64, ascending, distinct, in [0, num_keys^2)) and their candidate scores."""
-    n = num_keys
-    if raw.shape[-1] != 2 * n:
-        raise ValueError(f"product_key_topk: raw scores must have 2 * num_keys = {2 * n} channels, "
-                         f"got {raw.shape[-1]}")
-    scores = raw if raw.dtype == torch.float64 else raw.float()
-    f1, f2 = scores[..., :n], scores[..., n:]
-    k1 = min(k, n)
-    i1 = _best_ascending(f1, k1)
-    i2 = _best_ascending(f2, k1)
-    grid = (f1.gather(-1, i1).unsqueeze(-1) + f2.gather(-1, i2).unsqueeze(-2)).flatten(-2)
-    position = _best_ascending(grid, min(k, k1 * k1))
-    slots = i1.gather(-1, position // k1) * n + i2.gather(-1, position % k1)
-    return grid.gather(-1, position), slots
+def check_factor_dims(factor_dims: object, argument: str = "factor_dims") -> tuple[int, ...]:
+    """``factor_dims`` as a tuple of ints: 1 to 512 positive widths whose product (the slots
+    per head) and sum (the score columns) are at most 2**32 - 1. ValueError naming
+    ``argument`` otherwise."""
+    if isinstance(factor_dims, (str, bytes)) or not isinstance(factor_dims, Sequence):
+        raise ValueError(f"{argument} must be a sequence of ints, got {factor_dims!r}")
+    if any(isinstance(w, bool) for w in factor_dims):
+        raise ValueError(f"{argument} must hold ints, got {list(factor_dims)!r}")
+    try:
+        dims = tuple(operator.index(w) for w in factor_dims)
+    except TypeError:
+        raise ValueError(f"{argument} must hold ints, got {list(factor_dims)!r}") from None
+    if not 1 <= len(dims) <= MAX_FACTORS:
+        raise ValueError(f"{argument} must list 1 to {MAX_FACTORS} factor widths, got {len(dims)}")
+    if min(dims) < 1:
+        raise ValueError(f"{argument} must hold positive widths, got {list(dims)}")
+    if math.prod(dims) > MAX_SLOTS or sum(dims) > MAX_SLOTS:
+        raise ValueError(f"{argument} = {list(dims)} address {math.prod(dims)} slots over {sum(dims)} columns; "
+                         f"at most {MAX_SLOTS} of each")
+    return dims
+
+
+@torch.library.register_fake("sdm::product_key_topk")
+def _product_key_topk_fake(raw, factor_dims, k):
+    probe = raw.new_empty([0] * (raw.dim() - 1) + [raw.shape[-1]]) if raw.dim() else raw
+    kk = torch.ops.sdm.product_key_topk_selected(probe, factor_dims, k)
+    shape = (*raw.shape[:-1], kk)
+    return raw.new_empty(shape), raw.new_empty(shape, dtype=torch.int64)
+
+
+@torch.library.register_fake("sdm::product_key_topk_backward")
+def _product_key_topk_backward_fake(slots, grad_values, factor_dims):
+    check_factor_dims(factor_dims)
+    return grad_values.new_empty((*slots.shape[:-1], sum(factor_dims)))
+
+
+def _setup(ctx, inputs, output):
+    raw, factor_dims, _k = inputs
+    ctx.save_for_backward(output[1])
+    ctx.factor_dims = list(factor_dims)
+    ctx.raw_dtype = raw.dtype
+
+
+def _backward(ctx, grad_values, _grad_slots):
+    (slots,) = ctx.saved_tensors
+    grad_raw = torch.ops.sdm.product_key_topk_backward(slots, grad_values.to(ctx.raw_dtype), ctx.factor_dims)
+    return grad_raw, None, None
+
+
+torch.library.register_autograd("sdm::product_key_topk", _backward, setup_context=_setup)
+
+
+def product_key_topk(raw: Tensor, factor_dims: Sequence[int], k: int) -> tuple[Tensor, Tensor]:
+    """Exact top-k over the sums of one score from each product-key factor.
+
+    ``raw [..., sum(factor_dims)]`` (float32, bfloat16, float16 or float64, CPU or CUDA) holds
+    the factors side by side. Returns ``(values, slots)``, each ``[..., min(k, prod(factor_dims))]``:
+    slot ids ``(..(c_0 * n_1 + c_1) * ..) * n_{F-1} + c_{F-1}`` (int64, strictly ascending) and
+    their scores rounded to raw's dtype. ``values`` is differentiable with respect to ``raw``
+    (deterministic backward). ``k`` in 1..256. Rule: docs/spec.md, "Product-key top-k"."""
+    return torch.ops.sdm.product_key_topk(raw, list(factor_dims), operator.index(k))

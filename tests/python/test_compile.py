@@ -49,7 +49,7 @@ def test_compiled_layer_matches_eager():
 
     def run(module):
         layer.zero_grad()
-        out = module(x)
+        out, _state = module(x)
         out.square().mean().backward()
         return out.detach(), {n: p.grad.clone() for n, p in layer.named_parameters()}
 

@@ -46,7 +46,7 @@ def test_forward_backward_finite(config, dtype):
                                      **SMOKE_CONFIGS[config])
     layer = sdm.SparseDeltaMemory(args, layer_id=0).to(dtype).train()
     x = torch.randn(2, 128, 256, dtype=dtype, requires_grad=True)
-    out = layer(x)
+    out, state = layer(x)
     assert out.shape == x.shape and out.dtype == dtype
     assert torch.isfinite(out).all()
     out.float().square().mean().backward()
@@ -66,11 +66,11 @@ GRAD_CONFIG = dict(dim=8, num_heads=2, slots_per_head=16, num_writes=3, num_read
 
 @pytest.mark.parametrize("extra", [dict(key_weighted_decay=True, query_batchnorm=True),  # G = W
                                    dict(key_weighted_decay=False)])  # G = 1
-def test_gradcheck_layer_parameters_float64(monkeypatch, extra):
+def test_gradcheck_layer_parameters_float64(extra):
     """gradcheck in float64 of the whole layer, every parameter and the input, with the core
-    op computed by the float64 oracle (the engine takes bf16 / f32 banks only; the engine's
-    own gradients are compared with the oracle's in the next test and in test_autograd)."""
-    monkeypatch.setattr(sdm.layer.functional, "write_read", sdm.reference.write_read)
+    op computed by the float64 oracle, which a float64 layer runs on the CPU (the engine takes
+    bf16 / f32 banks only; its own gradients are compared with the oracle's in the next test
+    and in test_autograd)."""
     torch.manual_seed(0)
     layer = sdm.SparseDeltaMemory(sdm.SparseDeltaMemoryArgs(**GRAD_CONFIG, **extra)).double().train()
     names = [name for name, _ in layer.named_parameters()]
@@ -78,7 +78,7 @@ def test_gradcheck_layer_parameters_float64(monkeypatch, extra):
     x = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
 
     def fn(x, *flat):
-        return torch.func.functional_call(layer, dict(zip(names, flat)), (x,))
+        return torch.func.functional_call(layer, dict(zip(names, flat)), (x,))[0]
 
     assert torch.autograd.gradcheck(fn, (x, *params), eps=1e-6, atol=1e-7, rtol=1e-5)
 
@@ -95,7 +95,7 @@ def test_engine_layer_gradients_match_reference_layer(monkeypatch, key_weighted_
 
     def grads():
         layer.zero_grad()
-        layer(x).square().sum().backward()
+        layer(x)[0].square().sum().backward()
         return {name: p.grad.clone() for name, p in layer.named_parameters()}
 
     state = {k: v.clone() for k, v in layer.state_dict().items()}
@@ -114,19 +114,21 @@ def test_chunk_size_invariance(num_heads):
     layer = _layer(num_heads=num_heads, normalize_readings=True, chunk_size=64).eval()
     x = torch.randn(2, 100, 64)
     with torch.no_grad():
-        reference = layer(x)
+        reference = layer(x)[0]
         for chunk_size in (1, 7, 16, 128):
             layer.chunk_size = chunk_size
-            assert rel_err(layer(x), reference) < 1e-4, chunk_size
+            assert rel_err(layer(x)[0], reference) < 1e-4, chunk_size
 
 
 def test_train_and_eval_forward_agree():
     layer = _layer(output_gate=True, normalize_readings=True)
     x = torch.randn(2, 40, 64)
-    train_out = layer.train()(x)  # saving forward, autograd records
+    train_out, train_state = layer.train()(x)  # saving forward, autograd records
     with torch.no_grad():
-        eval_out = layer.eval()(x)  # no-grad forward
+        eval_out, eval_state = layer.eval()(x)  # no-grad forward
     assert torch.equal(train_out.detach(), eval_out)
+    assert torch.equal(train_state.memory.detach(), eval_state.memory)
+    assert train_state.cache_len == eval_state.cache_len == 40
 
 
 def test_eval_batchnorm_uses_running_statistics():
@@ -135,9 +137,9 @@ def test_eval_batchnorm_uses_running_statistics():
     layer.train()(x)  # updates the running statistics
     with torch.no_grad():
         layer.eval()
-        together = layer(x)
-        alone = layer(x[1:2])
-        train_alone = layer.train()(x[1:2])
+        together = layer(x)[0]
+        alone = layer(x[1:2])[0]
+        train_alone = layer.train()(x[1:2])[0]
     assert rel_err(alone, together[1:2]) < 1e-5
     assert rel_err(train_alone, together[1:2]) > 1e-3, "train mode must use batch statistics"
 
@@ -148,25 +150,26 @@ def test_prefill_then_decode_equals_full_forward(num_heads):
     layer = _layer(num_heads=num_heads, output_gate=True, normalize_readings=True).eval()
     x = torch.randn(2, 40, 64)
     with torch.no_grad():
-        full = layer(x)
+        full, state = layer(x)
         cache = layer.create_kv_cache(2, 0, torch.float32, "cpu")
-        pieces = [layer(x[:, :24], cache=cache)]
+        pieces = [layer(x[:, :24], cache=cache)[0]]
         assert cache.cache_len == 24
-        pieces += [layer(x[:, t:t + 1], cache=cache) for t in range(24, 40)]
+        pieces += [layer(x[:, t:t + 1], cache=cache)[0] for t in range(24, 40)]
         assert cache.cache_len == 40
     assert rel_err(torch.cat(pieces, dim=1), full) < 1e-4
+    assert rel_err(cache.memory, state.memory) < 1e-4
 
 
 def test_prefill_in_pieces_and_bfloat16_cache():
     layer = _layer(key_weighted_decay=True).eval()
     x = torch.randn(2, 30, 64)
     with torch.no_grad():
-        full = layer(x)
+        full = layer(x)[0]
         cache = layer.create_kv_cache(2, 0, torch.float32)
-        pieces = torch.cat([layer(x[:, :13], cache=cache), layer(x[:, 13:30], cache=cache)], dim=1)
+        pieces = torch.cat([layer(x[:, :13], cache=cache)[0], layer(x[:, 13:30], cache=cache)[0]], dim=1)
         bf16_cache = layer.create_kv_cache(2, 0, torch.bfloat16)
-        bf16 = torch.cat([layer(x[:, :20], cache=bf16_cache)] +
-                         [layer(x[:, t:t + 1], cache=bf16_cache) for t in range(20, 30)], dim=1)
+        bf16 = torch.cat([layer(x[:, :20], cache=bf16_cache)[0]] +
+                         [layer(x[:, t:t + 1], cache=bf16_cache)[0] for t in range(20, 30)], dim=1)
     assert rel_err(pieces, full) < 1e-4
     assert bf16_cache.bank.dtype == torch.bfloat16
     assert rel_err(bf16, full) < 3e-2
@@ -175,27 +178,50 @@ def test_prefill_in_pieces_and_bfloat16_cache():
 def test_create_kv_cache():
     layer = _layer(num_heads=2)
     cache = layer.create_kv_cache(3, 0, torch.float32)
-    assert isinstance(cache, sdm.SparseDeltaMemoryCache)
-    assert cache.bank.shape == (3 * 2 * 256, 32) and cache.cache_len == 0
-    assert torch.equal(cache.bank, layer.memory.detach().repeat(3, 1))
-    cache.bank.add_(1)
-    assert not torch.equal(cache.bank[:512], layer.memory.detach()), "the cache owns a copy"
+    assert isinstance(cache, sdm.SDMLayerState) and sdm.SparseDeltaMemoryCache is sdm.SDMLayerState
+    assert cache.memory.shape == (3 * 2 * 256, 32) and cache.cache_len == 0
+    assert cache[0] is cache.memory and cache.bank is cache.memory and len(cache) == 1
+    assert torch.equal(cache.memory, layer.memory.detach().repeat(3, 1))
+    cache.memory.add_(1)
+    assert not torch.equal(cache.memory[:512], layer.memory.detach()), "the cache owns a copy"
     cache.reset()
-    assert cache.cache_len == 0 and cache.bank.abs().sum() == 0
+    assert cache.cache_len == 0 and cache.memory.abs().sum() == 0
     no_memory = _layer(backprop_on_memory=False).create_kv_cache(2, 5, torch.bfloat16)
-    assert no_memory.bank.abs().sum() == 0 and no_memory.cache_len == 5
+    assert no_memory.memory.abs().sum() == 0 and no_memory.cache_len == 5
+    start = torch.randn(2 * 2 * 256, 32)
+    from_state = layer.create_kv_cache(2, 7, torch.bfloat16, initial_memory=start)
+    assert torch.equal(from_state.memory, start.bfloat16()) and from_state.cache_len == 7
+    from_state.memory.zero_()
+    assert start.abs().sum() > 0, "initial_memory is copied"
+    with pytest.raises(ValueError, match=r"initial_memory must be \[1024, 32\] .*got \(3, 32\)"):
+        layer.create_kv_cache(2, 0, torch.float32, initial_memory=torch.zeros(3, 32))
     with pytest.raises(TypeError, match="dtype must be torch.bfloat16 or torch.float32"):
         layer.create_kv_cache(1, 0, torch.float16)
-    with pytest.raises(ValueError, match="cache's bank"):
+    with pytest.raises(ValueError, match=r"the cache's memory is \(1536, 32\), expected \(1024, 32\) for batch 2"):
         with torch.no_grad():
             layer(torch.randn(2, 3, 64), cache=cache)
 
 
-def test_forward_with_cache_refuses_autograd():
+def test_training_from_a_cache_continues_the_state():
+    """A differentiable call from a cache: the gradients are those of the same tokens after the
+    cached prefix (the cache's bank is a detached starting point), and the cache advances."""
     layer = _layer()
-    cache = layer.create_kv_cache(1, 0, torch.float32)
-    with pytest.raises(RuntimeError, match=r"use the functional sdm\.write_read"):
-        layer(torch.randn(1, 4, 64), cache=cache)
+    x = torch.randn(1, 12, 64)
+    with torch.no_grad():
+        full = layer(x)[0]
+        cache = layer.create_kv_cache(1, 0, torch.float32)
+        layer(x[:, :5], cache=cache)
+    start = cache.memory.clone()
+    tail = x[:, 5:].clone().requires_grad_()
+    out, state = layer(tail, cache=cache)
+    assert state is cache and cache.cache_len == 12 and not cache.memory.requires_grad
+    assert rel_err(out.detach(), full[:, 5:]) < 1e-4
+    out.square().sum().backward()
+    assert torch.isfinite(tail.grad).all() and tail.grad.abs().sum() > 0
+    fresh = layer.create_kv_cache(1, 5, torch.float32, initial_memory=start)
+    again = tail.detach().clone().requires_grad_()
+    layer(again, cache=fresh)[0].square().sum().backward()
+    assert torch.equal(again.grad, tail.grad)
 
 
 def test_two_dimensional_input():
@@ -203,8 +229,8 @@ def test_two_dimensional_input():
     x = torch.randn(3, 20, 64)
     freqs_cis = torch.zeros(20, 16)
     with torch.no_grad():
-        out3 = layer(x)
-        out2 = layer(x.reshape(60, 64), freqs_cis=freqs_cis)
+        out3 = layer(x)[0]
+        out2 = layer(x.reshape(60, 64), freqs_cis=freqs_cis)[0]
     assert out2.shape == (60, 64)
     assert torch.equal(out2, out3.reshape(60, 64))
     with pytest.raises(ValueError, match="needs freqs_cis"):
@@ -245,7 +271,7 @@ def test_state_dict_round_trip():
     b.load_state_dict(a.state_dict(), strict=True)
     x = torch.randn(2, 17, 64)
     with torch.no_grad():
-        assert torch.equal(a.eval()(x), b.eval()(x))
+        assert torch.equal(a.eval()(x)[0], b.eval()(x)[0])
 
 
 def _spec_state_dict(D, H, sph, output_gate, batchnorm, readings_norm, learned_memory):
@@ -329,8 +355,8 @@ def test_memory_block_size_alias():
     (dict(dim=-1), ValueError, "dim must be set"),
     (dict(read_act="Swishy"), ValueError, r"read_act: unknown activation 'Swishy'"),
     (dict(write_act="PReLU"), ValueError, r"write_act: activation 'PReLU' has parameters"),
-    (dict(slots_per_head=1024, num_writes=300), ValueError, r"num_writes must be in 1\.\.256"),
-    (dict(chunk_size=512), ValueError, r"chunk_size must be in 1\.\.256"),
+    (dict(slots_per_head=1024, num_writes=300), ValueError, r"num_writes must be an int in 1\.\.256, got 300"),
+    (dict(chunk_size=512), ValueError, r"chunk_size must be None or an int in 1\.\.256, got 512"),
 ])
 def test_bad_layer_arguments(overrides, error, message):
     with pytest.raises(error, match=message):
@@ -345,7 +371,7 @@ def test_bad_snapshot_mode():
 @pytest.mark.parametrize("act", ["l2_normalize", "ReLU", "Sigmoid"])
 def test_other_activations_run(act):
     layer = _layer(read_act=act, write_act=act)
-    out = layer(torch.randn(2, 9, 64))
+    out, _ = layer(torch.randn(2, 9, 64))
     out.sum().backward()
     assert torch.isfinite(out).all() and torch.isfinite(layer.Wq_read.weight.grad).all()
 
@@ -355,7 +381,7 @@ def test_snapshot_quant_and_grad_bank_fp32_reach_the_op():
     outs = {}
     for quant in ("none", "fp8"):
         layer = _layer(snapshot_quant=quant, grad_bank_fp32=True).bfloat16()
-        out = layer(x.bfloat16())
+        out, _ = layer(x.bfloat16())
         out.float().square().sum().backward()
         assert layer.memory.grad.dtype == torch.bfloat16 and torch.isfinite(layer.memory.grad).all()
         # Read weights' gradients use the restored rows (SPEC C.2-8), which fp8 approximates.

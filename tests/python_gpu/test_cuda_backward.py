@@ -137,8 +137,8 @@ def test_layer_parameter_gradients_on_cuda_match_cpu(overrides):
     cpu_layer = _layer(**overrides).train()
     gpu_layer = copy.deepcopy(cpu_layer).cuda()
     x = torch.randn(2, 75, 128)
-    cpu_layer(x).square().mean().backward()
-    gpu_layer(x.cuda()).square().mean().backward()
+    cpu_layer(x)[0].square().mean().backward()
+    gpu_layer(x.cuda())[0].square().mean().backward()
     compared = 0
     for (name, want), (_, got) in zip(cpu_layer.named_parameters(), gpu_layer.named_parameters()):
         if want.grad is None or want.grad.abs().max() == 0:
@@ -157,7 +157,7 @@ def test_layer_trains_on_cuda():
     losses = []
     for _ in range(8):
         optimizer.zero_grad()
-        loss = (layer(x) - target).square().mean()
+        loss = (layer(x)[0] - target).square().mean()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())

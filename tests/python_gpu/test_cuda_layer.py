@@ -35,8 +35,8 @@ def test_eval_forward_on_cuda_matches_cpu(config):
     gpu_layer = copy.deepcopy(cpu_layer).cuda()
     x = torch.randn(2, 75, 128)
     with torch.no_grad():
-        want = cpu_layer(x)
-        got = gpu_layer(x.cuda())
+        want = cpu_layer(x)[0]
+        got = gpu_layer(x.cuda())[0]
     assert got.device.type == "cuda" and got.shape == x.shape
     assert rel_err(got, want) <= 1e-4
 
@@ -46,10 +46,10 @@ def test_eval_forward_with_autograd_on_equals_no_grad_bitwise():
     those of the no-grad forward (SPEC Z.4), so the outputs are too."""
     layer = _layer(output_gate=True, normalize_readings=True, backprop_on_memory=True).cuda().eval()
     x = torch.randn(2, 50, 128, device="cuda")
-    recorded = layer(x)
+    recorded = layer(x)[0]
     assert recorded.requires_grad
     with torch.no_grad():
-        plain = layer(x)
+        plain = layer(x)[0]
     assert bitwise_equal(recorded.detach(), plain)
 
 
@@ -59,10 +59,10 @@ def test_prefill_then_decode_on_cuda_equals_full_forward(num_heads):
                    backprop_on_memory=True).cuda().eval()
     x = torch.randn(2, 40, 128, device="cuda")
     with torch.no_grad():
-        full = layer(x)
+        full = layer(x)[0]
         cache = layer.create_kv_cache(2, 0, torch.float32, "cuda")
-        pieces = [layer(x[:, :24], cache=cache)]
-        pieces += [layer(x[:, t:t + 1], cache=cache) for t in range(24, 40)]
+        pieces = [layer(x[:, :24], cache=cache)[0]]
+        pieces += [layer(x[:, t:t + 1], cache=cache)[0] for t in range(24, 40)]
     assert cache.bank.device.type == "cuda" and cache.cache_len == 40
     assert rel_err(torch.cat(pieces, dim=1), full) <= 1e-4
 
@@ -71,10 +71,10 @@ def test_bfloat16_layer_and_cache_on_cuda():
     layer = _layer(key_weighted_decay=True).cuda().eval()
     x = torch.randn(2, 30, 128, device="cuda")
     with torch.no_grad():
-        full = layer(x)
+        full = layer(x)[0]
         cache = layer.create_kv_cache(2, 0, torch.bfloat16, "cuda")
-        pieces = torch.cat([layer(x[:, :20], cache=cache)] +
-                           [layer(x[:, t:t + 1], cache=cache) for t in range(20, 30)], dim=1)
+        pieces = torch.cat([layer(x[:, :20], cache=cache)[0]] +
+                           [layer(x[:, t:t + 1], cache=cache)[0] for t in range(20, 30)], dim=1)
         bf16_out = layer.to(torch.bfloat16)(x.to(torch.bfloat16))
     assert cache.bank.dtype == torch.bfloat16
     assert rel_err(pieces, full) <= 3e-2

@@ -41,7 +41,7 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.sdm(self.shift(self.mix_norm(x)))
+        x = x + self.sdm(self.shift(self.mix_norm(x)))[0]
         return x + self.mlp(self.mlp_norm(x))
 
 

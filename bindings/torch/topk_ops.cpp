@@ -1,0 +1,136 @@
+// topk_ops.cpp - the product-key top-k operators (include/sdm/product_key_topk.hpp):
+//
+//   product_key_topk(raw, factor_dims, k) -> (values, slots)
+//       raw [..., sum(factor_dims)] float; values [..., kk] raw's dtype, slots [..., kk] int64
+//   product_key_topk_backward(slots, grad_values, factor_dims) -> grad_raw [..., sum(factor_dims)]
+//   product_key_topk_selected(raw, factor_dims, k) -> kk   (shape and dtype only: fake kernels)
+//
+// Leading dims are flattened into rows; the C++ API checks everything before any work. The
+// autograd formula and the fake kernels are registered from Python (sdm/product_keys.py).
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "device_context.hpp"
+#include "errors.hpp"
+#include "sdm/error.hpp"
+#include "sdm/product_key_topk.hpp"
+#include "tensor_ref.hpp"
+#include "topk_ops.hpp"
+
+namespace sdm::torch_bindings {
+namespace {
+
+void check_has_columns(const at::Tensor& t, const char* name) {
+  if (t.dim() == 0) {
+    throw ValueError(name, std::string(name) + " must have at least one dimension (the factor columns), got a scalar");
+  }
+}
+
+std::int64_t leading_rows(const at::Tensor& t) {
+  std::int64_t rows = 1;
+  for (std::int64_t d = 0; d + 1 < t.dim(); ++d) rows *= t.size(d);
+  return rows;
+}
+
+// t viewed as [rows, last dim], its columns contiguous.
+at::Tensor as_rows(const at::Tensor& t) {
+  const auto rows = t.reshape({leading_rows(t), t.size(-1)});
+  return rows.stride(1) == 1 || rows.size(0) == 0 ? rows : rows.contiguous();
+}
+
+std::vector<std::int64_t> with_last(const at::Tensor& t, std::int64_t last) {
+  std::vector<std::int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  sizes.back() = last;
+  return sizes;
+}
+
+// A data-less [1, last dim] view of t's dtype: what the shape-only checks read.
+TensorRef row_shape(const at::Tensor& t, const char* name) {
+  TensorRef ref;
+  ref.dtype = to_sdm_dtype(t.scalar_type(), name);
+  ref.ndim = 2;
+  ref.sizes = {1, t.size(-1), 0, 0};
+  ref.strides = {t.size(-1), 1, 0, 0};
+  return ref;
+}
+
+// The column count of factor_dims when every width is valid, else 0 (the C++ check then
+// reports the bad width before anything else).
+std::int64_t columns_of(c10::IntArrayRef factor_dims) {
+  std::int64_t sum = 0;
+  for (const auto w : factor_dims) {
+    if (w < 1 || w > kMaxProductKeySlots - sum) return 0;
+    sum += w;
+  }
+  return sum;
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> product_key_topk(const at::Tensor& raw, c10::IntArrayRef factor_dims, int64_t k) {
+  return translate_errors([&] {
+    check_has_columns(raw, "raw");
+    const std::span<const std::int64_t> dims(factor_dims.data(), factor_dims.size());
+    const std::int64_t kk = sdm::product_key_topk_selected(row_shape(raw, "raw"), dims, k);
+    const DeviceContext context(raw);
+    const auto rows = as_rows(raw);
+    auto values = at::empty({rows.size(0), kk}, raw.options());
+    auto slots = at::empty({rows.size(0), kk}, raw.options().dtype(at::kLong));
+    ProductKeyTopkOptions options;
+    options.cuda_stream = context.cuda_stream();
+    sdm::product_key_topk_forward(to_ref(rows, "raw"), dims, k, to_ref(values, "values"), to_ref(slots, "slots"),
+                                  options);
+    return std::make_tuple(values.view(with_last(raw, kk)), slots.view(with_last(raw, kk)));
+  });
+}
+
+at::Tensor product_key_topk_backward(const at::Tensor& slots, const at::Tensor& grad_values,
+                                     c10::IntArrayRef factor_dims) {
+  return translate_errors([&] {
+    check_has_columns(slots, "slots");
+    if (grad_values.sizes() != slots.sizes()) {
+      throw ValueError("grad_values", "grad_values must have slots' shape " + c10::str(slots.sizes()) + ", got " +
+                                          c10::str(grad_values.sizes()));
+    }
+    const DeviceContext context(slots);
+    const auto slot_rows = as_rows(slots).contiguous();
+    const auto grad_rows = as_rows(grad_values).contiguous();
+    const std::int64_t width = columns_of(factor_dims);
+    auto grad_raw = at::empty({slot_rows.size(0), width}, grad_values.options());
+    ProductKeyTopkOptions options;
+    options.cuda_stream = context.cuda_stream();
+    sdm::product_key_topk_backward(to_ref(slot_rows, "slots"), to_ref(grad_rows, "grad_values"),
+                                   std::span<const std::int64_t>(factor_dims.data(), factor_dims.size()),
+                                   to_ref(grad_raw, "grad_raw"), options);
+    return grad_raw.view(with_last(slots, width));
+  });
+}
+
+int64_t product_key_topk_selected(const at::Tensor& raw, c10::IntArrayRef factor_dims, int64_t k) {
+  return translate_errors([&] {
+    check_has_columns(raw, "raw");
+    return sdm::product_key_topk_selected(row_shape(raw, "raw"),
+                                          std::span<const std::int64_t>(factor_dims.data(), factor_dims.size()), k);
+  });
+}
+
+TORCH_LIBRARY_FRAGMENT(sdm, m) {
+  m.def("product_key_topk(Tensor raw, int[] factor_dims, int k) -> (Tensor values, Tensor slots)");
+  m.def("product_key_topk_backward(Tensor slots, Tensor grad_values, int[] factor_dims) -> Tensor grad_raw");
+  m.def("product_key_topk_selected(Tensor raw, int[] factor_dims, int k) -> int");
+}
+
+TORCH_LIBRARY_IMPL(sdm, CPU, m) {
+  m.impl("product_key_topk", &product_key_topk);
+  m.impl("product_key_topk_backward", &product_key_topk_backward);
+}
+
+// Shape-only: the same kernel serves real, meta and fake tensors on every device.
+TORCH_LIBRARY_IMPL(sdm, CompositeExplicitAutograd, m) {
+  m.impl("product_key_topk_selected", &product_key_topk_selected);
+}
+
+}  // namespace sdm::torch_bindings
