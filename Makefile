@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build build-cuda test test-cpp clean python-deps python-install test-python demo
+.PHONY: deps configure build build-cuda test test-cpp test-asan clean python-deps python-install test-python demo
 
 deps:
 	bash scripts/install_deps.sh
@@ -26,6 +26,17 @@ build-cuda: deps
 
 test-cpp: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# The C++ tests once more under AddressSanitizer + UndefinedBehaviorSanitizer (any report fails
+# the run: -fno-sanitize-recover). CI runs it after `make test`.
+ASAN_BUILD ?= build-asan
+SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+test-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSDM_WERROR=ON -DSDM_BUILD_BENCH=OFF \
+	  -DCMAKE_CXX_FLAGS="$(SANITIZE)" -DCMAKE_EXE_LINKER_FLAGS="$(SANITIZE)" -DCMAKE_SHARED_LINKER_FLAGS="$(SANITIZE)"
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
 
 # ---- Python: the `sdm` package and its tests ------------------------------------------------
 # A virtualenv under .venv (ignored by git) rather than the user's python: Debian's system
@@ -60,4 +71,4 @@ demo: python-install
 	$(VENV_PY) -m sdm.demo $(DEMO_ARGS)
 
 clean:
-	rm -rf $(BUILD) $(CUDA_BUILD) build-python
+	rm -rf $(BUILD) $(CUDA_BUILD) $(ASAN_BUILD) build-python

@@ -1,6 +1,6 @@
 // bench_inputs.hpp - random inputs of the op for one benchmark config.
 //
-// Distributions as tests/cpp/support/problem (SPEC I.1): bank randn*0.1, k_val and q_val
+// Distributions as tests/cpp/support/problem: bank randn*0.1, k_val and q_val
 // randn*0.3, v randn*0.1, beta U(0, 0.3), g U(-0.5, -0.01); each token writes W distinct
 // slots and reads R distinct slots of its own stream, in random order. Indices int32,
 // float inputs f32, the bank in the requested dtype. Besides the stream-major tensors

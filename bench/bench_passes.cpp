@@ -35,7 +35,7 @@ Pass parse_pass(const std::string& name) {
 
 namespace {
 
-// Bytes of one snapshot row (SPEC D.1): the row in the bank dtype, bf16, or an 8-bit
+// Bytes of one snapshot row (docs/spec.md §5): the row in the bank dtype, bf16, or an 8-bit
 // (fp8) or 4-bit (int4) payload plus one f32 scale.
 double snapshot_row_bytes(std::int64_t hd, DType bank, SnapshotQuant snapshot) {
   switch (snapshot) {

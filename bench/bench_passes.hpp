@@ -24,7 +24,7 @@ Pass parse_pass(const std::string& name);  // throws std::invalid_argument
 struct PassSettings {
   int threads = 1;
   SnapshotQuant snapshot = SnapshotQuant::none;
-  bool validate = true;  // the index checks of SPEC Z.3 (part of the timed call)
+  bool validate = true;  // the index checks of docs/spec.md §8 (part of the timed call)
   int warmup = 1;  // untimed runs before the repeats
   int repeat = 5;
 };

@@ -103,7 +103,7 @@ std::vector<std::int32_t> product_key_slots(std::int64_t P, std::int64_t T, std:
         for (int d = 0; d < kLatentDims; ++d) s += zt[d] * proj[static_cast<std::size_t>(d * keys + k)];
         score[static_cast<std::size_t>(k)] = s;
       }
-      // Factor top-k1: descending score, ties to the smaller key (SPEC Z.8).
+      // Factor top-k1: descending score, ties to the smaller key (docs/spec.md §10).
       for (int f = 0; f < 2; ++f) {
         top[f].resize(static_cast<std::size_t>(n));
         std::iota(top[f].begin(), top[f].end(), std::int64_t{0});

@@ -7,7 +7,7 @@
 //   strided      token t's slots offset_t + w * (sps / width) + jitter_w (mod sps): every slot of a
 //                token in its own stride, offsets independent per token (little reuse; flatters
 //                the kernels: nearly every slot group has one entry).
-//   product_key  a layer's addressing: product-key top-k (SPEC Z.8: n = isqrt(sps) keys per factor,
+//   product_key  a layer's addressing: product-key top-k (docs/spec.md §10: n = isqrt(sps) keys per factor,
 //                factor top-k1 with k1 = min(width, n), top-width of the k1 x k1 candidate sums,
 //                slots ascending) of scores z_t . proj over a temporally correlated latent z (AR(1),
 //                rho 0.9, 64 dims, as ../shared/peer_bench/bench.py): consecutive tokens share

@@ -1,5 +1,5 @@
 // errors.hpp - sdm::Error -> c10 exceptions, so that Python sees the C++ message as
-// ValueError / TypeError / RuntimeError (SPEC Z.12).
+// ValueError / TypeError / RuntimeError (docs/spec.md §8).
 #pragma once
 
 #include <c10/util/Exception.h>

@@ -2,7 +2,7 @@
 //
 // These ops update the bank in place and save nothing for a backward, so autograd cannot
 // record them. When grad mode is on and an input requires grad, they raise and name the
-// functional form (SPEC Z.2); otherwise they run the kernel below autograd and bump the
+// functional form (docs/spec.md §11); otherwise they run the kernel below autograd and bump the
 // bank's version counter, as any in-place op does.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/LegacyTypeDispatch.h>

@@ -104,7 +104,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
     auto final_bank = private_copy(memory);
     const auto args = make_args(final_bank, in);
     const auto bytes = static_cast<int64_t>(sdm::write_read_saved_bytes(args, options));
-    // An op's outputs must be a deterministic function of its inputs (opcheck, SPEC Z.4). The
+    // An op's outputs must be a deterministic function of its inputs (opcheck, docs/spec.md §6). The
     // CUDA engine writes every byte of `saved` (src/cuda/saved_layout.hpp; tested), so its buffer
     // is left uninitialised (zeroing it cost a memset of the whole buffer, 1.8 GB at config readme,
     // every training step); the CPU engine leaves padding bytes of its layout unwritten, so its

@@ -69,7 +69,7 @@ GradTuple write_read_backward(const at::Tensor& final_bank, const at::Tensor& sa
                               int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
                               bool grad_bank_fp32, bool validate);
 
-// sdm::decode_step : one token per stream, in place (SPEC E.1, Z.10). Readings shaped like v.
+// sdm::decode_step : one token per stream, in place (docs/spec.md §9). Readings shaped like v.
 at::Tensor decode_step(at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val, const at::Tensor& v,
                        const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
                        const at::Tensor& q_val, int64_t slots_per_stream, bool validate);

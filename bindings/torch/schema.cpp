@@ -1,4 +1,4 @@
-// schema.cpp - the torch.ops.sdm operator schemas (SPEC Z.2, Z.10).
+// schema.cpp - the torch.ops.sdm operator schemas (docs/spec.md §9, §11).
 //
 //   write_read_             in-place no-grad chunked forward (inference, prefill, caches)
 //   write_read              functional saving forward -> (readings, final_bank, saved)

@@ -1,4 +1,4 @@
-// sdm/error.hpp - the exceptions of the C++ API (SPEC Z.12).
+// sdm/error.hpp - the exceptions of the C++ API (docs/spec.md §8).
 //
 // Every error the library reports is an sdm::Error. Bad arguments are also
 // std::invalid_argument (kind value or type); device failures are std::runtime_error

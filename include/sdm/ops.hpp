@@ -1,6 +1,6 @@
 // sdm/ops.hpp - the SDM op: argument bundles and the public entry points.
 //
-// The chunked op (SPEC A.2, B, Z.2) over P streams sharing one bank:
+// The chunked op (docs/spec.md §1, §2, §11) over P streams sharing one bank:
 //   memory  [S, hd]     bf16 or f32, contiguous; stream p owns rows [p*sps, (p+1)*sps)
 //   k_idx   [P, T, W]   int32 / int64, absolute rows, distinct within a token
 //   k_val   [P, T, W]   f32 / bf16 / f16 (rounded to the bank dtype on entry)
@@ -72,7 +72,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
 void check_write_read(const WriteReadArgs& args, const TensorRef& readings, const WriteReadOptions& options);
 void check_decode_step(const WriteReadArgs& args, const TensorRef& readings, const DecodeOptions& options);
 
-// One token per stream, in place (SPEC E.1, Z.10). Leading dims of k_idx are the streams:
+// One token per stream, in place (docs/spec.md §9). Leading dims of k_idx are the streams:
 // k_idx, k_val [..., W]; v [..., hd]; beta [..., 1]; g [..., 1 or W]; q_idx, q_val [..., R];
 // readings shaped like v, bank dtype. A written row is rounded to the bank dtype once.
 void decode_step(const WriteReadArgs& args, const TensorRef& readings, const DecodeOptions& options);

@@ -1,4 +1,8 @@
 // sdm/options.hpp - options of the chunked op and of the decode step.
+//
+// Limits (docs/spec.md §7): chunk_size, and the widths W (k_idx.shape[-1]) and R
+// (q_idx.shape[-1]) of every call, are in 1..256; bank rows < 2^31; no tensor or working array
+// of a call above 2^52 elements. Violations raise sdm::ValueError naming the argument.
 #pragma once
 
 #include <cstdint>
@@ -6,7 +10,7 @@
 
 namespace sdm {
 
-// How the saving forward stores the pre-write rows that the backward restores (SPEC D, Z.7).
+// How the saving forward stores the pre-write rows that the backward restores (docs/spec.md §5).
 enum class SnapshotQuant : std::uint8_t { none, bf16, fp8, int4 };
 
 const char* snapshot_quant_name(SnapshotQuant mode);
@@ -17,8 +21,8 @@ struct WriteReadOptions {
   std::int64_t slots_per_stream = 0;  // rows owned by one stream (required, >= 1)
   std::int64_t chunk_size = 64;       // C in 1..256; clamped to T
   SnapshotQuant snapshot_quant = SnapshotQuant::none;
-  bool grad_bank_fp32 = false;        // bf16 bank: keep bank-gradient rows in f32 (SPEC Z.6)
-  bool validate = true;               // check index ranges and distinct write slots (SPEC Z.3)
+  bool grad_bank_fp32 = false;        // bf16 bank: keep bank-gradient rows in f32 (docs/spec.md §4)
+  bool validate = true;               // check index ranges and distinct write slots (docs/spec.md §8)
   int num_threads = 0;                // CPU threads; 0 = $SDM_NUM_THREADS, else the hardware's
   void* cuda_stream = nullptr;        // CUDA banks: the cudaStream_t to run on (nullptr: the legacy
                                       // default stream); ignored on the CPU. void*: no CUDA header needed.

@@ -1,9 +1,9 @@
-// sdm/reference.hpp - the float64 oracle (SPEC A.2): the token-by-token recurrence,
+// sdm/reference.hpp - the float64 oracle (docs/spec.md §1): the token-by-token recurrence,
 // written for clarity and never optimised. Every other path is tested against it.
 //
 // The bank may be bf16, f32 or f64 (the engines take bf16 / f32; an f64 bank makes the
 // reference an exact oracle for finite differences and golden vectors). Inputs take any
-// float dtype; as in the engines (SPEC A.1), k_val, v and q_val are first rounded to the
+// float dtype; as in the engines (docs/spec.md §1), k_val, v and q_val are first rounded to the
 // bank dtype and beta and g to f32 — except on an f64 bank, where nothing is rounded. All
 // arithmetic is float64. Arguments are validated as for the engines; with
 // options.validate == false an out-of-range index is masked (no write, contributes 0).
@@ -27,7 +27,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& grad_readin
                          const TensorRef& grad_final_bank, const WriteReadGrads& grads,
                          const WriteReadOptions& options);
 
-// One token per stream in float64 (SPEC E.1); the written rows are rounded to the bank
+// One token per stream in float64 (docs/spec.md §9); the written rows are rounded to the bank
 // dtype once, readings rounded once.
 void decode_step(const WriteReadArgs& args, const TensorRef& readings, const DecodeOptions& options);
 

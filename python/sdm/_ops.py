@@ -80,7 +80,7 @@ def _grads_like(memory_grad_dtype, memory, k_val, v, beta, g, q_val):
 
 
 def bank_grad_dtype(bank_dtype: torch.dtype, grad_bank_fp32: bool) -> torch.dtype:
-    """dtype of the bank gradient write_read_backward returns (SPEC Z.6)."""
+    """dtype of the bank gradient write_read_backward returns (docs/spec.md §4)."""
     if bank_dtype == torch.bfloat16 and not grad_bank_fp32:
         return torch.bfloat16
     return torch.float32
@@ -115,7 +115,7 @@ def _reference_write_read_backward_fake(memory, k_idx, k_val, v, beta, g, q_idx,
     return _grads_like(memory.dtype, memory, k_val, v, beta, g, q_val)
 
 
-# ---- autograd of the functional ops (SPEC Z.2) --------------------------------------------
+# ---- autograd of the functional ops (docs/spec.md §11) --------------------------------------------
 # Gradients reach the initial bank and every float input (k_val, v, beta, g, q_val); an
 # incoming final-bank gradient is passed to the backward. The backward op works on its own
 # clone of the final bank, so no tensor the caller can see is modified. The indices are

@@ -1,4 +1,4 @@
-"""The float64 oracle (SPEC A.2; C++ sdm::reference) as a differentiable PyTorch function.
+"""The float64 oracle (docs/spec.md §1; C++ sdm::reference) as a differentiable PyTorch function.
 
 Slow, token by token, CPU only; accepts float64 banks and inputs. Meant for tests: it is what
 the engine's readings and gradients are compared with, and what torch.autograd.gradcheck

@@ -1,4 +1,4 @@
-// snapshot_quant.hpp - the snapshot quantisers of SPEC D.2 / Z.7, shared by CPU and CUDA.
+// snapshot_quant.hpp - the snapshot quantisers of docs/spec.md §5 / Z.7, shared by CPU and CUDA.
 //
 // A saving forward stores each pre-write bank row (hd values of the bank dtype E, bf16 or
 // f32) for the backward. Modes fp8 and int4 store it as one f32 scale plus hd e4m3 bytes or
@@ -204,7 +204,7 @@ SDM_HOST_DEVICE float bank_row_value(const void* row, DType bank, std::int64_t c
 
 // Quantises the bank row `row` (hd values of `bank`, bf16 or f32) in mode fp8 or int4:
 // writes snapshot_payload_bytes(mode, bank, hd) bytes to `payload` and returns the scale.
-// bf16 rows use the fast quotient, f32 rows the IEEE division (SPEC D.2 step 3).
+// bf16 rows use the fast quotient, f32 rows the IEEE division (docs/spec.md §5 step 3).
 SDM_HOST_DEVICE float quantize_row(SnapshotQuant mode, DType bank, const void* row, std::int64_t hd,
                                    std::uint8_t* payload) {
   float amax = 0.0f;

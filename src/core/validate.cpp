@@ -1,5 +1,5 @@
 // validate.cpp - argument checks of the chunked op, its backward and the decode step
-// (SPEC G.1, G.2, Z.2, Z.3, Z.10, Z.11).
+// (docs/spec.md §7, §8, §9, §11).
 //
 // Each kind of check is one small helper that throws with the argument's name, what was
 // expected and what was given; the validate_* functions are tables of those helpers, in
@@ -158,7 +158,7 @@ void check_tensor(const TensorRef& t, const char* name, const DTypes& dtypes, co
   check_contiguous(t, name);
 }
 
-// The bank: 2-D [S, hd], S in 1..kMaxBankRows, hd >= 1, contiguous (SPEC G.1, G.2, Z.11).
+// The bank: 2-D [S, hd], S in 1..kMaxBankRows, hd >= 1, contiguous (docs/spec.md §7, §8).
 void check_bank(const TensorRef& memory, BankDTypes banks) {
   check_present(memory, "memory");
   check_dtype(memory, "memory", bank_dtypes(banks));

@@ -1,4 +1,4 @@
-// validate.hpp - the one validation module of the op (SPEC G.1, G.2, Z.2, Z.3, Z.11).
+// validate.hpp - the one validation module of the op (docs/spec.md §7, §8, §11).
 //
 // Every entry point calls these before any work. Shape / dtype / device / limit errors throw
 // sdm::TypeError (dtypes) or sdm::ValueError (everything else); the message names the
@@ -49,7 +49,7 @@ struct DecodeShape {
 WriteReadShape validate_write_read(const WriteReadArgs& args, const TensorRef& readings,
                                    const WriteReadOptions& options, BankDTypes banks);
 
-// Index preconditions of SPEC Z.3 on host-visible indices: each k_idx / q_idx of stream p in
+// Index preconditions of docs/spec.md §8 on host-visible indices: each k_idx / q_idx of stream p in
 // [p*sps, (p+1)*sps), the W write slots of a token distinct (duplicate read slots are
 // allowed). Throws sdm::ValueError for the first violation in (stream, token, lane) order,
 // k_idx before q_idx within a token, e.g.
@@ -66,7 +66,7 @@ void validate_write_read_backward(const WriteReadArgs& args, const WriteReadShap
                                   const TensorRef& grad_readings, const TensorRef& grad_final_bank,
                                   const WriteReadGrads& grads);
 
-// Checks every argument of the decode step except index values (SPEC E.1, G.1, Z.10): the
+// Checks every argument of the decode step except index values (docs/spec.md §8, §9): the
 // leading dims of k_idx are the streams (their product), shared by every tensor; beta
 // [..., 1]; g [..., 1] or [..., W]; readings (skipped when absent) shaped like v. With
 // options.slots_per_stream >= 1 the bank must hold streams * slots_per_stream rows. The bank

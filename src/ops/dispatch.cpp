@@ -3,7 +3,7 @@
 //
 // CPU banks: shapes, dtypes and devices are checked here, index values too when
 // options.validate is set, then the CPU engine runs. CUDA banks: the same host checks, then
-// the CUDA engine, which checks index values on the device (SPEC Z.3).
+// the CUDA engine, which checks index values on the device (docs/spec.md §8).
 #include <cstdint>
 #include <string>
 

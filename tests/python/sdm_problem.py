@@ -51,7 +51,7 @@ def make_problem(P: int = 2, T: int = 13, W: int = 3, R: int = 2, hd: int = 6, s
                  G: int = 1, dtype: torch.dtype = torch.float64, input_dtype: torch.dtype | None = None,
                  index_dtype: torch.dtype = torch.int64, seed: int = 0, beta_2d: bool = False,
                  decode_lead: tuple[int, ...] | None = None) -> Problem:
-    """Inputs as in SPEC I.1, drawn on the CPU in float64: bank randn*0.1; per token W (R) distinct
+    """Inputs as in the reference package's tests, drawn on the CPU in float64: bank randn*0.1; per token W (R) distinct
     slots of the stream (random order) plus the stream offset; k_val, q_val randn*0.3; v randn*0.1;
     beta U(0, 0.3); g U(-0.5, -0.01). The bank is cast to ``dtype``, the other float inputs to
     ``input_dtype`` (default ``dtype``), the indices to ``index_dtype``. ``beta_2d``: beta [P, T]

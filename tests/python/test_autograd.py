@@ -1,4 +1,4 @@
-"""Autograd of sdm.write_read (SPEC Z.2).
+"""Autograd of sdm.write_read (docs/spec.md §11).
 
 How the gradients are checked, and why: the engine takes bfloat16 / float32 banks only, so
 finite differences on it would need float32 steps, whose truncation/rounding noise (~1e-3)
@@ -8,8 +8,8 @@ hides real errors. Instead, two checks that can each fail:
      inputs and the final-bank output, G = 1 and G = W. This validates the oracle's
      backward and the autograd plumbing (gradient order, final-bank gradient).
   2. the engine's autograd gradients (float32 banks) against the oracle's float64 gradients
-     for the same upstream gradients, relative max error < 1e-4 (SPEC I.6's CI tolerance for
-     f32); bfloat16 banks < 3e-2 (SPEC I.1's v1 tolerance).
+     for the same upstream gradients, relative max error < 1e-4 (the tolerance of
+     docs/spec.md for f32); bfloat16 banks < 3e-2.
 """
 
 from __future__ import annotations

@@ -39,3 +39,16 @@ def test_demo_runs_at_a_tiny_size(tmp_path):
         assert math.isfinite(r["final_accuracy"]) and 0.0 <= r["final_accuracy"] <= 1.0
         assert len(r["accuracy"]) == 3 and all(math.isfinite(a) for a in r["accuracy"])
     assert "| small memory | 4 |" in (out / "results.md").read_text()
+
+
+def test_help_works_without_the_demo_extras():
+    """`python -m sdm.demo --help` needs neither tqdm nor matplotlib (they are imported to train)."""
+    import subprocess
+    import sys
+
+    blocked = "import sys; sys.modules['tqdm'] = None; sys.modules['matplotlib'] = None; "
+    run = subprocess.run([sys.executable, "-c", blocked + "import runpy; sys.argv = ['sdm.demo', '--help']; "
+                          "runpy.run_module('sdm.demo', run_name='__main__')"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "--steps" in run.stdout

@@ -1,4 +1,4 @@
-"""The SparseDeltaMemory layer (SPEC F, I.2-I.4, Z.9)."""
+"""The SparseDeltaMemory layer (docs/spec.md §10-I.4, Z.9)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _layer(seed: int = 0, **overrides) -> sdm.SparseDeltaMemory:
     return sdm.SparseDeltaMemory(_args(**overrides), layer_id=0)
 
 
-# ---- SPEC I.4: forward + backward finite ---------------------------------------------------
+# ---- forward + backward finite ---------------------------------------------------
 
 SMOKE_CONFIGS = {
     "h1_minimal": dict(num_heads=1, backprop_on_memory=False),
@@ -146,7 +146,7 @@ def test_eval_batchnorm_uses_running_statistics():
 
 @pytest.mark.parametrize("num_heads", [1, 2])
 def test_prefill_then_decode_equals_full_forward(num_heads):
-    """SPEC E.2 / I.3: f32, prefill 24 tokens then 16 single steps == one full forward."""
+    """docs/spec.md §9 / I.3: f32, prefill 24 tokens then 16 single steps == one full forward."""
     layer = _layer(num_heads=num_heads, output_gate=True, normalize_readings=True).eval()
     x = torch.randn(2, 40, 64)
     with torch.no_grad():
@@ -275,7 +275,7 @@ def test_state_dict_round_trip():
 
 
 def _spec_state_dict(D, H, sph, output_gate, batchnorm, readings_norm, learned_memory):
-    """A state dict written from SPEC F.2's table (names and shapes), not from the module."""
+    """A state dict written from docs/spec.md §10's table (names and shapes), not from the module."""
     n = math.isqrt(sph)
     key_size, hd = H * 2 * n, D // H
     shapes = {
@@ -384,7 +384,7 @@ def test_snapshot_quant_and_grad_bank_fp32_reach_the_op():
         out, _ = layer(x.bfloat16())
         out.float().square().sum().backward()
         assert layer.memory.grad.dtype == torch.bfloat16 and torch.isfinite(layer.memory.grad).all()
-        # Read weights' gradients use the restored rows (SPEC C.2-8), which fp8 approximates.
+        # Read weights' gradients use the restored rows (docs/spec.md §4-8), which fp8 approximates.
         outs[quant] = (out.detach(), layer.Wq_read.weight.grad.clone())
     assert torch.equal(outs["none"][0], outs["fp8"][0]), "readings never depend on the snapshot mode"
     assert not torch.equal(outs["none"][1], outs["fp8"][1]), "fp8 snapshots approximate the restored rows"

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from ..args import SparseDeltaMemoryArgs
 from .model import RecallModel
@@ -95,6 +94,8 @@ def train(name: str, slots: int, args: argparse.Namespace, task: RecallTask) -> 
                                                    pct_start=0.1)
     generator = torch.Generator().manual_seed(args.seed + 1)
     start = time.perf_counter()
+    from tqdm import tqdm  # a demo extra: imported only to train, so --help works without it
+
     bar = tqdm(range(1, args.steps + 1), desc=f"{name:>12} ({slots} slots)", file=sys.stdout,
                dynamic_ncols=True, mininterval=1.0)
     for step in bar:

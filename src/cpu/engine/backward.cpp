@@ -1,4 +1,4 @@
-// backward.cpp - the backward of the chunked op (SPEC C.2, C.3, Z.2, Z.6).
+// backward.cpp - the backward of the chunked op (docs/spec.md §4, §11).
 //
 // Inputs: the forward's args with args.memory holding the FINAL bank (it is the working
 // bank: restored in place, chunk by chunk, to the initial bank - exactly for snapshot

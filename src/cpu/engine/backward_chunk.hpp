@@ -1,4 +1,4 @@
-// backward_chunk.hpp - the backward of one chunk (SPEC C.2, C.3), given its Phase-1 plan.
+// backward_chunk.hpp - the backward of one chunk (docs/spec.md §4), given its Phase-1 plan.
 //
 // On entry: the working bank holds the bank at the chunk's END for the chunk's rows, the
 // gradient bank G holds dLoss/dM at the chunk's end. On exit: the chunk's written rows are
@@ -20,7 +20,7 @@
 //   GDS   per valid read q = (i, r) of row sigma: dq_w = <dy_i, M0[sigma]> (bank after the
 //         restores); per read group: G[sigma] <- rnd(base + sum_{q sorted} q_w dy_i) with
 //         base = G'[sigma] if sigma is written in the chunk, else G[sigma]; written rows not
-//         read store rnd(G'[s]). One rounding per touched row per chunk (SPEC Z.6).
+//         read store rnd(G'[s]). One rounding per touched row per chunk (docs/spec.md §4).
 //   Phase B (C.2 steps 9-11): through A (pairs of each group) and QK (each read against the
 //         writes it sees) to dkappa, drho, dL, dLq; collect dkappa += e^L dk_eff + e^P dc,
 //         dL += k_eff dk_eff, dP = coef dc, drho += e^Lq dq_w, dLq += q_w dq_w; per group

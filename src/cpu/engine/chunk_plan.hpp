@@ -1,4 +1,4 @@
-// chunk_plan.hpp - Phase 1 of one chunk (SPEC B.1, B.4): everything the chunk needs that
+// chunk_plan.hpp - Phase 1 of one chunk (docs/spec.md §2): everything the chunk needs that
 // does not depend on the bank.
 //
 // Input: one chunk = tokens [t0, t0 + n) of stream p (n <= C; only the last chunk of a
@@ -7,11 +7,11 @@
 //   kappa_e = f32(rnd_E(k_val))   gamma_e = f32(g[., 0 or w])   beta_i = f32(beta)
 //   rho_q   = f32(rnd_E(q_val))
 // An index outside stream p's rows [p*sps, (p+1)*sps) is masked (only reachable with
-// validation off, SPEC Z.3): the entry gets kMaskedRow, no group, and takes no part in any
+// validation off, docs/spec.md §8): the entry gets kMaskedRow, no group, and takes no part in any
 // sum below (no decay, no write, nothing read, zero gradient).
 //
 // Write groups: the valid write entries sorted by (row, token, lane); a group is the run of
-// one row. Within a group (entries in token order), f32 segmented scans (SPEC B.4.1):
+// one row. Within a group (entries in token order), f32 segmented scans (docs/spec.md §2):
 //   L_e        = sum of gamma over the group's entries up to and including e   (forward)
 //   P_e        = sum of gamma over the group's entries after e                  (reverse)
 //   Lambda_s   = L of the group's last entry;  decay_s = expf(Lambda_s)
@@ -19,7 +19,7 @@
 // Reads: Lq_q = L of the last entry of the read row's group with token <= i (0 if none:
 // reads come after the token's writes), q_w = rho_q * expf(Lq_q) (one f32 rounding, SPEC
 // B.1). q_end marks that entry: entries [group.begin, q_end) are the writes the read sees.
-// Matrices (C x C, row-major, rows and columns >= n unused), f32, SPEC B.1:
+// Matrices (C x C, row-major, rows and columns >= n unused), f32, docs/spec.md §2:
 //   A[i][j]  = sum over groups (ascending row) of kappa_e kappa_e' expf(L_e - L_e'),
 //              e in token i, e' in token j < i
 //   QK[i][j] = sum over the reads of token i (ascending r), then the entries e' <= i of the

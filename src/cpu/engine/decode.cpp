@@ -1,4 +1,4 @@
-// decode.cpp - one token per stream of the SDM recurrence, in place (SPEC A.2, E.1, Z.10).
+// decode.cpp - one token per stream of the SDM recurrence, in place (docs/spec.md §1, §9).
 //
 // Inputs (the leading dims of k_idx are the Q streams, flattened stream-major; contiguous):
 //   memory   [S, hd]  bf16 / f32, updated in place
@@ -7,25 +7,25 @@
 //   g        [Q, G]   float, G = 1 (shared) or W (per write)
 //   q_idx    [Q, R]   int32 / int64 absolute rows     q_val [Q, R]  float
 //   readings [Q, hd]  bank dtype (output)
-// Math, per stream, with d_w = exp(g_w) (g_0 for every w when G = 1), SPEC A.2:
+// Math, per stream, with d_w = exp(g_w) (g_0 for every w when G = 1), docs/spec.md §1:
 //   r_w   = d_w * M[k_w]                       decayed write rows
 //   ret   = sum_w kappa_w * r_w                retrieved (w ascending)
 //   delta = beta * (v - ret)
 //   M[k_w] <- rnd_E(r_w + kappa_w * delta)     written rows, rounded to E once
 //   y     = rnd_E(sum_r rho_r * M[q_r])        reads see this token's writes (r ascending)
-// Numerics (SPEC A.1, A.3, Z.5): kappa, v, rho rounded to the bank dtype E, then used in
+// Numerics (docs/spec.md §1, §3): kappa, v, rho rounded to the bank dtype E, then used in
 // f32; beta, g, d in f32; r, ret, delta, the new rows and the reading sums in f32; reads
 // load the rounded updated rows.
 // Parallel decomposition: one work item per (stream, tile of kTileCols columns), split over
 // the pool by parallel_for. The recurrence is column-separable (no sum runs across
-// columns) and streams own private rows (a precondition, SPEC A.4), so each item writes
+// columns) and streams own private rows (a precondition, docs/spec.md §1), so each item writes
 // then reads its own columns of its own rows and no two items touch the same bytes. Every
 // column is computed by the same fixed sequence of f32 operations whatever the item
 // split, hence results are bitwise independent of the thread count.
 // Worker count: a step moves few bytes (streams * (2W + R) rows), and handing work to the
 // pool costs tens of microseconds, so the step takes one worker per kBytesPerWorker of row
 // traffic, up to the configured count ($SDM_NUM_THREADS or the hardware's).
-// Out-of-range entries (only reachable with validation off, SPEC Z.3): an index outside
+// Out-of-range entries (only reachable with validation off, docs/spec.md §8): an index outside
 // the stream's rows (or outside [0, S) when slots_per_stream == 0) is masked: its row is
 // neither decayed nor written and contributes 0 to ret and y. No access leaves the bank.
 #include <algorithm>

@@ -1,11 +1,11 @@
-// forward.cpp - the chunked forward, no-grad and saving (SPEC B.2, B.5, Z.2).
+// forward.cpp - the chunked forward, no-grad and saving (docs/spec.md §2, §11).
 //
 // Inputs (validated, contiguous): memory [S, hd] bf16 / f32, updated in place to the final
 // bank; k_idx, k_val [P, T, W]; v [P, T, hd]; beta [P, T(, 1)]; g [P, T, G]; q_idx,
 // q_val [P, T, R]. Output: readings [P, T, hd] in the bank dtype E; with saving, `saved`
 // (saved_layout.hpp): delta, residual, and the snapshot of every write group's pre-write row.
 //
-// Per time step ti = 0 .. Nt-1 (the P chunks of a step touch disjoint rows, SPEC A.4):
+// Per time step ti = 0 .. Nt-1 (the P chunks of a step touch disjoint rows, docs/spec.md §1):
 //   plan:   per stream, the Phase 1 plan of the chunk (chunk_plan.hpp);
 //   pass 1, per stream, only when saving: encode the pre-write row of each write group into
 //           the snapshot.
@@ -17,7 +17,7 @@
 //              y_i     = rnd_E(inter_i + sum_{j<=i} QK[i][j] delta_j)
 //     writer   per write group (one writer per row, groups are disjoint):
 //              M[s] = rnd_E(decay_s M0[s] + sum_{e in group, sorted} coef_e delta_{i_e})
-//              - one rounding to E per chunk (SPEC Z.5).
+//              - one rounding to E per chunk (docs/spec.md §3).
 //   The sums run in the register-blocked kernels of row_kernels.hpp (gathers and writer:
 //   weighted_rows; delta and y: triangular_product), in exactly the orders above.
 // Parallel decomposition: pass 2 over (stream, column tile); the item of a stream's first

@@ -1,4 +1,4 @@
-// grad_bank.hpp - the bank-shaped gradient G carried by the backward (SPEC C.3, Z.6).
+// grad_bank.hpp - the bank-shaped gradient G carried by the backward (docs/spec.md §4).
 //
 // Row dtype between chunks: bf16 for a bf16 bank with grad_bank_fp32 == false, else f32
 // (inside a chunk the backward works in f32 and rounds a touched row once per chunk).

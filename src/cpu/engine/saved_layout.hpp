@@ -6,8 +6,8 @@
 //   delta     [P*T, hd] f32   delta_i of every token (stream-major, token p*T + t)
 //   residual  [P*T, hd] f32   v_i - ret_i
 //   snapshot  [N*C*W, row_bytes]  pre-write row of each write group: chunk n = ti*P + p
-//             (time-major, SPEC B.5), group ordinal k (groups in ascending row) at row
-//             n*C*W + k (compact layout, SPEC B.6); encoded as snapshot_codec.hpp says
+//             (time-major, docs/spec.md §2), group ordinal k (groups in ascending row) at row
+//             n*C*W + k (compact layout, docs/spec.md §2); encoded as snapshot_codec.hpp says
 //   scales    [N*C*W] f32     per-row quantiser scale (fp8 / int4 only; else empty)
 //
 // What is NOT saved, and why: the Phase-1 plan (groups, L, P, Lambda, k_eff, q_w, A, QK, X).

@@ -1,5 +1,5 @@
 // snapshot_codec.cpp - encode / decode / restore of one snapshot row per mode. The fp8 and
-// int4 arithmetic is the shared quantiser's (src/core/snapshot_quant.hpp, SPEC D.2).
+// int4 arithmetic is the shared quantiser's (src/core/snapshot_quant.hpp, docs/spec.md §5).
 #include "snapshot_codec.hpp"
 
 #include <cstring>

@@ -1,10 +1,10 @@
-// snapshot_codec.hpp - one pre-write bank row in and out of the saved snapshot (SPEC D, Z.7).
+// snapshot_codec.hpp - one pre-write bank row in and out of the saved snapshot (docs/spec.md §5).
 //
 // Modes (the effective mode: "bf16" on a bf16 bank is "none"):
 //   none  hd elements of the bank dtype, copied bit for bit; decoding is exact
 //   bf16  f32 bank only: hd bf16 values, each rnd_bf16 of the f32 element; decoded exactly
 //         to f32
-//   fp8   hd e4m3 bytes + one f32 scale      } the shared quantiser of SPEC D.2
+//   fp8   hd e4m3 bytes + one f32 scale      } the shared quantiser of docs/spec.md §5
 //   int4  ceil(hd/2) bytes of two nibbles    } (src/core/snapshot_quant.hpp); decoded to
 //         + one f32 scale                    } rnd_E(f32(q) * f32(rnd_E(scale)))
 // Decoding yields the f32 values of the row the backward restores into the bank (already

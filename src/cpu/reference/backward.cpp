@@ -1,8 +1,8 @@
 // backward.cpp - sdm::reference::write_read_backward: exact reverse-mode gradients of the
-// token recurrence (SPEC A.2, C.1) in float64, token by token.
+// token recurrence (docs/spec.md §1, §4) in float64, token by token.
 //
 // Loss L = <readings, grad_readings> + <final bank, grad_final_bank> (absent: 0). Gradients
-// are taken with respect to the inputs as used (after the rounding of SPEC A.1, which counts
+// are taken with respect to the inputs as used (after the rounding of docs/spec.md §1, which counts
 // as the identity): initial bank [S, hd], k_val [P, T, W], v [P, T, hd], beta, g (G = 1: the
 // sum over the token's W writes), q_val [P, T, R]; each is stored once, rounded to its
 // tensor's dtype. args.memory is the initial bank and is not modified.

@@ -1,11 +1,11 @@
-// decode.cpp - sdm::reference::decode_step: one token per stream (SPEC E.1) in float64.
+// decode.cpp - sdm::reference::decode_step: one token per stream (docs/spec.md §9) in float64.
 //
 // Inputs (leading dims of k_idx = the streams): k_idx, k_val [..., W]; v [..., hd];
 // beta [..., 1]; g [..., 1 or W]; q_idx, q_val [..., R]; readings shaped like v (any float
 // dtype). Streams run one after another; per stream the W written rows are loaded from the
 // bank, run through the same write_token as the forward (float64), and stored back rounded
 // once to the bank dtype; the R read rows are then loaded from the updated bank and read with
-// the same read_token. Inputs are rounded as in the forward (SPEC A.1). With an f64 bank
+// the same read_token. Inputs are rounded as in the forward (docs/spec.md §1). With an f64 bank
 // nothing is rounded, so T decode steps reproduce a T-token forward bit for bit.
 #include <vector>
 

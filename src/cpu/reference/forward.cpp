@@ -1,4 +1,4 @@
-// forward.cpp - sdm::reference::write_read_forward: the token recurrence of SPEC A.2 in float64.
+// forward.cpp - sdm::reference::write_read_forward: the token recurrence of docs/spec.md §1 in float64.
 //
 // Inputs: the chunked op's arguments (include/sdm/ops.hpp; bank f64, f32 or bf16), readings
 // [P, T, hd] of any float dtype. Streams run one after another, each token in order: decay

@@ -1,6 +1,6 @@
 // recurrence.hpp - the pieces shared by the float64 reference's forward, backward and decode
-// step: the inputs as the op uses them (SPEC A.1), float64 copies of tensors, and one token of
-// the recurrence (SPEC A.2). Each piece exists once, so every entry point does the identical
+// step: the inputs as the op uses them (docs/spec.md §1), float64 copies of tensors, and one token of
+// the recurrence (docs/spec.md §1). Each piece exists once, so every entry point does the identical
 // arithmetic in the identical order (the decode test relies on it: decode == forward bitwise).
 #pragma once
 
@@ -20,9 +20,9 @@ inline std::size_t at(std::int64_t i) { return static_cast<std::size_t>(i); }
 void require_cpu(const TensorRef& memory);
 
 // The per-token inputs of P*T tokens in float64, stream-major (token n = p*T + t), as the op
-// uses them (SPEC A.1): k_val, v and q_val rounded to the bank dtype, beta and g rounded to
+// uses them (docs/spec.md §1): k_val, v and q_val rounded to the bank dtype, beta and g rounded to
 // f32; for an f64 bank nothing is rounded. An index outside its stream's rows (outside the
-// bank when slots_per_stream is 0) is kMasked (reachable only with validation off, SPEC Z.3):
+// bank when slots_per_stream is 0) is kMasked (reachable only with validation off, docs/spec.md §8):
 // the entry is skipped (no decay, no write, 0 in sums and gradients), as the engines do.
 struct Inputs {
   static constexpr std::int64_t kMasked = -1;
@@ -54,7 +54,7 @@ inline double* row_of(std::vector<double>& bank, std::int64_t slot, std::int64_t
 std::vector<double> load_values(const TensorRef& t);
 void store_values(const std::vector<double>& values, const TensorRef& t);
 
-// SPEC A.2 steps 1-4 for token n. rows[w] points to the hd values of slot k_idx[n, w] (the W
+// docs/spec.md §1 steps 1-4 for token n. rows[w] points to the hd values of slot k_idx[n, w] (the W
 // slots are distinct), or is nullptr for a masked slot (skipped). In place:
 //   r_w = exp(gamma_w) * M[s_w];  ret = sum_w k_val_w * r_w;  delta = beta * (v - ret);
 //   M[s_w] = r_w + k_val_w * delta.
@@ -62,7 +62,7 @@ void store_values(const std::vector<double>& values, const TensorRef& t);
 void write_token(const Inputs& in, std::int64_t n, std::span<double* const> rows,
                  std::span<double> retrieved, std::span<double> delta);
 
-// SPEC A.2 step 5 for token n: y = sum_r q_val_r * M[q_idx[n, r]], from the rows after the
+// docs/spec.md §1 step 5 for token n: y = sum_r q_val_r * M[q_idx[n, r]], from the rows after the
 // token's write. rows[r] points to the hd values of slot q_idx[n, r] (nullptr: masked,
 // skipped); writes y ([hd]).
 void read_token(const Inputs& in, std::int64_t n, std::span<const double* const> rows,

@@ -1,5 +1,5 @@
 // Exhaustive and property tests of the snapshot quantisers (src/core/snapshot_quant.hpp,
-// SPEC D.2, Z.7). Expected values come from independent float64 formulas written here
+// docs/spec.md §5). Expected values come from independent float64 formulas written here
 // (nearest-value searches, ldexp), not from the functions under test.
 #include <gtest/gtest.h>
 

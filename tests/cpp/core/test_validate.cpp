@@ -1,5 +1,5 @@
 // One test per validation rule of the chunked op, its backward and the decode step
-// (src/core/validate.hpp; SPEC G.1, G.2, Z.2, Z.3, Z.10, Z.11). Each test builds valid
+// (src/core/validate.hpp; docs/spec.md §7, §8, §9, §11). Each test builds valid
 // arguments with make_problem, breaks one thing and checks the exception type, argument()
 // and that the message names the offending argument (and stream / token / lane for index
 // errors). Valid variants (G = W, 2-D / 3-D beta, int64 indices, bf16 inputs, ...) pass.
@@ -441,7 +441,7 @@ TEST_F(ChunkedValidation, RejectsNonContiguousReadings) {
   expect_rejects<ValueError>(validating(), "readings", {"contiguous"});
 }
 
-// ---- index values (SPEC Z.3) ----
+// ---- index values (docs/spec.md §8) ----
 
 TEST_F(ChunkedValidation, RejectsWriteSlotOutsideItsStream) {
   set_index(pb.k_idx, 1, 4, 2, 37);

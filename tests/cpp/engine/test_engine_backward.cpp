@@ -1,4 +1,4 @@
-// The CPU engine's backward (SPEC C, Z.6) against the float64 reference's exact gradients,
+// The CPU engine's backward (docs/spec.md §4) against the float64 reference's exact gradients,
 // through the public entry points: gradients of the initial bank, k_val, v, beta, g (G = 1
 // and G = W) and q_val, for the loss <readings, dy> + <final bank, dF> (dF present or
 // absent). A second, independent check compares the engine's gradients with central finite
@@ -164,7 +164,7 @@ TEST_P(BackwardVsFiniteDifferences, EveryGradient) {
 
 INSTANTIATE_TEST_SUITE_P(G, BackwardVsFiniteDifferences, ::testing::Values(1, 3));
 
-// ---- snapshot quantisation (SPEC D, Z.7) ----------------------------------------------------
+// ---- snapshot quantisation (docs/spec.md §5) ----------------------------------------------------
 
 // Quantised snapshots restore an approximate past bank, which the k_val, g and q_val
 // gradients see (the bank, v and beta gradients never read the restored rows). Tolerances,

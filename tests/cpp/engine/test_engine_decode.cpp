@@ -1,6 +1,6 @@
 // The CPU decode step (sdm::decode_step on a CPU bank, src/cpu/engine/decode.cpp) against
 // the float64 reference: one step at a time, T steps against the reference forward,
-// thread-count invariance, leading dims, and masked out-of-range entries (SPEC E.1, Z.3,
+// thread-count invariance, leading dims, and masked out-of-range entries (docs/spec.md §8, §9,
 // Z.10).
 #include <gtest/gtest.h>
 
@@ -29,7 +29,7 @@ using testing::ProblemSpec;
 using testing::make_problem;
 using testing::rel_error;
 
-// Relative error tolerances against the float64 reference for one decode step (SPEC A.3:
+// Relative error tolerances against the float64 reference for one decode step (docs/spec.md §3:
 // f32 arithmetic, written rows and readings rounded once to the bank dtype). bf16: the
 // engine's f32 row can round to the neighbouring bf16 value of the reference's (2^-8).
 constexpr double kStepTolF32 = 1e-6;
@@ -309,7 +309,7 @@ TEST(DecodeSteps, LeadingDimsEqualFlattenedStreams) {
   }
 }
 
-// The rounding contract made exact (SPEC A.1) with bf16 ties. Every exact product below is
+// The rounding contract made exact (docs/spec.md §1) with bf16 ties. Every exact product below is
 // a midpoint between two bf16 values, so it rounds to even; each input is sent 2^-12 below
 // its bf16 value (which rounds back to that value), so an input used unrounded moves the
 // product below the midpoint and the result to the odd neighbour. With g = 0, written rows
@@ -352,7 +352,7 @@ TEST(DecodeSteps, RoundsKValVAndQValToTheBankDtype) {
   }
 }
 
-// ---- Out-of-range entries with validate = false (SPEC Z.3) ------------------------------
+// ---- Out-of-range entries with validate = false (docs/spec.md §8) ------------------------------
 
 // The bank lives inside a larger buffer with kGuardRows rows of random data on each side.
 constexpr std::int64_t kGuardRows = 3;

@@ -1,4 +1,4 @@
-// The CPU engine's chunked forward (SPEC B, Z.5) against the float64 token recurrence
+// The CPU engine's chunked forward (docs/spec.md §2, §3) against the float64 token recurrence
 // (sdm::reference), through the public entry points, on fresh random problems of awkward
 // shapes: T not a multiple of C, odd hd, W != R, G = 1 and G = W, P in {1, 3}, f32 and
 // bf16 banks, f32 / bf16 / f16 inputs, int32 / int64 indices.

@@ -1,4 +1,4 @@
-// Properties of the CPU engine (SPEC Z.2-Z.6), through the public entry points:
+// Properties of the CPU engine (docs/spec.md §11-Z.6), through the public entry points:
 // chunk-size invariance (tolerance), no-grad == saving forward (bitwise), thread-count
 // invariance and run-to-run determinism (bitwise), the backward's in-place restore of the
 // bank (bitwise), untouched rows (bitwise), validate=false with out-of-range indices
@@ -53,7 +53,7 @@ void expect_bitwise_equal(const FullRun& a, const FullRun& b, const std::string&
 
 // ---- chunk size ------------------------------------------------------------------------
 
-// Results depend on C only through f32 rounding (SPEC Z.2). Metric: rel error of each
+// Results depend on C only through f32 rounding (docs/spec.md §11). Metric: rel error of each
 // output against C = 1. Tolerance f32 1e-5 (measured <= 3.2e-7), bf16 2e-2 (bf16 rows
 // rounded once per chunk instead of once per token; measured <= 7.1e-3).
 TEST(EngineProperties, ChunkSizeInvariance) {
@@ -130,7 +130,7 @@ TEST(EngineProperties, TwoRunsAgreeBitwise) {
   expect_bitwise_equal(full_run(pb, options, dy, HostTensor()), full_run(pb, options, dy, HostTensor()), "rerun");
 }
 
-// Readings and the final bank never depend on the snapshot mode (SPEC Z.7); the saved
+// Readings and the final bank never depend on the snapshot mode (docs/spec.md §5); the saved
 // buffer shrinks with the mode (f32 bank: none > bf16 > fp8 > int4), and "bf16" on a bf16
 // bank is "none".
 TEST(EngineProperties, SnapshotModeLeavesTheForwardUnchanged) {
@@ -344,7 +344,7 @@ TEST(EngineProperties, NanStaysInItsStream) {
   }
 }
 
-// ---- grad_bank_fp32 (SPEC Z.6) ------------------------------------------------------------------
+// ---- grad_bank_fp32 (docs/spec.md §4) ------------------------------------------------------------------
 
 TEST(EngineProperties, GradBankFp32) {
   ProblemSpec spec = spec_of(3, 60, 3, 3, 7, 12, 1, DType::bf16, 190);

@@ -1,5 +1,5 @@
 // The checks on the `saved` buffer of the saving forward and the backward (src/ops/dispatch.cpp,
-// SPEC Z.3): dtype, shape and size, device, start alignment. Each breaks one property of a valid
+// docs/spec.md §8): dtype, shape and size, device, start alignment. Each breaks one property of a valid
 // buffer, expects the error naming `saved` with the rule in its message, and checks that the
 // rejected call wrote nothing (bank, readings, gradients unchanged).
 #include <gtest/gtest.h>

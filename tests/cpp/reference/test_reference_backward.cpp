@@ -142,7 +142,7 @@ TEST(Backward, NarrowGradientsAreRoundedOnce) {
   }
 }
 
-// With validate = false a masked entry (index outside its stream's rows, SPEC Z.3) gets zero
+// With validate = false a masked entry (index outside its stream's rows, docs/spec.md §8) gets zero
 // gradients and leaves the others as for a no-op entry (write: k_val = g = 0; read: q_val = 0).
 TEST(Backward, MaskedEntriesGetZeroGradients) {
   const Problem pb = make_problem(f64_spec(2, 6, 3, 2, 3, 5, 3, 6));

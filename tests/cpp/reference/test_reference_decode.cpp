@@ -1,6 +1,6 @@
 // The float64 reference decode step (src/cpu/reference): T single steps (one token of every
 // stream per step) against one reference forward of T tokens, and its rounding contract
-// (SPEC E.1, Z.10).
+// (docs/spec.md §9).
 #include <gtest/gtest.h>
 
 #include <cstdint>

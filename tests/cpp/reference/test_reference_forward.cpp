@@ -1,6 +1,6 @@
 // The float64 reference forward (src/cpu/reference) against an independent float64
-// implementation of the chunked formulas of SPEC B.1-B.2 written here, for chunk sizes
-// {1, 3, 16, T}; plus its rounding contract (SPEC A.1), masked entries (SPEC Z.3) and checks.
+// implementation of the chunked formulas of docs/spec.md §2-B.2 written here, for chunk sizes
+// {1, 3, 16, T}; plus its rounding contract (docs/spec.md §1), masked entries (docs/spec.md §8) and checks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,7 +36,7 @@ Outputs run_reference(const Problem& pb, std::int64_t chunk_size, DType readings
   return out;
 }
 
-// ---- An independent float64 implementation of SPEC B.1-B.2 ---------------------------
+// ---- An independent float64 implementation of docs/spec.md §2-B.2 ---------------------------
 
 // The problem's values as float64 (an f64 problem: nothing to round).
 struct Values {
@@ -216,7 +216,7 @@ INSTANTIATE_TEST_SUITE_P(
         with({"p2_gW_wide", f64_spec(2, 20, 8, 6, 6, 12, 8, 14)}, [](ProblemSpec& s) { s.beta_max = 1.0; })),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
-// ---- Rounding contract (SPEC A.1) ----------------------------------------------------
+// ---- Rounding contract (docs/spec.md §1) ----------------------------------------------------
 
 // A bf16 / f32 bank equals an f64 bank holding the same values with k_val, v, q_val
 // pre-rounded to the bank dtype and beta, g pre-rounded to f32 (the f64 bank rounds nothing),
@@ -305,7 +305,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, Rounding,
 
 // ---- Masked entries and argument checks -----------------------------------------------
 
-// With validate = false an index outside its stream's rows is masked (SPEC Z.3): the same as
+// With validate = false an index outside its stream's rows is masked (docs/spec.md §8): the same as
 // a write lane with k_val = 0 and g = 0, or a read lane with q_val = 0.
 TEST(Forward, MaskedEntriesAreNoOps) {
   const Problem pb = make_problem(f64_spec(2, 9, 3, 2, 4, 5, 3, 31));

@@ -1,4 +1,4 @@
-// The float64 reference rejects bad input before any work (SPEC Z.3): for each class of
+// The float64 reference rejects bad input before any work (docs/spec.md §8): for each class of
 // error (dtype, shape, device, index range, repeated write slot) write_read_forward and
 // decode_step throw the right sdm::Error naming the argument, and the bank and readings
 // buffers are bit-identical to what they held before the call. Index errors are planted in

@@ -1,4 +1,4 @@
-// expect_rejects: the check every validation test makes (SPEC Z.3): `call` throws ErrorT whose
+// expect_rejects: the check every validation test makes (docs/spec.md §8): `call` throws ErrorT whose
 // argument() is `argument` and whose message names `argument` and contains every fragment.
 #pragma once
 

@@ -1,6 +1,6 @@
 // problem.hpp - random SDM problems (inputs of the chunked op) for tests and benchmarks.
 //
-// Distributions follow the reference package's tests (SPEC I.1): bank randn*0.1, k_val and
+// Distributions follow the reference package's tests: bank randn*0.1, k_val and
 // q_val randn*0.3, v randn*0.1, beta U(0, beta_max), g U(-0.5, -0.01). Each token writes W
 // distinct slots and reads R distinct slots of its own stream, in random (unsorted) order;
 // with slots_per_stream small against T*W, slots repeat across tokens and chunks.
