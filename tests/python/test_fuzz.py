@@ -1,12 +1,13 @@
 """Property-based fuzzing of every public entry point (Hypothesis): sdm.write_read (no-grad and
-with autograd), sdm.write_read_ and sdm.decode_step, on CPU tensors.
+with autograd), sdm.write_read_ and sdm.decode_step, on CPU tensors and (where a GPU and a CUDA
+build exist) CUDA tensors.
 
 Each example draws a valid problem of random small shape (0-free dims, G = 1 or W, bf16 / f32
 banks, f32 / bf16 / f16 inputs, int32 / int64 indices), places the bank inside a larger buffer
 between guard rows, then applies at most one corruption: an index at or beyond a stream boundary,
 a repeated write slot, a wrong dtype, a wrong or empty shape, a non-contiguous input, a tensor on
 the meta device, an input viewing the bank, an option at or beyond its limit or of the wrong type,
-NaN / Inf values. Properties:
+NaN / Inf values, an input on another device. Properties:
   * no crash or hang (the call returns or raises TypeError / ValueError / RuntimeError);
   * a refused call names an argument the user passed, and modifies nothing (bitwise: the whole
     buffer, guard rows included, and every input);
@@ -41,8 +42,9 @@ GUARD = 2
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 
 CORRUPTIONS = ("none", "index_below", "index_at_end", "index_huge", "repeat_write", "dtype", "shape", "empty",
-               "non_contiguous", "meta", "alias", "chunk_size", "slots_per_stream", "snapshot_quant",
-               "option_type", "nonfinite")
+               "non_contiguous", "meta", "other_device", "alias", "chunk_size", "slots_per_stream",
+               "snapshot_quant", "option_type", "nonfinite")
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
 
 
 @st.composite
@@ -119,6 +121,11 @@ def _corrupt(op, corruption, tensors, options, bank, rng):
         name = rng.choice(INPUT_NAMES)
         tensors[name] = tensors[name].to("meta")
         return True
+    if corruption == "other_device":
+        name = rng.choice(INPUT_NAMES)
+        other = "cpu" if bank.is_cuda else ("cuda" if torch.cuda.is_available() else "meta")
+        tensors[name] = tensors[name].to(other)
+        return True
     if corruption == "alias":
         # A float input (of the bank's dtype) viewing the bank's bytes: refused by the in-place
         # ops, fine for the functional one (it never writes `memory`).
@@ -173,7 +180,7 @@ def _run(op, bank, tensors, options):
 
 def _reference(op, problem, tensors, options):
     """Readings and final bank (and gradients of the autograd form) from the float64 oracle."""
-    args = dict(tensors)
+    args = {n: t.cpu() for n, t in tensors.items()}
     memory = problem.memory.clone()
     if op == "decode_step":
         args = {n: t.unsqueeze(1) for n, t in args.items()}  # [P, 1, ...]
@@ -197,21 +204,22 @@ def _bits(t):
 
 
 def _close(got, want, dtype):
-    got, want = got.detach().double(), want.detach().double()
+    got, want = got.detach().cpu().double(), want.detach().cpu().double()
     if want.abs().max().item() == 0:
         return got.abs().max().item() <= TOLERANCE[dtype]
     return rel_err(got, want) <= TOLERANCE[dtype] * (2 if dtype == torch.float32 else 1)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @FUZZ
-@given(calls())
-def test_every_entry_point_is_safe_on_any_input(call):
+@given(call=calls())
+def test_every_entry_point_is_safe_on_any_input(device, call):
     op, problem, options, corruption, rng = call
     S, hd = problem.memory.shape
-    storage = torch.full((S + 2 * GUARD, hd), 7.0, dtype=problem.memory.dtype)
+    storage = torch.full((S + 2 * GUARD, hd), 7.0, dtype=problem.memory.dtype, device=device)
     bank = storage[GUARD:GUARD + S]
     bank.copy_(problem.memory)
-    tensors = dict(zip(INPUT_NAMES, problem.inputs()))
+    tensors = dict(zip(INPUT_NAMES, (t.to(device) for t in problem.inputs())))
     corrupted = _corrupt(op, corruption, tensors, options, bank, rng)
     storage_before = storage.clone()
     inputs_before = {n: t.clone() for n, t in tensors.items() if t.device.type != "meta"}
