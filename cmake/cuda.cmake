@@ -1,6 +1,7 @@
 # cuda.cmake - the CUDA engine (included by the top-level CMakeLists.txt when SDM_ENABLE_CUDA=ON).
 #
 #   sdm_cuda         static library part from src/cuda (kernels + host launchers)
+#   sdm_cuda_topk    the product-key top-k kernels (src/cuda/topk), linked by sdm_cuda
 #   tests/gpu        GPU tests and, in bench/cuda, the GPU benchmark (SDM_BUILD_GPU_TESTS, default
 #                    ON); they need no GoogleTest and exit 0 with a message where no GPU exists.
 #
@@ -30,11 +31,19 @@ function(sdm_set_cuda_warnings target)
   endif()
 endfunction()
 
+# The product-key top-k kernels: their own part, so their GPU test and benchmark build without
+# the rest of the engine.
+sdm_add_part(sdm_cuda_topk src/cuda/topk/*.cu)
+target_link_libraries(sdm_cuda_topk PUBLIC sdm_core CUDA::cudart)
+sdm_set_cuda_warnings(sdm_cuda_topk)
+
 sdm_add_part(sdm_cuda src/cuda/*.cu src/cuda/*.cpp)
-target_link_libraries(sdm_cuda PUBLIC sdm_core CUDA::cudart)
+target_link_libraries(sdm_cuda PUBLIC sdm_core sdm_cuda_topk CUDA::cudart)
 sdm_set_cuda_warnings(sdm_cuda)
 
 if(SDM_BUILD_GPU_TESTS)
   add_subdirectory(${PROJECT_SOURCE_DIR}/tests/gpu ${PROJECT_BINARY_DIR}/tests/gpu)
   add_subdirectory(${PROJECT_SOURCE_DIR}/bench/cuda ${PROJECT_BINARY_DIR}/bench/cuda)
+  add_subdirectory(${PROJECT_SOURCE_DIR}/tests/gpu_topk ${PROJECT_BINARY_DIR}/tests/gpu_topk)
+  add_subdirectory(${PROJECT_SOURCE_DIR}/bench/topk ${PROJECT_BINARY_DIR}/bench/topk)
 endif()
