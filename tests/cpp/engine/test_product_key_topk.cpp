@@ -1,0 +1,88 @@
+// The product-key top-k's C++ entry points (include/sdm/product_key_topk.hpp): a hand-worked
+// selection, and the argument checks the PyTorch binding cannot reach (it allocates the
+// outputs itself); tests/python/test_product_keys.py covers the rule and the other checks.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "support/expect_rejects.hpp"
+#include "sdm/error.hpp"
+#include "sdm/product_key_topk.hpp"
+
+namespace sdm {
+namespace {
+
+using testing::expect_rejects;
+
+TensorRef matrix(void* data, DType dtype, std::int64_t rows, std::int64_t cols, std::int64_t row_stride = 0) {
+  TensorRef t;
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = 2;
+  t.sizes = {rows, cols, 0, 0};
+  t.strides = {row_stride > 0 ? row_stride : cols, 1, 0, 0};
+  return t;
+}
+
+const std::vector<std::int64_t> kDims = {3, 2};
+
+TEST(ProductKeyTopk, SelectsByTheRuleOnAHandWorkedRow) {
+  // Factor 0 = [1, 2, 2] ranks columns 2, 1, 0 (tie: larger column first); factor 1 = [0, 0]
+  // ranks 1, 0. k = 3: c = 3, candidates (i, j) with (i + 1)(j + 1) <= 3: (0,0) (0,1) (1,0) (2,0),
+  // sums 2, 2, 2, 1; the tie among the first three goes to the larger i + j, then the larger i:
+  // (1,0) and (0,1) before (0,0), all three kept. Slots: (2,1) = 5, (2,0) = 4, (1,1) = 3.
+  std::vector<float> raw = {1, 2, 2, 0, 0}, values(3);
+  std::vector<std::int64_t> slots(3);
+  product_key_topk_forward(matrix(raw.data(), DType::f32, 1, 5), kDims, 3, matrix(values.data(), DType::f32, 1, 3),
+                           matrix(slots.data(), DType::i64, 1, 3));
+  EXPECT_EQ(slots, (std::vector<std::int64_t>{3, 4, 5}));
+  EXPECT_EQ(values, (std::vector<float>{2, 2, 2}));
+  std::vector<float> grad_values = {1, 10, 100}, grad_raw(5, -1);
+  product_key_topk_backward(matrix(slots.data(), DType::i64, 1, 3), matrix(grad_values.data(), DType::f32, 1, 3), kDims,
+                            matrix(grad_raw.data(), DType::f32, 1, 5));
+  EXPECT_EQ(grad_raw, (std::vector<float>{0, 1, 110, 10, 101}));
+}
+
+TEST(ProductKeyTopk, RefusesBadOutputs) {
+  std::vector<float> raw(10), values(8);
+  std::vector<std::int64_t> slots(8);
+  std::vector<std::int32_t> slots32(8);
+  const auto in = matrix(raw.data(), DType::f32, 2, 5);
+  const auto good_values = matrix(values.data(), DType::f32, 2, 4);
+  const auto good_slots = matrix(slots.data(), DType::i64, 2, 4);
+  expect_rejects<TypeError>([&] { product_key_topk_forward(in, kDims, 4, matrix(values.data(), DType::bf16, 2, 4), good_slots); },
+                            "values", {"raw's dtype float32", "got bfloat16"});
+  expect_rejects<ValueError>([&] { product_key_topk_forward(in, kDims, 4, matrix(values.data(), DType::f32, 2, 3), good_slots); },
+                             "values", {"must be [2, 4]", "got [2, 3]"});
+  expect_rejects<TypeError>([&] { product_key_topk_forward(in, kDims, 4, good_values, matrix(slots32.data(), DType::i32, 2, 4)); },
+                            "slots", {"int64", "got int32"});
+  auto strided = in;
+  strided.strides = {1, 2, 0, 0};
+  expect_rejects<ValueError>([&] { product_key_topk_forward(strided, kDims, 4, good_values, good_slots); }, "raw",
+                             {"columns must be contiguous", "stride 2"});
+  auto elsewhere = good_slots;
+  elsewhere.device = Device{DeviceType::cuda, 0};
+  expect_rejects<ValueError>([&] { product_key_topk_forward(in, kDims, 4, good_values, elsewhere); }, "slots",
+                             {"raw's device cpu", "got cuda:0"});
+  const std::vector<std::int64_t> too_wide = {kMaxProductKeySlots, 1};
+  expect_rejects<ValueError>([&] { product_key_topk_selected(matrix(nullptr, DType::f32, 1, kMaxProductKeySlots + 1), too_wide, 3); },
+                             "factor_dims", {"sum to more than 4294967295 columns"});
+}
+
+TEST(ProductKeyTopk, BackwardRefusesBadGradients) {
+  std::vector<std::int64_t> slots(6);
+  std::vector<float> grad_values(6), grad_raw(10);
+  const auto s = matrix(slots.data(), DType::i64, 2, 3);
+  const auto g = matrix(grad_values.data(), DType::f32, 2, 3);
+  expect_rejects<TypeError>([&] { product_key_topk_backward(s, g, kDims, matrix(grad_raw.data(), DType::f64, 2, 5)); },
+                            "grad_raw", {"grad_values' dtype float32", "got float64"});
+  expect_rejects<ValueError>([&] { product_key_topk_backward(s, g, kDims, matrix(grad_raw.data(), DType::f32, 2, 4)); },
+                             "grad_raw", {"must be [2, 5]"});
+  expect_rejects<ValueError>([&] { product_key_topk_backward(s, matrix(grad_values.data(), DType::f32, 3, 2), kDims,
+                                                             matrix(grad_raw.data(), DType::f32, 2, 5)); },
+                             "grad_values", {"must be [2, 3]"});
+}
+
+}  // namespace
+}  // namespace sdm
