@@ -84,16 +84,21 @@ def _ddp(rank, world, device, out_dir, runs=("plain", "checkpointed")) -> dict:
 
 
 def _sharded(config: dm.ModelConfig, device: torch.device, policy: MixedPrecisionPolicy = MixedPrecisionPolicy(),
-             seed: int = 0, compile_blocks: bool = False) -> torch.nn.Module:
-    """FSDP2 as it is applied to a transformer: each block its own group, then the root."""
+             seed: int = 0, compile_blocks: bool = False) -> tuple[torch.nn.Module, set[str]]:
+    """FSDP2 as it is applied to a transformer: each block its own group, then the root.
+    Returns the model and the names of the parameters tagged ``_no_weight_decay``, taken before
+    sharding: fully_shard replaces every parameter by a new DTensor parameter, which does not
+    carry the tag (names are kept)."""
     model = dm.build_model(config, seed).to(device)
     for i, block in enumerate(model.blocks):
         if compile_blocks:
             block = torch.compile(block, fullgraph=True)
             model.blocks[i] = block
+    no_weight_decay = {name for name, p in model.named_parameters() if getattr(p, "_no_weight_decay", False)}
+    for block in model.blocks:
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
-    return model
+    return model, no_weight_decay
 
 
 def _bank_dtypes_seen(model: torch.nn.Module) -> list:
@@ -109,15 +114,16 @@ def _fsdp(rank, world, device, out_dir) -> dict:
     records = {}
     batches = dm.global_batches()
     for run in ("plain", "checkpointed"):
-        model = _sharded(dm.ModelConfig(checkpoint_blocks=run == "checkpointed"), device)
+        model, _ = _sharded(dm.ModelConfig(checkpoint_blocks=run == "checkpointed"), device)
         memory = model.blocks[0].mixer.memory
         local_rows = torch.tensor([memory.to_local().shape[0]], device=device)
         rows_per_rank = [torch.zeros_like(local_rows) for _ in range(world)]
         dist.all_gather(rows_per_rank, local_rows)
         records[run] = dm.train(model, _sgd(model), batches, rank=rank, world=world, device=device)
         records[run]["memory_rows_per_rank"] = [int(r) for r in rows_per_rank]
+        records[run]["cache_bank"] = _cache_bank(model.blocks[0], batch_size=2)
     for run, grad_bank_fp32 in (("bf16", False), ("bf16_grad_bank_fp32", True)):
-        model = _sharded(dm.ModelConfig(grad_bank_fp32=grad_bank_fp32), device, BF16_POLICY)
+        model, _ = _sharded(dm.ModelConfig(grad_bank_fp32=grad_bank_fp32), device, BF16_POLICY)
         seen = _bank_dtypes_seen(model)
         records[run] = dm.train(model, _sgd(model), batches, rank=rank, world=world, device=device)
         records[run]["bank_dtypes_in_forward"] = sorted(set(seen))
@@ -126,21 +132,35 @@ def _fsdp(rank, world, device, out_dir) -> dict:
     return records
 
 
-def _adamw(model: torch.nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
+def _cache_bank(block: torch.nn.Module, batch_size: int) -> torch.Tensor:
+    """The bank of an inference cache made from a sharded block's layer: create_kv_cache copies
+    the learned memory, so it runs while the block is unsharded (outside a forward the layer
+    holds DTensor shards)."""
+    block.unshard()
+    bank = block.mixer.create_kv_cache(batch_size, 0, torch.float32).memory
+    block.reshard()
+    return bank.cpu()
+
+
+def _adamw(model: torch.nn.Module, no_weight_decay: set[str]) -> torch.optim.Optimizer:
+    """AdamW with weight decay on every parameter but those tagged _no_weight_decay (A_log, dt_bias)."""
+    decayed = [p for name, p in model.named_parameters() if name not in no_weight_decay]
+    kept = [p for name, p in model.named_parameters() if name in no_weight_decay]
+    return torch.optim.AdamW([{"params": decayed}, {"params": kept, "weight_decay": 0.0}], lr=0.01,
+                             weight_decay=0.1)
 
 
 def _resume(rank, world, device, checkpoint_dir: Path) -> dict:
     batches = dm.global_batches(steps=4)
-    model = _sharded(dm.ModelConfig(), device)
-    optimizer = _adamw(model)
+    model, no_weight_decay = _sharded(dm.ModelConfig(), device)
+    optimizer = _adamw(model, no_weight_decay)
     before = dm.train(model, optimizer, batches[:2], rank=rank, world=world, device=device)
     model_state, optim_state = get_state_dict(model, optimizer)
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=checkpoint_dir)
     continued = dm.train(model, optimizer, batches[2:], rank=rank, world=world, device=device)
 
-    fresh = _sharded(dm.ModelConfig(), device, seed=1)
-    fresh_optimizer = _adamw(fresh)
+    fresh, no_weight_decay = _sharded(dm.ModelConfig(), device, seed=1)
+    fresh_optimizer = _adamw(fresh, no_weight_decay)
     model_state, optim_state = get_state_dict(fresh, fresh_optimizer)
     state = {"model": model_state, "optim": optim_state}
     dcp.load(state, checkpoint_id=checkpoint_dir)
@@ -148,12 +168,12 @@ def _resume(rank, world, device, checkpoint_dir: Path) -> dict:
     loaded = dm.named_full(fresh)
     resumed = dm.train(fresh, fresh_optimizer, batches[2:], rank=rank, world=world, device=device)
     return {"before": before, "continued": continued, "loaded_params": loaded, "resumed": resumed,
-            "checkpoint_dir": str(checkpoint_dir)}
+            "checkpoint_dir": str(checkpoint_dir), "no_weight_decay": sorted(no_weight_decay)}
 
 
 def _fsdp_compile(rank, world, device, out_dir) -> dict:
     torch._inductor.config.compile_threads = 1  # the ranks share the machine's cores
-    model = _sharded(dm.ModelConfig(), device, compile_blocks=True)
+    model, _ = _sharded(dm.ModelConfig(), device, compile_blocks=True)
     return {"compiled": dm.train(model, _sgd(model), dm.global_batches(), rank=rank, world=world, device=device)}
 
 

@@ -159,6 +159,12 @@ def test_fsdp_shards_the_memory_bank(fsdp2):
     assert fsdp2["plain"]["memory_rows_per_rank"] == [args.num_heads * args.slots_per_head // 2] * 2
 
 
+def test_fsdp_inference_cache_from_an_unsharded_block(fsdp2):
+    # create_kv_cache between block.unshard() and block.reshard() copies the whole learned memory.
+    run = fsdp2["plain"]
+    assert torch.equal(run["cache_bank"], run["params"]["blocks.0.mixer.memory"].repeat(2, 1))
+
+
 def test_fsdp_checkpointed_blocks_give_the_same_gradients(fsdp2):
     _assert_bitwise(fsdp2["checkpointed"], fsdp2["plain"])
 
@@ -219,9 +225,12 @@ def test_fsdp_distributed_checkpoint_resumes_bitwise(fsdp2):
     # give the same losses, gradients and parameters as the run that saved it.
     for name, param in resume["before"]["params"].items():
         assert torch.equal(resume["loaded_params"][name], param), name
+    # The optimiser's no-weight-decay group, chosen by the names of the tagged parameters.
+    assert resume["no_weight_decay"] == [f"blocks.{i}.mixer.{name}" for i in range(2) for name in ("A_log", "dt_bias")]
     _assert_bitwise(resume["resumed"], resume["continued"])
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled, unavailable or uninitialized")
 def test_fsdp_checkpoint_loads_into_one_process(fsdp2):
     # torch.distributed.checkpoint reshards: the 2-rank checkpoint loads into a plain model.
     resume = fsdp2["resume"]
