@@ -9,6 +9,7 @@
 #include "errors.hpp"
 #include "sdm/ops.hpp"
 #include "sdm/options.hpp"
+#include "sdm/plan.hpp"
 #include "sdm/reference.hpp"
 #include "tensor_ref.hpp"
 
@@ -103,36 +104,37 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
     const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
     auto final_bank = private_copy(memory);
     const auto args = make_args(final_bank, in);
-    const auto bytes = static_cast<int64_t>(sdm::write_read_saved_bytes(args, options));
-    // An op's outputs must be a deterministic function of its inputs (opcheck, docs/spec.md §6). The
-    // CUDA engine writes every byte of `saved` (src/cuda/saved_layout.hpp; tested), so its buffer
-    // is left uninitialised (zeroing it cost a memset of the whole buffer, 1.8 GB at config readme,
-    // every training step); the CPU engine leaves padding bytes of its layout unwritten, so its
-    // buffer is zeroed.
+    const WriteReadPlan plan = sdm::plan_write_read(args, options);
+    // An op's outputs must be a deterministic function of its inputs (opcheck, docs/spec.md §6):
+    // the buffer is zeroed only where the engine leaves bytes unwritten (the plan says so; the
+    // CUDA engine writes every byte, and zeroing would cost a memset of the whole buffer).
+    const auto bytes = static_cast<int64_t>(plan.saved_bytes);
     const auto byte_options = memory.options().dtype(at::kByte);
-    auto saved = memory.is_cuda() ? at::empty({bytes}, byte_options) : at::zeros({bytes}, byte_options);
+    auto saved = plan.saved_needs_zeroing ? at::zeros({bytes}, byte_options) : at::empty({bytes}, byte_options);
     auto readings = new_readings(memory, in.v);
     sdm::write_read_forward_saving(args, to_ref(readings, "readings"), to_ref(saved, "saved"), options);
     return std::make_tuple(readings, final_bank, saved);
   });
 }
 
-int64_t write_read_saved_bytes(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
-                               const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
-                               const at::Tensor& q_idx, const at::Tensor& q_val, c10::Device device,
-                               int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
-                               bool grad_bank_fp32) {
+std::tuple<int64_t, bool> write_read_plan(const at::Tensor& memory, const at::Tensor& k_idx,
+                                                    const at::Tensor& k_val, const at::Tensor& v,
+                                                    const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
+                                                    const at::Tensor& q_val, c10::Device device,
+                                                    int64_t slots_per_stream, int64_t chunk_size,
+                                                    c10::string_view snapshot_quant, bool grad_bank_fp32) {
   return translate_errors([&] {
     const auto options = make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, false);
     auto args = shape_args(memory, k_idx, k_val, v, beta, g, q_idx, q_val);
     sdm::check_write_read(args, TensorRef{}, options);  // on the tensors' own devices
-    // Sized for `device`'s layout (a meta `device` is sized as the CPU).
+    // Planned for `device` (a meta `device` is planned as the CPU).
     const auto on = to_sdm_device(device, "device");
     for (TensorRef* ref : {&args.memory, &args.k_idx, &args.k_val, &args.v, &args.beta, &args.g, &args.q_idx,
                            &args.q_val}) {
       ref->device = on;
     }
-    return static_cast<int64_t>(sdm::write_read_saved_bytes(args, options));
+    const WriteReadPlan plan = sdm::plan_write_read(args, options);
+    return std::make_tuple(static_cast<int64_t>(plan.saved_bytes), plan.bank_grad == DType::bf16);
   });
 }
 
@@ -167,11 +169,10 @@ GradTuple write_read_backward(const at::Tensor& final_bank, const at::Tensor& sa
     const auto options =
         make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate, context.cuda_stream());
     const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
+    const WriteReadPlan plan = sdm::plan_write_read(make_args(final_bank, in), options);
     // The backward restores its bank in place (ops.hpp): give it a private working copy.
     auto working_bank = private_copy(final_bank);
-    const auto bank_grad_dtype =
-        (final_bank.scalar_type() == at::kBFloat16 && !grad_bank_fp32) ? at::kBFloat16 : at::kFloat;
-    const auto grads = new_grads(final_bank, bank_grad_dtype, in);
+    const auto grads = new_grads(final_bank, to_scalar_type(plan.bank_grad), in);
     const auto dy = grad_readings.contiguous();
     at::Tensor final_grad;
     sdm::write_read_backward(make_args(working_bank, in), to_ref(saved, "saved"), to_ref(dy, "grad_readings"),

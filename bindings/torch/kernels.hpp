@@ -38,14 +38,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
     int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant, bool grad_bank_fp32,
     bool validate);
 
-// sdm::write_read_saved_bytes : the size of `saved` for a call with these shapes and dtypes
-// on `device` (a meta device: the CPU's layout). Reads shapes and dtypes only (meta and fake
-// tensors are fine); validates them, with each tensor on its own device.
-int64_t write_read_saved_bytes(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
-                               const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
-                               const at::Tensor& q_idx, const at::Tensor& q_val, c10::Device device,
-                               int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
-                               bool grad_bank_fp32);
+// sdm::write_read_plan : what the fake kernels need of a call's plan (sdm/plan.hpp) on `device`
+// (a meta device: planned as the CPU): the size of `saved` and whether the bank gradient is
+// bfloat16 (else float32; a bool, not a ScalarType, which traced calls would see as an int).
+// Reads shapes and dtypes only (meta and fake tensors are fine); validates them, with each
+// tensor on its own device.
+std::tuple<int64_t, bool> write_read_plan(const at::Tensor& memory, const at::Tensor& k_idx,
+                                                    const at::Tensor& k_val, const at::Tensor& v,
+                                                    const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
+                                                    const at::Tensor& q_val, c10::Device device,
+                                                    int64_t slots_per_stream, int64_t chunk_size,
+                                                    c10::string_view snapshot_quant, bool grad_bank_fp32);
 
 // sdm::check_write_read / sdm::check_decode_step : every shape, dtype, device, size and option
 // rule of write_read_ / decode_step, on shapes only (meta and fake tensors are fine); raise what

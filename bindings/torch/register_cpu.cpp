@@ -18,7 +18,7 @@ TORCH_LIBRARY_IMPL(sdm, CPU, m) {
 
 // Shape-only: the same kernel serves real, meta and fake tensors on every device.
 TORCH_LIBRARY_IMPL(sdm, CompositeExplicitAutograd, m) {
-  m.impl("write_read_saved_bytes", &write_read_saved_bytes);
+  m.impl("write_read_plan", &write_read_plan);
   m.impl("check_write_read", &check_write_read);
   m.impl("check_decode_step", &check_decode_step);
 }

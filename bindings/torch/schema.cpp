@@ -2,7 +2,9 @@
 //
 //   write_read_             in-place no-grad chunked forward (inference, prefill, caches)
 //   write_read              functional saving forward -> (readings, final_bank, saved)
-//   write_read_saved_bytes  shape-only size of `saved` (used by the fake kernel)
+//   limits                  the op's size limits (W, R; chunk size; bank rows), for the layer's checks
+//   write_read_plan         shape-only plan of a call: size of `saved`, bank-gradient dtype (bf16?)
+//                           (used by the fake kernels)
 //   check_write_read, check_decode_step
 //                           shape-only validation of write_read_ / decode_step (fake kernels)
 //   write_read_backward     functional backward of write_read
@@ -14,6 +16,10 @@
 // the in-place ops get an Autograd kernel that refuses to be recorded (inplace_guard.cpp).
 #include <torch/library.h>
 
+#include <tuple>
+
+#include "sdm/options.hpp"
+
 #define SDM_OP_INPUTS \
   "Tensor k_idx, Tensor k_val, Tensor v, Tensor beta, Tensor g, Tensor q_idx, Tensor q_val"
 #define SDM_OP_OPTIONS \
@@ -21,13 +27,22 @@
 #define SDM_GRADS \
   "(Tensor grad_memory, Tensor grad_k_val, Tensor grad_v, Tensor grad_beta, Tensor grad_g, Tensor grad_q_val)"
 
+namespace {
+
+std::tuple<int64_t, int64_t, int64_t> limits() {
+  return {sdm::kMaxWidth, sdm::kMaxChunk, sdm::kMaxBankRows};
+}
+
+}  // namespace
+
 TORCH_LIBRARY(sdm, m) {
+  m.def("limits() -> (int max_width, int max_chunk, int max_bank_rows)", &limits);
   m.def("write_read_(Tensor(a!) memory, " SDM_OP_INPUTS ", *, " SDM_OP_OPTIONS
         ", bool validate=True) -> Tensor readings");
   m.def("write_read(Tensor memory, " SDM_OP_INPUTS ", *, " SDM_OP_OPTIONS
         ", bool validate=True) -> (Tensor readings, Tensor final_bank, Tensor saved)");
-  m.def("write_read_saved_bytes(Tensor memory, " SDM_OP_INPUTS ", *, Device device, " SDM_OP_OPTIONS
-        ") -> int");
+  m.def("write_read_plan(Tensor memory, " SDM_OP_INPUTS ", *, Device device, " SDM_OP_OPTIONS
+        ") -> (int saved_bytes, bool bank_grad_bf16)");
   m.def("check_write_read(Tensor memory, " SDM_OP_INPUTS ", *, " SDM_OP_OPTIONS ") -> ()");
   m.def("check_decode_step(Tensor memory, " SDM_OP_INPUTS ", *, int slots_per_stream=0) -> ()");
   m.def("write_read_backward(Tensor final_bank, Tensor saved, " SDM_OP_INPUTS

@@ -22,6 +22,19 @@ DType to_sdm_dtype(at::ScalarType type, const char* name) {
   }
 }
 
+at::ScalarType to_scalar_type(DType dtype) {
+  switch (dtype) {
+    case DType::f64: return at::kDouble;
+    case DType::f32: return at::kFloat;
+    case DType::bf16: return at::kBFloat16;
+    case DType::f16: return at::kHalf;
+    case DType::i32: return at::kInt;
+    case DType::i64: return at::kLong;
+    case DType::u8: return at::kByte;
+  }
+  throw RuntimeError("to_scalar_type: unknown sdm::DType " + std::to_string(static_cast<int>(dtype)));
+}
+
 Device to_sdm_device(const c10::Device& device, const char* name) {
   if (device.is_cpu()) return Device{DeviceType::cpu, 0};
   if (device.is_cuda()) return Device{DeviceType::cuda, device.index() < 0 ? 0 : device.index()};

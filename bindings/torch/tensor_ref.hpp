@@ -15,12 +15,13 @@ namespace sdm::torch_bindings {
 
 DType to_sdm_dtype(at::ScalarType type, const char* name);
 Device to_sdm_device(const c10::Device& device, const char* name);
+at::ScalarType to_scalar_type(DType dtype);
 
 // A view of `tensor` (data pointer, dtype, device, sizes, strides).
 TensorRef to_ref(const at::Tensor& tensor, const char* name);
 
 // A data-less view with `tensor`'s sizes, strides, dtype and device: what the shape-only entry
-// points (write_read_saved_bytes, check_write_read, check_decode_step) need, also for meta /
+// points (write_read_plan, check_write_read, check_decode_step) need, also for meta /
 // fake tensors.
 TensorRef to_shape_ref(const at::Tensor& tensor, const char* name);
 

@@ -43,8 +43,9 @@ void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
                         const WriteReadOptions& options);
 
 // Bytes of the saved-state buffer the saving forward fills (a function of shapes, dtypes
-// and options only), and the alignment its start address needs (every fresh allocation of
-// malloc, new, cudaMalloc or torch has it).
+// and options only: plan_write_read(args, options).saved_bytes, sdm/plan.hpp), and the
+// alignment its start address needs (every fresh allocation of malloc, new, cudaMalloc or
+// torch has it). A CPU buffer must be zeroed first (the plan says so: saved_needs_zeroing).
 inline constexpr std::size_t kSavedAlignment = 16;
 std::size_t write_read_saved_bytes(const WriteReadArgs& args, const WriteReadOptions& options);
 

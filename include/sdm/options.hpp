@@ -1,14 +1,22 @@
 // sdm/options.hpp - options of the chunked op and of the decode step.
 //
 // Limits (docs/spec.md §7): chunk_size, and the widths W (k_idx.shape[-1]) and R
-// (q_idx.shape[-1]) of every call, are in 1..256; bank rows < 2^31; no tensor or working array
-// of a call above 2^52 elements. Violations raise sdm::ValueError naming the argument.
+// (q_idx.shape[-1]) of every call, are in 1..kMaxWidth / kMaxChunk; bank rows <= kMaxBankRows;
+// no tensor or working array of a call above kMaxElements elements. Violations raise
+// sdm::ValueError naming the argument.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 
 namespace sdm {
+
+inline constexpr std::int64_t kMaxWidth = 256;                              // W, R
+inline constexpr std::int64_t kMaxChunk = 256;                              // chunk_size
+inline constexpr std::int64_t kMaxBankRows = (std::int64_t{1} << 31) - 1;   // memory.shape[0]
+// 2^52 elements is far beyond any memory; the bound lets every engine form its byte sizes and
+// offsets (elements x <= 16 bytes, summed over a few dozen regions) in 64 bits without a wrap.
+inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 52;
 
 // How the saving forward stores the pre-write rows that the backward restores (docs/spec.md §5).
 enum class SnapshotQuant : std::uint8_t { none, bf16, fp8, int4 };

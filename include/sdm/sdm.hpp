@@ -4,6 +4,7 @@
 #include "sdm/error.hpp"
 #include "sdm/ops.hpp"
 #include "sdm/options.hpp"
+#include "sdm/plan.hpp"
 #include "sdm/product_key_topk.hpp"
 #include "sdm/reference.hpp"
 #include "sdm/types.hpp"

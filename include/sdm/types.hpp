@@ -13,7 +13,8 @@ namespace sdm {
 enum class DType : std::uint8_t { f64, f32, bf16, f16, i32, i64, u8 };
 
 // meta: a tensor of shapes only (no data). Only the shape-only entry points accept it
-// (write_read_saved_bytes, check_write_read, check_decode_step); the engines refuse it.
+// (plan_write_read, write_read_saved_bytes, check_write_read, check_decode_step); the engines
+// refuse it.
 enum class DeviceType : std::uint8_t { cpu, cuda, meta };
 
 struct Device {

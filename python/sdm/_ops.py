@@ -54,14 +54,16 @@ def _write_read_inplace_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, *, 
     return v.new_empty(v.shape, dtype=memory.dtype)
 
 
-def _saved_bytes(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options) -> int:
+def _plan(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options) -> tuple[int, torch.dtype]:
+    """(bytes of `saved`, bank-gradient dtype) of the call's plan (C++ sdm::plan_write_read)."""
     tensors = [_static(t) for t in (memory, k_idx, k_val, v, beta, g, q_idx, q_val)]
-    return torch.ops.sdm.write_read_saved_bytes(*tensors, device=memory.device, **options)
+    nbytes, bank_grad_bf16 = torch.ops.sdm.write_read_plan(*tensors, device=memory.device, **options)
+    return nbytes, torch.bfloat16 if bank_grad_bf16 else torch.float32
 
 
 @torch.library.register_fake("sdm::write_read")
 def _write_read_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, *, validate=True, **options):
-    nbytes = _saved_bytes(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options)
+    nbytes, _ = _plan(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options)
     readings = v.new_empty(v.shape, dtype=memory.dtype)
     final_bank = memory.new_empty(memory.shape)
     saved = memory.new_empty((nbytes,), dtype=torch.uint8)
@@ -79,22 +81,14 @@ def _grads_like(memory_grad_dtype, memory, k_val, v, beta, g, q_val):
     )
 
 
-def bank_grad_dtype(bank_dtype: torch.dtype, grad_bank_fp32: bool) -> torch.dtype:
-    """dtype of the bank gradient write_read_backward returns (docs/spec.md §4)."""
-    if bank_dtype == torch.bfloat16 and not grad_bank_fp32:
-        return torch.bfloat16
-    return torch.float32
-
-
 @torch.library.register_fake("sdm::write_read_backward")
 def _write_read_backward_fake(final_bank, saved, k_idx, k_val, v, beta, g, q_idx, q_val, grad_readings,
                               grad_final_bank, *, validate=True, **options):
-    nbytes = _saved_bytes(final_bank, k_idx, k_val, v, beta, g, q_idx, q_val, options)
+    nbytes, bank_grad_dtype = _plan(final_bank, k_idx, k_val, v, beta, g, q_idx, q_val, options)
     if saved.dim() != 1 or saved.dtype != torch.uint8 or saved.shape[0] != nbytes:
         raise ValueError(f"saved must be a contiguous 1-D uint8 buffer of {nbytes} bytes (write_read_saved_bytes), "
                          f"got shape {list(saved.shape)} of {saved.dtype}")
-    dtype = bank_grad_dtype(final_bank.dtype, options.get("grad_bank_fp32", False))
-    return _grads_like(dtype, final_bank, k_val, v, beta, g, q_val)
+    return _grads_like(bank_grad_dtype, final_bank, k_val, v, beta, g, q_val)
 
 
 @torch.library.register_fake("sdm::decode_step")

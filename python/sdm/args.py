@@ -11,13 +11,17 @@ import numbers
 import warnings
 from dataclasses import dataclass
 
+import torch
+
+from . import _ops  # noqa: F401  (loads the operators: torch.ops.sdm.limits)
 from .activations import check_activation
 from .product_keys import MAX_K, check_factor_dims
 
 SNAPSHOT_MODES = ("none", "bf16", "fp8", "int4")
 DEFAULT_CHUNK_SIZE = 64
-MAX_CHUNK_SIZE = 256            # C limit of the op
-MAX_BANK_ROWS = 2**31 - 1       # rows of one layer's bank per sequence: num_heads * slots_per_head
+# The op's limits (C++ sdm/options.hpp): the chunk size C and the bank rows (one layer's bank per
+# sequence: num_heads * slots_per_head). W and R are the top-k's k (MAX_K, the same 256).
+_, MAX_CHUNK_SIZE, MAX_BANK_ROWS = torch.ops.sdm.limits()
 
 _FLAGS = ("normalize_readings", "backprop_on_memory", "output_gate", "query_batchnorm", "log_memory_access_stats",
           "log_memory_norms", "key_weighted_decay", "grad_bank_fp32", "cuda_graph")

@@ -10,6 +10,7 @@
 #include <initializer_list>
 
 #include "sdm/ops.hpp"
+#include "sdm/plan.hpp"
 
 namespace sdm::core {
 
@@ -17,24 +18,20 @@ namespace sdm::core {
 // reference also takes f64 (an exact oracle for finite differences and golden vectors).
 enum class BankDTypes { engine, reference };
 
-inline constexpr std::int64_t kMaxWidth = 256;      // W, R limit
-inline constexpr std::int64_t kMaxChunk = 256;      // C limit
-inline constexpr std::int64_t kMaxBankRows = (std::int64_t{1} << 31) - 1;
-// The most elements any tensor of a call, or any working array the engines derive from its
-// shapes (e.g. [P * Nt * C * W, hd] snapshot rows, [P * Nt, C, C] chunk matrices), may hold.
-// 2^52 elements is far beyond any memory; the bound lets every engine form its byte sizes and
-// offsets (elements x <= 16 bytes, summed over a few dozen regions) in 64 bits without a wrap.
-inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 52;
+// The limits (sdm/options.hpp), by their core names.
+using sdm::kMaxBankRows;
+using sdm::kMaxChunk;
+using sdm::kMaxElements;
+using sdm::kMaxWidth;
 
-// The validated geometry of one chunked call.
-struct WriteReadShape {
-  std::int64_t P = 0, T = 0, W = 0, R = 0, G = 1, hd = 0;
-  std::int64_t S = 0;                 // bank rows
-  std::int64_t slots_per_stream = 0;
-  std::int64_t C = 0;                 // chunk size, clamped to T
-  DType bank = DType::f32;
-  std::int64_t num_time_chunks() const { return (T + C - 1) / C; }  // Nt
-};
+// The validated geometry of one chunked call (public: it is part of the plan).
+using WriteReadShape = sdm::WriteReadShape;
+
+// The dtype of a bank gradient (and of the backward's bank-gradient rows between chunks): bf16
+// for a bf16 bank unless grad_bank_fp32, else f32 (docs/spec.md §4).
+constexpr DType bank_grad_dtype(DType bank, bool grad_bank_fp32) {
+  return bank == DType::bf16 && !grad_bank_fp32 ? DType::bf16 : DType::f32;
+}
 
 // The validated geometry of one decode step.
 struct DecodeShape {

@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <string>
 
+#include "core/snapshot_quant.hpp"
 #include "core/validate.hpp"
 #include "cpu/engine/engine.hpp"
 #include "sdm/error.hpp"
 #include "sdm/ops.hpp"
+#include "sdm/plan.hpp"
 #if defined(SDM_WITH_CUDA)
 #include "cuda/engine.hpp"
 #endif
@@ -56,14 +58,24 @@ void check_saved(const TensorRef& saved, std::size_t expected, const TensorRef& 
   }
 }
 
-// The saved layout of the bank's device (a meta bank is sized as a CPU one).
-std::size_t saved_bytes_for(const core::WriteReadShape& shape, const WriteReadOptions& options,
-                            const TensorRef& memory) {
-  if (memory.device.type != DeviceType::cuda) return cpu::write_read_saved_bytes(shape, options);
+// The plan of a call (plan.hpp): validation, then the saved layout of the bank's device (a meta
+// bank is planned as a CPU one) and the dtype rules.
+WriteReadPlan plan_for(const WriteReadArgs& args, const TensorRef& readings, const WriteReadOptions& options) {
+  WriteReadPlan plan;
+  plan.shape = core::validate_write_read(args, readings, options, core::BankDTypes::engine);
+  plan.snapshot = core::effective_snapshot_mode(options.snapshot_quant, plan.shape.bank);
+  plan.bank_grad = core::bank_grad_dtype(plan.shape.bank, options.grad_bank_fp32);
+  if (args.memory.device.type != DeviceType::cuda) {
+    plan.saved_bytes = cpu::write_read_saved_bytes(plan.shape, options);
+    plan.saved_needs_zeroing = true;  // the CPU layout's padding bytes are never written
+    return plan;
+  }
 #if defined(SDM_WITH_CUDA)
-  return cuda::write_read_saved_bytes(shape, options);
+  plan.saved_bytes = cuda::write_read_saved_bytes(plan.shape, options);
+  plan.saved_needs_zeroing = false;  // the CUDA saving forward writes every byte (saved_layout.hpp)
+  return plan;
 #else
-  no_cuda(memory);
+  no_cuda(args.memory);
 #endif
 }
 
@@ -84,16 +96,20 @@ void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
 #endif
 }
 
+WriteReadPlan plan_write_read(const WriteReadArgs& args, const WriteReadOptions& options) {
+  return plan_for(args, TensorRef{}, options);
+}
+
 std::size_t write_read_saved_bytes(const WriteReadArgs& args, const WriteReadOptions& options) {
-  const auto shape = core::validate_write_read(args, TensorRef{}, options, core::BankDTypes::engine);
-  return saved_bytes_for(shape, options, args.memory);
+  return plan_for(args, TensorRef{}, options).saved_bytes;
 }
 
 void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings,
                                const TensorRef& saved, const WriteReadOptions& options) {
-  const auto shape = core::validate_write_read(args, readings, options, core::BankDTypes::engine);
+  const WriteReadPlan plan = plan_for(args, readings, options);
+  const WriteReadShape& shape = plan.shape;
   check_runnable(args.memory);
-  check_saved(saved, saved_bytes_for(shape, options, args.memory), args.memory);
+  check_saved(saved, plan.saved_bytes, args.memory);
   core::check_disjoint({{saved, "saved"}}, {{args.memory, "memory"}, {readings, "readings"}, {args.k_idx, "k_idx"},
                                             {args.k_val, "k_val"}, {args.v, "v"}, {args.beta, "beta"}, {args.g, "g"},
                                             {args.q_idx, "q_idx"}, {args.q_val, "q_val"}});
@@ -111,10 +127,11 @@ void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readi
 void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
                          const TensorRef& grad_readings, const TensorRef& grad_final_bank,
                          const WriteReadGrads& grads, const WriteReadOptions& options) {
-  const auto shape = core::validate_write_read(args, TensorRef{}, options, core::BankDTypes::engine);
+  const WriteReadPlan plan = plan_for(args, TensorRef{}, options);
+  const WriteReadShape& shape = plan.shape;
   core::validate_write_read_backward(args, shape, grad_readings, grad_final_bank, grads);
   check_runnable(args.memory);
-  check_saved(saved, saved_bytes_for(shape, options, args.memory), args.memory);
+  check_saved(saved, plan.saved_bytes, args.memory);
   core::check_disjoint({{args.memory, "memory"}, {grads.memory, "grad_memory"}, {grads.k_val, "grad_k_val"},
                         {grads.v, "grad_v"}, {grads.beta, "grad_beta"}, {grads.g, "grad_g"},
                         {grads.q_val, "grad_q_val"}},

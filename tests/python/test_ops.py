@@ -40,12 +40,16 @@ def test_opcheck_write_read_backward():
 
 def test_opcheck_saved_bytes():
     p = _problem().cast(torch.float32)
-    nbytes = torch.ops.sdm.write_read_saved_bytes(*p.tensors(), device=p.memory.device, **OPTIONS)
+    nbytes, bank_grad_bf16 = torch.ops.sdm.write_read_plan(*p.tensors(), device=p.memory.device, **OPTIONS)
+    assert not bank_grad_bf16
     _, _, saved = torch.ops.sdm.write_read(*p.tensors(), **OPTIONS)
     assert nbytes == saved.numel() > 0
     # Shape-only: meta tensors give the same size as the real ones.
     meta = [t.to("meta") for t in p.tensors()]
-    assert torch.ops.sdm.write_read_saved_bytes(*meta, device=torch.device("cpu"), **OPTIONS) == nbytes
+    assert torch.ops.sdm.write_read_plan(*meta, device=torch.device("cpu"), **OPTIONS) == (nbytes, False)
+    bf16 = [t.to(torch.bfloat16) if t.is_floating_point() else t for t in meta]
+    assert torch.ops.sdm.write_read_plan(*bf16, device=torch.device("cpu"), **OPTIONS)[1]
+    assert not torch.ops.sdm.write_read_plan(*bf16, device=torch.device("cpu"), **OPTIONS, grad_bank_fp32=True)[1]
 
 
 def test_opcheck_decode_step():

@@ -32,7 +32,7 @@ void load_final_row(const TensorRef& grad_final_bank, std::int64_t row, std::int
 
 GradBank::GradBank(const core::WriteReadShape& shape, const WriteReadOptions& options,
                    const TensorRef& grad_final_bank, const TensorRef& grad_memory, int threads) {
-  const DType row_dtype = (shape.bank == DType::bf16 && !options.grad_bank_fp32) ? DType::bf16 : DType::f32;
+  const DType row_dtype = core::bank_grad_dtype(shape.bank, options.grad_bank_fp32);
   stream_rows_ = shape.P * shape.slots_per_stream;
   direct_ = grad_memory.defined() && grad_memory.dtype == row_dtype;
   std::int64_t rows = shape.S;
