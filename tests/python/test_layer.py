@@ -396,3 +396,146 @@ def test_memory_stats_logging():
     layer(torch.randn(2, 8, 64))
     assert layer.memory_stats["memory_norm"] > 0
     assert 0 < layer.memory_stats["written_fraction"] <= 1
+
+
+# ---- the args validate themselves; inputs, pickling and dtypes ------------------------------
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(num_writes=2.5), r"SparseDeltaMemoryArgs\.num_writes must be an int in 1\.\.256, got 2\.5"),
+    (dict(num_reads=0), r"SparseDeltaMemoryArgs\.num_reads must be an int in 1\.\.256, got 0"),
+    (dict(num_heads=0), r"SparseDeltaMemoryArgs\.num_heads must be a positive int, got 0"),
+    (dict(dim=66, num_heads=4), r"dim \(66\) must be divisible by num_heads \(4\)"),
+    (dict(dim=64.0), r"SparseDeltaMemoryArgs\.dim must be a positive int"),
+    (dict(slots_per_head=200), r"slots_per_head \(200\) must be a perfect square n\*n .*196 or 225"),
+    (dict(slots_per_head="256"), r"SparseDeltaMemoryArgs\.slots_per_head must be a positive int, got '256'"),
+    (dict(slots_per_head=64, product_key_factor_dims=[4, 4]), r"product_key_factor_dims = \[4, 4\] address 16 slots"),
+    (dict(product_key_factor_dims=[16, 0, 16]), r"product_key_factor_dims must hold positive widths"),
+    (dict(product_key_factor_dims="16x16"), r"product_key_factor_dims must be a sequence of ints"),
+    (dict(chunk_size=0), r"SparseDeltaMemoryArgs\.chunk_size must be None or an int in 1\.\.256, got 0"),
+    (dict(read_act="Swishy"), r"SparseDeltaMemoryArgs\.read_act: unknown activation 'Swishy'"),
+    (dict(write_act=3), r"SparseDeltaMemoryArgs\.write_act must be an activation name"),
+    (dict(read_act_scale=float("nan")), r"SparseDeltaMemoryArgs\.read_act_scale must be a finite number"),
+    (dict(norm_eps=0.0), r"SparseDeltaMemoryArgs\.norm_eps must be a positive number, got 0\.0"),
+    (dict(A_init_range=(2.0, 1.0)), r"SparseDeltaMemoryArgs\.A_init_range must be \(min, max\)"),
+    (dict(output_gate="yes"), r"SparseDeltaMemoryArgs\.output_gate must be a bool, got 'yes'"),
+    (dict(cuda_graph=1), r"SparseDeltaMemoryArgs\.cuda_graph must be a bool, got 1"),
+    (dict(num_heads=8, slots_per_head=2**28), r"num_heads \* slots_per_head = 2147483648 bank rows"),
+])
+def test_args_validate_every_field_at_construction(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        _args(**overrides)
+
+
+def test_args_accept_every_field_of_sparse_delta_memory_2_0_0():
+    fields = dict(dim=64, num_writes=8, num_reads=8, slots_per_head=256, chunk_size=16, read_act="Softmax",
+                  write_act="l2_normalize", read_act_scale=2.0, write_act_scale=1.0, normalize_readings=True,
+                  norm_eps=1e-5, dt_bias_init=0.0, A_init_range=(1.0, 8.0), backprop_on_memory=True,
+                  output_gate=True, query_batchnorm=False, log_memory_access_stats=False, log_memory_norms=False,
+                  num_heads=2, key_weighted_decay=True, snapshot_quant="none", cuda_graph=True,
+                  grad_bank_fp32=False, product_key_factor_dims=[4, 8, 8])
+    args = sdm.SparseDeltaMemoryArgs(**fields)
+    assert all(getattr(args, name) == value for name, value in fields.items())
+    positional = sdm.SparseDeltaMemoryArgs(64, 8, 8, 256)  # 2.0.0's field order
+    assert (positional.num_writes, positional.num_reads, positional.slots_per_head) == (8, 8, 256)
+
+
+@pytest.mark.parametrize("x,error,message", [
+    (torch.randn(2, 0, 64), ValueError, r"x of shape \(2, 0, 64\) has no tokens"),
+    (torch.randn(0, 5, 64), ValueError, r"x of shape \(0, 5, 64\) has no sequences"),
+    (torch.randn(2, 5, 32), ValueError, r"x's last dimension must be dim = 64, got x of shape \(2, 5, 32\)"),
+    (torch.randn(2, 5, 64, 1), ValueError, r"x must be \[B, T, D\] or \[B\*T, D\], got shape \(2, 5, 64, 1\)"),
+    (torch.ones(2, 5, 64, dtype=torch.int64), TypeError, "x must be a floating-point tensor, got torch.int64"),
+])
+def test_bad_inputs_name_what_was_passed(x, error, message):
+    with pytest.raises(error, match=message):
+        _layer()(x)
+
+
+def test_layer_pickles_saves_and_deep_copies(tmp_path):
+    import copy
+    import pickle
+
+    layer = _layer(read_act="l2_normalize", write_act="Softmax", write_act_scale=3.0, query_batchnorm=True).eval()
+    x = torch.randn(2, 9, 64)
+    with torch.no_grad():
+        want = layer(x)[0]
+        torch.save(layer, tmp_path / "layer.pt")
+        loaded = torch.load(tmp_path / "layer.pt", weights_only=False)
+        for other in (loaded, pickle.loads(pickle.dumps(layer)), copy.deepcopy(layer)):
+            assert torch.equal(other(x)[0], want)
+
+
+def test_float64_layer_runs_the_reference_and_other_dtypes_are_refused():
+    layer = _layer(output_gate=True, normalize_readings=True)
+    x = torch.randn(2, 11, 64)
+    with torch.no_grad():
+        want, want_state = layer(x)
+        double = copy_of(layer).double()
+        got, state = double(x.double())
+    assert got.dtype == state.memory.dtype == torch.float64
+    assert rel_err(got, want.double()) < 1e-5 and rel_err(state.memory, want_state.memory.double()) < 1e-5
+    out, _ = double(x.double().requires_grad_())
+    out.sum().backward()
+    assert double.memory.grad.dtype == torch.float64 and double.memory.grad.abs().sum() > 0
+    with torch.no_grad():
+        cache = double.create_kv_cache(2, 0, torch.float64)
+        steps = torch.cat([double(x.double()[:, :6], cache=cache)[0]] +
+                          [double(x.double()[:, t:t + 1], cache=cache)[0] for t in range(6, 11)], dim=1)
+    assert rel_err(steps, got) < 1e-10
+    with pytest.raises(TypeError, match=r"the layer's parameters are torch.float16; the layer supports float32 and "
+                                        r"bfloat16 \(and float64 on the CPU\)"):
+        copy_of(layer).half()(x.half())
+
+
+def copy_of(layer):
+    import copy
+
+    return copy.deepcopy(layer)
+
+
+# ---- the drop-in interface of sparse-delta-memory 2.0.0 ------------------------------------
+
+def test_forward_takes_mask_and_freqs_cis_and_returns_the_state():
+    layer = _layer(backprop_on_memory=False).eval()
+    x = torch.randn(2, 10, 64)
+    with torch.no_grad():
+        out, state = layer(x, None, None, None)
+        masked, _ = layer(x, freqs_cis=None, mask=torch.ones(10, 10))
+        bank = torch.zeros(2 * 2 * 256, 32)
+        readings_state = layer.create_kv_cache(2, 0, torch.float32)
+        layer(x, cache=readings_state)
+    assert torch.equal(out, masked)
+    assert isinstance(state, sdm.SDMLayerState) and state.cache_len == 10
+    assert torch.equal(state.memory, readings_state.memory) and not torch.equal(state.memory, bank)
+
+
+def test_cuda_graph_option_is_accepted_and_changes_nothing():
+    x = torch.randn(2, 12, 64)
+    outs = []
+    for cuda_graph in (False, True):
+        layer = _layer(seed=5, cuda_graph=cuda_graph)
+        out, _ = layer(x)
+        out.square().sum().backward()
+        outs.append((out.detach(), layer.Wq_read.weight.grad))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+
+
+@pytest.mark.parametrize("factors,sph", [([4, 4, 4], 64), ([64], 64), ([2, 8, 2, 2], 64), ([3, 7], 21)])
+def test_any_factor_list_addresses_the_bank(factors, sph):
+    layer = _layer(slots_per_head=sph, product_key_factor_dims=factors, num_writes=5, num_reads=7,
+                   query_batchnorm=True, backprop_on_memory=True)
+    assert layer.Wk_write.out_features == 2 * sum(factors) and layer.key_bn.num_features == 2 * sum(factors)
+    state = {name: torch.randn_like(value) if value.is_floating_point() else value
+             for name, value in layer.state_dict().items()}
+    state["query_bn.running_var"] = state["query_bn.running_var"].abs()
+    state["key_bn.running_var"] = state["key_bn.running_var"].abs()
+    other = _layer(seed=9, slots_per_head=sph, product_key_factor_dims=factors, num_writes=5, num_reads=7,
+                   query_batchnorm=True, backprop_on_memory=True)
+    other.load_state_dict(state, strict=True)
+    x = torch.randn(2, 9, 64)
+    out, final = other.eval()(x)
+    assert torch.isfinite(out).all() and final.memory.shape == (2 * 2 * sph, 32)
+    raw = other.Wk_write(x)
+    raw = other.key_bn(raw.reshape(18, -1)).view(2, 9, 2, sum(factors)).transpose(1, 2)
+    _, slots = sdm.product_key_topk(raw, factors, 5)
+    assert slots.max() < sph and (slots[..., 1:] > slots[..., :-1]).all()
