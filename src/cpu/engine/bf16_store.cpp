@@ -3,7 +3,8 @@
 
 #include <atomic>
 
-#include "row_kernels.hpp"
+#include "core/float_convert.hpp"
+#include "row_vectors.hpp"
 #include "sdm/error.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
