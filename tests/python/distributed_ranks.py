@@ -20,7 +20,6 @@ Scenarios:
 
 from __future__ import annotations
 
-import os
 import socket
 from datetime import timedelta
 from pathlib import Path
