@@ -214,15 +214,16 @@ class SparseDeltaMemory(nn.Module):
     def _bank_dtype(self, v: Tensor, cache: SDMLayerState | None) -> torch.dtype:
         """The bank's dtype: the cache's, the learned memory's, or the compute dtype (v's)."""
         dtype = cache.memory.dtype if cache is not None else self.memory.dtype if self.memory is not None else v.dtype
-        where = "the cache's memory" if cache is not None else "the layer's parameters" if self.memory is not None \
-            else "the input"
+        where = "the cache's memory" if cache is not None else "the layer's memory" if self.memory is not None \
+            else "the layer's projections"
         if dtype == torch.float64:
             if v.device.type != "cpu":
                 raise TypeError(f"SparseDeltaMemory: a float64 layer runs on the CPU only (the float64 reference op); "
                                 f"on {v.device} use float32 or bfloat16 (layer.float(), layer.bfloat16())")
         elif dtype not in _ENGINE_DTYPES:
-            raise TypeError(f"SparseDeltaMemory: {where} are {dtype}; the layer supports float32 and bfloat16 "
-                            "(and float64 on the CPU): use layer.float(), layer.bfloat16() or layer.double()")
+            raise TypeError(f"SparseDeltaMemory: the bank would be {dtype} (the dtype of {where}); the layer supports "
+                            "float32 and bfloat16 (and float64 on the CPU): use layer.float(), layer.bfloat16() or "
+                            "layer.double()")
         return dtype
 
     def _split_heads(self, t: Tensor, width: int) -> Tensor:

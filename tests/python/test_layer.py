@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 import warnings
 
 import pytest
@@ -452,9 +454,6 @@ def test_bad_inputs_name_what_was_passed(x, error, message):
 
 
 def test_layer_pickles_saves_and_deep_copies(tmp_path):
-    import copy
-    import pickle
-
     layer = _layer(read_act="l2_normalize", write_act="Softmax", write_act_scale=3.0, query_batchnorm=True).eval()
     x = torch.randn(2, 9, 64)
     with torch.no_grad():
@@ -470,7 +469,7 @@ def test_float64_layer_runs_the_reference_and_other_dtypes_are_refused():
     x = torch.randn(2, 11, 64)
     with torch.no_grad():
         want, want_state = layer(x)
-        double = copy_of(layer).double()
+        double = copy.deepcopy(layer).double()
         got, state = double(x.double())
     assert got.dtype == state.memory.dtype == torch.float64
     assert rel_err(got, want.double()) < 1e-5 and rel_err(state.memory, want_state.memory.double()) < 1e-5
@@ -482,15 +481,12 @@ def test_float64_layer_runs_the_reference_and_other_dtypes_are_refused():
         steps = torch.cat([double(x.double()[:, :6], cache=cache)[0]] +
                           [double(x.double()[:, t:t + 1], cache=cache)[0] for t in range(6, 11)], dim=1)
     assert rel_err(steps, got) < 1e-10
-    with pytest.raises(TypeError, match=r"the layer's parameters are torch.float16; the layer supports float32 and "
-                                        r"bfloat16 \(and float64 on the CPU\)"):
-        copy_of(layer).half()(x.half())
-
-
-def copy_of(layer):
-    import copy
-
-    return copy.deepcopy(layer)
+    with pytest.raises(TypeError, match=r"the bank would be torch.float16 \(the dtype of the layer's memory\); the layer "
+                                        r"supports float32 and bfloat16 \(and float64 on the CPU\)"):
+        copy.deepcopy(layer).half()(x.half())
+    no_memory = _layer(backprop_on_memory=False).half()
+    with pytest.raises(TypeError, match=r"the bank would be torch.float16 \(the dtype of the layer's projections\)"):
+        no_memory(x.half())
 
 
 # ---- the drop-in interface of sparse-delta-memory 2.0.0 ------------------------------------
