@@ -80,7 +80,8 @@ Geometry make_geometry(const core::WriteReadShape& shape);
 struct Inputs {
   const void* k_idx = nullptr;
   const void* q_idx = nullptr;
-  bool index64 = false;
+  bool k_index64 = false;  // k_idx is int64 (else int32)
+  bool q_index64 = false;  // q_idx is int64 (else int32); the two may differ
   const void* k_val = nullptr;
   const void* v = nullptr;
   const void* beta = nullptr;

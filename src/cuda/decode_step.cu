@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_token(DecodeParams prm) {
   // Write lane w of this stream: its bank row (-1 when masked), kappa and decay. The three loads
   // are independent (one round trip); a masked lane's kappa and decay are not used.
   const auto write_lane = [&](std::int64_t w, float& kappa, float& decay) -> std::int64_t {
-    const std::int64_t idx = load_index(in.k_idx, in.index64, s * prm.W + w);
+    const std::int64_t idx = load_index(in.k_idx, in.k_index64, s * prm.W + w);
     const float k_val = load_input(in.k_val, in.k_val_dtype, s * prm.W + w);
     const float g = load_input(in.g, in.g_dtype, s * prm.G + (prm.G == 1 ? 0 : w));
     if (idx < lo || idx >= hi) return -1;
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_token(DecodeParams prm) {
   };
   // Read lane r of this stream: its bank row (-1 when masked) and rho.
   const auto read_lane = [&](std::int64_t r, float& rho) -> std::int64_t {
-    const std::int64_t idx = load_index(in.q_idx, in.index64, s * prm.R + r);
+    const std::int64_t idx = load_index(in.q_idx, in.q_index64, s * prm.R + r);
     const float q_val = load_input(in.q_val, in.q_val_dtype, s * prm.R + r);
     if (idx < lo || idx >= hi) return -1;
     rho = round_to_bank(q_val, prm.bf16_bank);

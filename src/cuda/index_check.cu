@@ -37,20 +37,20 @@ __global__ void find_first_violation(Inputs in, IndexCheck c, unsigned long long
   };
   unsigned long long found = kNoViolation;
   for (std::int64_t w = 0; w < c.W && found == kNoViolation; ++w) {
-    const std::int64_t idx = load_index(in.k_idx, in.index64, token * c.W + w);
+    const std::int64_t idx = load_index(in.k_idx, in.k_index64, token * c.W + w);
     if (idx < rows.lo || idx >= rows.hi) found = code(0, w);
   }
   for (std::int64_t w = 1; w < c.W && found == kNoViolation; ++w) {
-    const std::int64_t idx = load_index(in.k_idx, in.index64, token * c.W + w);
+    const std::int64_t idx = load_index(in.k_idx, in.k_index64, token * c.W + w);
     for (std::int64_t e = 0; e < w; ++e) {
-      if (load_index(in.k_idx, in.index64, token * c.W + e) == idx) {
+      if (load_index(in.k_idx, in.k_index64, token * c.W + e) == idx) {
         found = code(1, w);
         break;
       }
     }
   }
   for (std::int64_t r = 0; r < c.R && found == kNoViolation; ++r) {
-    const std::int64_t idx = load_index(in.q_idx, in.index64, token * c.R + r);
+    const std::int64_t idx = load_index(in.q_idx, in.q_index64, token * c.R + r);
     if (idx < rows.lo || idx >= rows.hi) found = code(2, r);
   }
   if (found != kNoViolation) atomicMin(first, found);
@@ -82,7 +82,7 @@ std::vector<std::int64_t> copy_token_indices(const void* data, bool index64, std
   const char* tensor = writes ? "k_idx" : "q_idx";
   const std::int64_t width = writes ? c.W : c.R;
   const std::vector<std::int64_t> idx =
-      copy_token_indices(writes ? in.k_idx : in.q_idx, in.index64, token * width, width);
+      copy_token_indices(writes ? in.k_idx : in.q_idx, writes ? in.k_index64 : in.q_index64, token * width, width);
 
   std::string place = std::string(tensor) + "[stream " + std::to_string(stream);
   if (c.name_token) place += ", token " + std::to_string(token % c.tokens_per_stream);

@@ -80,7 +80,7 @@ __global__ void make_write_keys(Geometry geo, Inputs in, unsigned slices, std::u
   std::int64_t local = geo.sps;  // padding / masked: sorts after every real slot of the chunk
   std::int32_t slot = -1;
   if (at.t < geo.T) {
-    const std::int64_t idx = load_index(in.k_idx, in.index64, (at.p * geo.T + at.t) * geo.W + w);
+    const std::int64_t idx = load_index(in.k_idx, in.k_index64, (at.p * geo.T + at.t) * geo.W + w);
     const std::int64_t l = idx - at.p * geo.sps;
     if (l >= 0 && l < geo.sps) {
       local = l;
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(kChunkThreads, 2) lookup_reads(Geometry geo, I
 #pragma unroll
     for (int b = 0; b < kReadItems; ++b) {
       const int x = x0 + b * kChunkThreads;
-      idx[b] = x < valid_reads ? load_index(in.q_idx, in.index64, first + x) : -1;
+      idx[b] = x < valid_reads ? load_index(in.q_idx, in.q_index64, first + x) : -1;
       q_in[b] = x < valid_reads ? load_input(in.q_val, in.q_val_dtype, first + x) : 0.0f;
     }
 #pragma unroll

@@ -50,7 +50,8 @@ Inputs make_inputs(const WriteReadArgs& args) {
   Inputs in;
   in.k_idx = args.k_idx.data;
   in.q_idx = args.q_idx.data;
-  in.index64 = args.k_idx.dtype == DType::i64;
+  in.k_index64 = args.k_idx.dtype == DType::i64;
+  in.q_index64 = args.q_idx.dtype == DType::i64;
   in.k_val = args.k_val.data, in.k_val_dtype = args.k_val.dtype;
   in.v = args.v.data, in.v_dtype = args.v.dtype;
   in.beta = args.beta.data, in.beta_dtype = args.beta.dtype;

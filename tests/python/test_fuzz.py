@@ -65,6 +65,8 @@ def calls(draw):
                            input_dtype=inputs, index_dtype=index, seed=draw(st.integers(0, 2**16)),
                            beta_2d=op != "decode_step" and draw(st.booleans()),
                            decode_lead=(P,) if op == "decode_step" else None)
+    # The two index tensors may have different dtypes.
+    problem.q_idx = problem.q_idx.to(draw(st.sampled_from([torch.int32, torch.int64])))
     options = dict(slots_per_stream=slots, validate=draw(st.booleans()))
     if op != "decode_step":
         options["chunk_size"] = draw(st.integers(1, 10))
