@@ -28,9 +28,9 @@ struct WriteReadArgs {
   TensorRef k_idx, k_val, v, beta, g, q_idx, q_val;
 };
 
-// Gradient outputs of the backward, each shaped like its input. `memory` is the gradient
-// of the initial bank: bank dtype, or f32 (always allowed). The others take the dtype of
-// their input or f32.
+// Gradient outputs of the backward, each shaped like its input, of any float dtype (each
+// value rounded once to it). `memory` is the gradient of the initial bank; the PyTorch binding
+// gives it the plan's bank_grad dtype (sdm/plan.hpp).
 struct WriteReadGrads {
   TensorRef memory, k_val, v, beta, g, q_val;
 };

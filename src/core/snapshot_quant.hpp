@@ -1,4 +1,4 @@
-// snapshot_quant.hpp - the snapshot quantisers of docs/spec.md §5 / Z.7, shared by CPU and CUDA.
+// snapshot_quant.hpp - the snapshot quantisers of docs/spec.md §5, shared by CPU and CUDA.
 //
 // A saving forward stores each pre-write bank row (hd values of the bank dtype E, bf16 or
 // f32) for the backward. Modes fp8 and int4 store it as one f32 scale plus hd e4m3 bytes or
