@@ -58,3 +58,26 @@ def test_compiled_layer_matches_eager():
     assert rel_err(out, eager_out) < 1e-5
     for name in eager_grads:
         assert rel_err(grads[name], eager_grads[name]) < 1e-4, name
+
+
+def test_inplace_ops_compile_with_dynamic_shapes_and_match_eager():
+    """The fake kernels of write_read_ and decode_step check shapes on the traced example without
+    specialising: one dynamic graph serves several T (or stream counts), bitwise equal to eager."""
+    def chunked(bank, *inputs):
+        return sdm.write_read_(bank, *inputs, slots_per_stream=8)
+
+    def decode(bank, *inputs):
+        return sdm.decode_step(bank, *inputs, slots_per_stream=8)
+
+    compiled_chunked = torch.compile(chunked, dynamic=True, fullgraph=True)
+    for T in (5, 7, 9):
+        p = make_problem(P=2, T=T, W=3, R=2, hd=4, slots_per_stream=8, dtype=torch.float32)
+        bank, eager_bank = p.memory.clone(), p.memory.clone()
+        assert torch.equal(compiled_chunked(bank, *p.inputs()), chunked(eager_bank, *p.inputs()))
+        assert torch.equal(bank, eager_bank)
+    compiled_decode = torch.compile(decode, dynamic=True, fullgraph=True)
+    for P in (2, 3):
+        d = make_problem(P=P, T=1, W=3, R=2, hd=4, slots_per_stream=8, dtype=torch.float32, decode_lead=(P,))
+        bank, eager_bank = d.memory.clone(), d.memory.clone()
+        assert torch.equal(compiled_decode(bank, *d.inputs()), decode(eager_bank, *d.inputs()))
+        assert torch.equal(bank, eager_bank)
