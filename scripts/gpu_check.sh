@@ -4,8 +4,10 @@
 # installs the `sdm` package with CUDA on, runs the C++ GPU tests (forward, backward, the per-chunk
 # key sort; forward and backward once more with SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1), the Python
 # GPU tests (tests/python_gpu), compute-sanitizer (memcheck, racecheck, initcheck) on the small C++
-# tests (summary rc: forward tests / backward tests), the C++ GPU benchmark and the Python
-# decode-latency benchmark; prints a summary table last.
+# tests (summary rc: forward tests / backward tests), the C++ GPU benchmark (bench/cuda; its default
+# slot patterns: product-key top-k over a correlated latent and the heavy-reuse variant) and the
+# Python decode-latency benchmark; prints a summary table last. SDM_COMMIT names the commit in
+# device.txt (default: git rev-parse of the checkout).
 # Logs and JSON go to $OUT (default out/gpu_check); each phase prints its start time.
 #
 #   scripts/gpu_check.sh [--configs small,readme,...] [--reps N] [--snapshot none,fp8,int4] [--no-tests]

@@ -2,7 +2,7 @@
 //
 //   sdm_gpu_bench [--json FILE] [--configs small,readme,...] [--reps N] [--training-only]
 //                 [--snapshot none,fp8,int4] [--slots product_key,heavy_reuse,strided]
-//                 [--chunks 64,128,256] [--timeline]
+//                 [--chunks 64,128,256] [--digest] [--timeline]
 //
 // Per config, slot pattern and chunk size: the chunked op's no-grad forward and saving forward
 // (validate=False, bf16 bank, bf16 k_val / v / q_val, f32 beta / g, int32 indices; values drawn on
@@ -23,6 +23,9 @@
 // --snapshot: the snapshot modes (SPEC D) of the saving forward and the training step, one row
 // each (default none); per mode the extra device memory of the training step is printed, with its
 // ratio to mode none's and the time's ratio to none's when none is in the list.
+// --digest: after a training step's timed runs, a 64-bit FNV-1a hash of the readings, the saved
+// buffer and the six gradients' bytes, one line per config / pattern / chunk / mode: two builds
+// that must agree bitwise (a kernel change that keeps every f32 chain) print the same digests.
 // --timeline: after its timed runs, one more training step per config and mode recorded kernel by
 // kernel (kernel_timeline.hpp: CUPTI's activity records), printed as a table per kernel name with
 // the time during which no kernel ran.
@@ -32,6 +35,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -130,7 +134,20 @@ struct Inputs {
   }
 };
 
-// ---- timing ------------------------------------------------------------------------------
+// ---- timing and digests -------------------------------------------------------------------
+
+// FNV-1a over the bytes of `tensors` (device memory), in order.
+std::uint64_t digest(std::initializer_list<const DeviceTensor*> tensors) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  std::vector<unsigned char> host;
+  for (const DeviceTensor* t : tensors) {
+    host.resize(t->bytes());
+    cuda_ok(cudaMemcpy(host.data(), t->data(), t->bytes(), cudaMemcpyDeviceToHost), "digest copy");
+    for (const unsigned char byte : host) h = (h ^ byte) * 0x100000001b3ull;
+  }
+  return h;
+}
+
 
 template <typename F>
 double median_ms(int reps, F&& body) {
@@ -250,7 +267,8 @@ void bench_no_grad_forward(const Case& c, int reps, Inputs& in, const WriteReadO
 }
 
 void bench_chunked(const Config& c, bench::SlotPattern pattern, std::int64_t chunk, int reps, bool training_only,
-                   bool timeline, const std::vector<SnapshotQuant>& modes, double copy_bw, std::vector<Row>& rows) {
+                   bool timeline, bool digests, const std::vector<SnapshotQuant>& modes, double copy_bw,
+                   std::vector<Row>& rows) {
   Inputs in(c, pattern, chunk);
   const Case k{c, pattern, chunk, in.distinct};
   const std::string label = std::string(c.name) + ", " + bench::slot_pattern_name(pattern) + ", C " +
@@ -295,6 +313,11 @@ void bench_chunked(const Config& c, bench::SlotPattern pattern, std::int64_t chu
       write_read_forward_saving(args, in.readings.ref(), saved.ref(), opt);
       write_read_backward(args, saved.ref(), grad_readings.ref(), TensorRef{}, grads, opt);
     });
+    if (digests) {
+      std::printf("digest %s, snapshot %s: %016llx\n", label.c_str(), snapshot_quant_name(mode),
+                  static_cast<unsigned long long>(digest({&in.readings, &saved, &grad_memory, &grad_k_val, &grad_v,
+                                                          &grad_beta, &grad_g, &grad_q_val})));
+    }
     if (timeline) {
       KernelTimeline recorder;
       recorder.start();
@@ -359,7 +382,7 @@ auto parse_list(const std::string& list, Parse&& parse) {
 int main(int argc, char** argv) {
   std::string json_path, only;
   int reps = 5;
-  bool training_only = false, timeline = false;
+  bool training_only = false, timeline = false, digests = false;
   std::vector<SnapshotQuant> modes = {SnapshotQuant::none};
   std::vector<bench::SlotPattern> patterns = {bench::SlotPattern::product_key, bench::SlotPattern::heavy_reuse};
   std::vector<std::int64_t> chunks = {64};
@@ -370,6 +393,7 @@ int main(int argc, char** argv) {
     else if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--training-only") training_only = true;
     else if (a == "--timeline") timeline = true;
+    else if (a == "--digest") digests = true;
     else if (a == "--snapshot" && i + 1 < argc) modes = parse_list(argv[++i], parse_snapshot_quant);
     else if (a == "--slots" && i + 1 < argc) patterns = parse_list(argv[++i], bench::parse_slot_pattern);
     else if (a == "--chunks" && i + 1 < argc) {
@@ -396,7 +420,7 @@ int main(int argc, char** argv) {
     }
     for (const bench::SlotPattern pattern : patterns) {
       for (const std::int64_t chunk : chunks) {
-        bench_chunked(c, pattern, chunk, reps, training_only, timeline, modes, copy_bw, rows);
+        bench_chunked(c, pattern, chunk, reps, training_only, timeline, digests, modes, copy_bw, rows);
       }
     }
   }

@@ -157,6 +157,10 @@ void test_backward_vs_reference() {
     cases.push_back({spec_of(2, 33, 8, 8, 64, 64, 8, bank, 15), 1, false});      // C = 1
     cases.push_back({spec_of(2, 150, 16, 12, 72, 128, 16, bank, 16), 64, true}); // vector path, W != R
     cases.push_back({spec_of(1, 9, 256, 256, 3, 300, 1, bank, 17), 4, true});    // W = R = 256
+    // Heavy reuse on the vector path: write and read groups of ~128 entries (longer than a warp,
+    // not a multiple of a long group's pass), G = W, C = 256; and groups of ~32 at hd 768.
+    cases.push_back({spec_of(2, 300, 4, 4, 72, 8, 4, bank, 26), 256, true});
+    cases.push_back({spec_of(1, 64, 8, 8, 768, 16, 1, bank, 27), 64, false});
   }
   cases.push_back({spec_of(2, 40, 64, 64, 768, 4096, 1, bf16, 18), 64, true});    // hd 768: 3 column steps
   cases.push_back({spec_of(2, 40, 32, 16, 520, 512, 32, f32, 19), 16, true});    // hd 520: partial last step
@@ -266,6 +270,7 @@ void test_bitwise(const ProblemSpec& spec, std::int64_t C) {
 void test_bitwise_all() {
   test_bitwise(spec_of(2, 130, 64, 64, 768, 2048, 1, DType::bf16, 51), 64);
   test_bitwise(spec_of(3, 45, 5, 7, 13, 16, 5, DType::f32, 52), 8);
+  test_bitwise(spec_of(2, 300, 4, 4, 72, 8, 4, DType::bf16, 53), 256);  // groups of ~128 entries
 }
 
 // ---- snapshot modes (SPEC D, Z.7) ---------------------------------------------------------------

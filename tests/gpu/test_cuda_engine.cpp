@@ -116,6 +116,8 @@ void test_chunked_vs_reference() {
       {spec(2, 40, 64, 64, 768, 4096, 64, f32, i64, 22), 16},
       {spec(1, 24, 16, 16, 2048, 1024, 1, f32, i32, 23), 16},  // hd 2048
       {spec(1, 24, 16, 16, 2048, 1024, 16, bf16, i32, 24), 8},
+      {spec(2, 300, 4, 4, 72, 8, 4, bf16, i32, 25), 256},    // vector path, groups of ~128 entries
+      {spec(1, 64, 8, 8, 1024, 16, 1, f32, i32, 26), 64},    // groups of ~32 entries, hd 1024
   };
   for (const Case& c : cases) chunked_vs_reference(c.spec, c.C);
 }
