@@ -60,7 +60,7 @@ class SparseDeltaMemory(nn.Module):
         self.num_reads = min(args.num_reads, args.slots_per_head)
         self.chunk_size = args.chunk_size
         self.key_size_per_head = sum(self.product_key_factors)
-        key_size = self.num_heads * self.key_size_per_head
+        self.key_size = key_size = self.num_heads * self.key_size_per_head
         D, H = self.dim, self.num_heads
 
         self.Wq_read = nn.Linear(D, key_size)
