@@ -3,7 +3,10 @@
 // outputs itself); tests/python/test_product_keys.py covers the rule and the other checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <random>
 #include <vector>
 
 #include "support/expect_rejects.hpp"
@@ -82,6 +85,54 @@ TEST(ProductKeyTopk, BackwardRefusesBadGradients) {
   expect_rejects<ValueError>([&] { product_key_topk_backward(s, matrix(grad_values.data(), DType::f32, 3, 2), kDims,
                                                              matrix(grad_raw.data(), DType::f32, 2, 5)); },
                              "grad_values", {"must be [2, 3]"});
+}
+
+TEST(ProductKeyTopk, RandomFactorListsGiveAscendingInRangeSlotsScoredByTheirFactors) {
+  // Random factor lists (1 to 5 factors of 1 to 40 columns), k and rows; float32 scores that are
+  // small integers, so every sum is exact whatever the factor count and ties abound. Each row's
+  // slots must be strictly ascending and in range, and each value the sum of its slot's factor
+  // scores; the backward must send each value's gradient to exactly its columns.
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::int64_t> dims(1 + rng() % 5);
+    std::int64_t width = 0, slots_total = 1;
+    for (auto& w : dims) {
+      w = 1 + static_cast<std::int64_t>(rng() % 40);
+      width += w;
+      slots_total *= w;
+    }
+    const std::int64_t k = 1 + static_cast<std::int64_t>(rng() % 256), rows = 1 + static_cast<std::int64_t>(rng() % 20);
+    const std::int64_t kk = std::min(k, slots_total);
+    std::vector<float> raw(static_cast<std::size_t>(rows * width)), values(static_cast<std::size_t>(rows * kk));
+    for (auto& x : raw) x = static_cast<float>(static_cast<int>(rng() % 7) - 3);
+    std::vector<std::int64_t> slots(values.size());
+    ASSERT_EQ(product_key_topk_selected(matrix(nullptr, DType::f32, rows, width), dims, k), kk);
+    product_key_topk_forward(matrix(raw.data(), DType::f32, rows, width), dims, k,
+                             matrix(values.data(), DType::f32, rows, kk), matrix(slots.data(), DType::i64, rows, kk));
+    std::vector<float> ones(values.size(), 1.0f), grad_raw(raw.size(), -1.0f), want_grad(raw.size(), 0.0f);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t e = 0; e < kk; ++e) {
+        const std::int64_t id = slots[static_cast<std::size_t>(r * kk + e)];
+        ASSERT_TRUE(id >= 0 && id < slots_total) << "trial " << trial;
+        if (e > 0) {
+          ASSERT_LT(slots[static_cast<std::size_t>(r * kk + e - 1)], id) << "trial " << trial;
+        }
+        std::int64_t rest = id, offset = width;
+        float sum = 0;
+        for (std::size_t f = dims.size(); f-- > 0;) {
+          offset -= dims[f];
+          const std::int64_t column = offset + rest % dims[f];
+          rest /= dims[f];
+          sum += raw[static_cast<std::size_t>(r * width + column)];
+          want_grad[static_cast<std::size_t>(r * width + column)] += 1.0f;
+        }
+        ASSERT_EQ(values[static_cast<std::size_t>(r * kk + e)], sum) << "trial " << trial;
+      }
+    }
+    product_key_topk_backward(matrix(slots.data(), DType::i64, rows, kk), matrix(ones.data(), DType::f32, rows, kk), dims,
+                              matrix(grad_raw.data(), DType::f32, rows, width));
+    ASSERT_EQ(grad_raw, want_grad) << "trial " << trial;
+  }
 }
 
 }  // namespace
