@@ -122,6 +122,9 @@ def _write_read_setup(ctx, inputs, keyword_only_inputs, output):
     ctx.save_for_backward(final_bank, saved, k_idx, k_val, v, beta, g, q_idx, q_val)
     ctx.options = dict(keyword_only_inputs)
     ctx.memory_dtype = memory.dtype
+    # An unused final bank (or readings) gets no gradient: None reaches the backward instead of a
+    # zero-filled bank-sized tensor (the op treats an absent final-bank gradient as zero).
+    ctx.set_materialize_grads(False)
 
 
 def _write_read_backward(ctx, grad_readings, grad_final_bank, _grad_saved):
