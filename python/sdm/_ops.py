@@ -8,7 +8,6 @@ import glob
 import os
 
 import torch
-from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -36,12 +35,21 @@ def _static(t: torch.Tensor) -> torch.Tensor:
     return t.new_empty([int(s) for s in t.shape])
 
 
+def _example_size(s) -> int:
+    """A size's value in the traced example, without adding a guard when torch knows it (a
+    symbolic size's hint); `int(s)` (which specialises) only when no hint exists."""
+    if isinstance(s, int):
+        return s
+    hint = getattr(s.node, "hint", None)
+    return int(hint) if hint is not None else int(s)
+
+
 def _hinted(t: torch.Tensor) -> torch.Tensor:
-    """`t`, or a tensor of its example shape when its sizes are symbolic, without adding a guard:
-    the shape checks of ops whose outputs do not depend on sizes run on the traced example."""
+    """`t`, or a tensor of its example shape when its sizes are symbolic: the shape checks of
+    ops whose outputs do not depend on sizes run on the traced example."""
     if all(isinstance(s, int) for s in t.shape):
         return t
-    return t.new_empty([s if isinstance(s, int) else optimization_hint(s) for s in t.shape])
+    return t.new_empty([_example_size(s) for s in t.shape])
 
 
 # ---- fake kernels: the real ops' shape / dtype / device / option checks, then output metadata --
