@@ -43,6 +43,7 @@
 #include "backward.hpp"
 #include "backward_rows.cuh"
 #include "cuda_check.hpp"
+#include "launch_bounds.cuh"
 
 namespace sdm::cuda {
 namespace {
@@ -72,7 +73,7 @@ __device__ __forceinline__ int task_write_size(std::int32_t sizes) { return size
 __device__ __forceinline__ int task_read_size(std::int32_t sizes) { return sizes >> kReadSizeShift; }
 
 // 8 CTAs per SM (at most 64 registers).
-__global__ void __launch_bounds__(kThreads, 8)
+__global__ void __launch_bounds__(kThreads, min_blocks(kThreads, 8))
     write_entry_grads(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_k) {
   const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int lane = static_cast<int>(threadIdx.x % 32);

@@ -69,6 +69,7 @@
 #include "backward_rows.cuh"
 #include "cuda_check.hpp"
 #include "dependent_launch.cuh"
+#include "launch_bounds.cuh"
 #include "prefetch.cuh"
 
 namespace sdm::cuda {
@@ -582,7 +583,7 @@ __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Pha
 // Grid (p_count, ceil((C*W + C*R) / kWarps)): warp q < C*W takes sorted write position q, the others
 // sorted read position q - C*W.
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+__global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, kMinBlocks))
     slot_groups_backward(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, std::int64_t ti) {
   wait_for_predecessor();
   const int CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C * geo.R);

@@ -49,6 +49,7 @@
 #include "chunk_products.cuh"
 #include "cuda_check.hpp"
 #include "dependent_launch.cuh"
+#include "launch_bounds.cuh"
 #include "step_kernels.hpp"
 
 namespace sdm::cuda {
@@ -399,7 +400,7 @@ __device__ __forceinline__ void pair_tile(const Geometry& geo, const BackwardBuf
 }
 
 template <bool kVec>
-__global__ void __launch_bounds__(kThreads, 2) pair_dots(Geometry geo, BackwardBuffers bb) {
+__global__ void __launch_bounds__(kThreads, min_blocks(kThreads, 2)) pair_dots(Geometry geo, BackwardBuffers bb) {
   extern __shared__ __align__(16) float smem[];
   wait_for_predecessor();
   // Tile y of the lower triangle of 64 x 64 tiles: row tile I, column tile J <= I.

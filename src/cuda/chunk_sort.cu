@@ -40,6 +40,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda_check.hpp"
+#include "launch_bounds.cuh"
 #include "sdm/error.hpp"
 
 namespace sdm::cuda {
@@ -66,7 +67,7 @@ struct TileSort {
 
 // At most 64 registers (1024 threads resident per SM at least): none of the tiles spills there.
 template <int kThreads, int kItems, bool kNarrow>
-__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
+__global__ void __launch_bounds__(kThreads, min_blocks(kThreads, 1024 / kThreads))
     sort_chunk_tiles(const std::uint64_t* __restrict__ in, std::uint64_t* __restrict__ out, int per_chunk,
                      int begin_bit, int slot_end_bit) {
   using Tile = TileSort<kThreads, kItems, kNarrow>;

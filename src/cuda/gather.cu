@@ -24,6 +24,7 @@
 #include "cuda_check.hpp"
 #include "dependent_launch.cuh"
 #include "device_values.cuh"
+#include "launch_bounds.cuh"
 #include "step_kernels.hpp"
 
 namespace sdm::cuda {
@@ -129,7 +130,7 @@ __device__ __forceinline__ void accumulate_rows(const E* __restrict__ bank_lane,
 }
 
 template <typename E, int kVec>
-__global__ void __launch_bounds__(kWarps * 32, 4)
+__global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, 4))
     gather_rows(Geometry geo, const E* __restrict__ bank, GatherSide k, GatherSide q, std::int64_t ti,
                 unsigned tiles, float* __restrict__ k_sums, float* __restrict__ q_sums) {
   constexpr int kTile = 32 * kVec;

@@ -37,6 +37,7 @@
 //   deterministic; padding and masked entries (local slot == sps) form no group.
 #include "cuda_check.hpp"
 #include "dependent_launch.cuh"
+#include "launch_bounds.cuh"
 #include "prefetch.cuh"
 #include "resident_warps.hpp"
 #include "device_values.cuh"
@@ -107,7 +108,7 @@ __device__ __forceinline__ void prefetch_later_row(const Geometry& geo, const Ph
 }
 
 template <typename E, int kVec, SnapshotQuant kMode>
-__global__ void __launch_bounds__(kWarps * 32, 3)
+__global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, 3))
     write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti, std::int64_t ahead) {
   constexpr int kHeld = kHeldPieces<kVec>;
   constexpr int kPiece = 32 * kVec;  // columns of one piece (the whole warp)

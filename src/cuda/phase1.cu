@@ -41,6 +41,7 @@
 #include "chunk_sort.hpp"
 #include "cuda_check.hpp"
 #include "device_values.cuh"
+#include "launch_bounds.cuh"
 
 namespace sdm::cuda {
 namespace {
@@ -120,7 +121,7 @@ constexpr int kStageItems = 2;  // staged elements per thread loaded before the 
 // (gamma of entry u when G = W, then its place: sorted position | kAfterPrev), token_gamma[C] f32
 // (G = 1). Entry u is read and then overwritten by one thread only (the walker of its group).
 template <bool kStaged>
-__global__ void __launch_bounds__(kScanThreads, 2) scan_groups(Geometry geo, Inputs in, bool bf16_bank,
+__global__ void __launch_bounds__(kScanThreads, min_blocks(kScanThreads, 2)) scan_groups(Geometry geo, Inputs in, bool bf16_bank,
                                                              Phase1Buffers buf) {
   extern __shared__ std::uint32_t scan_words[];
   const int W = static_cast<int>(geo.W), CW = static_cast<int>(geo.C) * W;
@@ -241,7 +242,7 @@ constexpr int kReadItems = 2;  // reads per thread whose inputs are loaded befor
 // Dynamic shared memory (kStaged): the chunk's sorted keys u64 [C*W], then L f32 [C*W] (staged at
 // group positions only: L is written there alone).
 template <bool kStaged>
-__global__ void __launch_bounds__(kChunkThreads, 2) lookup_reads(Geometry geo, Inputs in, bool bf16_bank,
+__global__ void __launch_bounds__(kChunkThreads, min_blocks(kChunkThreads, 2)) lookup_reads(Geometry geo, Inputs in, bool bf16_bank,
                                                               Phase1Buffers buf) {
   extern __shared__ std::uint64_t lookup_keys[];
   const int R = static_cast<int>(geo.R), CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C) * R;
@@ -412,7 +413,7 @@ __device__ __forceinline__ void add_walks(const ChunkRecords& rec, const Walk& w
 }
 
 // 4 CTAs per SM: 64 registers (8 bytes spilled); a latency-bound kernel, occupancy first.
-__global__ void __launch_bounds__(kPairWarps * 32, 4) pair_products(Geometry geo, Phase1Buffers buf) {
+__global__ void __launch_bounds__(kPairWarps * 32, min_blocks(kPairWarps * 32, 4)) pair_products(Geometry geo, Phase1Buffers buf) {
   extern __shared__ float pair_rows[];  // per warp: its A row [C], then its QK row [C]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t C = geo.C, CW = C * geo.W;
