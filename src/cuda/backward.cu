@@ -79,8 +79,8 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   BackwardBuffers bb;
   bb.bank = args.memory.data;
   bb.bf16_bank = shape.bank == DType::bf16;
-  bb.bf16_grad_rows = bb.bf16_bank && !options.grad_bank_fp32;
-  const DType row_dtype = bb.bf16_grad_rows ? DType::bf16 : DType::f32;
+  const DType row_dtype = core::bank_grad_dtype(shape.bank, options.grad_bank_fp32);
+  bb.bf16_grad_rows = row_dtype == DType::bf16;
   // G lives in grad_memory when that has the row dtype (all S rows), else in the workspace
   // (the P*sps stream rows; finish_grad_bank converts them).
   const bool direct = grads.memory.defined() && grads.memory.dtype == row_dtype;
