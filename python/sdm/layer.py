@@ -31,6 +31,11 @@ from .args import SparseDeltaMemoryArgs
 from .cache import SDMLayerState
 from .product_keys import product_key_topk
 
+try:
+    from torch.distributed.tensor import DTensor  # FSDP2's sharded parameters
+except ImportError:  # torch built without distributed support
+    DTensor = ()
+
 _ENGINE_DTYPES = (torch.float32, torch.bfloat16)  # the engine's banks; float64 runs the CPU reference
 
 
@@ -129,7 +134,7 @@ class SparseDeltaMemory(nn.Module):
                                      f"(bsz * num_heads * slots_per_head, head_dim), got {tuple(initial_memory.shape)}")
                 bank = initial_memory.detach().to(device=device, dtype=dtype).clone()
             elif self.memory is not None:
-                bank = self.memory.detach().to(device=device, dtype=dtype).repeat(bsz, 1)
+                bank = self._local_memory("create_kv_cache").detach().to(device=device, dtype=dtype).repeat(bsz, 1)
             else:
                 bank = torch.zeros(rows, self.head_dim, dtype=dtype, device=device)
         return SDMLayerState(bank, seq_len)
@@ -237,10 +242,19 @@ class SparseDeltaMemory(nn.Module):
             raw = norm(raw.reshape(B * T, K)).view(B, T, K)
         return self._split_heads(raw, self.key_size_per_head)
 
+    def _local_memory(self, where: str) -> Tensor:
+        """The learned memory as a plain tensor; a bank still sharded by FSDP2 (a DTensor, as
+        outside the forward of the module that fully_shard wraps) is refused by name."""
+        if isinstance(self.memory, DTensor):
+            raise RuntimeError(f"SparseDeltaMemory.{where}: the memory bank is sharded (an FSDP2 DTensor); call the "
+                               "module fully_shard wrapped (its forward unshards the bank) or unshard it first "
+                               "(module.unshard()); see docs/distributed.md")
+        return self.memory
+
     def _initial_bank(self, B: int, dtype: torch.dtype, device: torch.device) -> Tensor:
         """The learned memory replicated over the batch, or zeros: [B * H * sph, hd]."""
         if self.memory is not None:
-            return self.memory.repeat(B, 1)
+            return self._local_memory("forward").repeat(B, 1)
         return torch.zeros(B * self.num_heads * self.slots_per_head, self.head_dim, dtype=dtype, device=device)
 
     def _write_read(self, bank: Tensor, T: int, inputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:

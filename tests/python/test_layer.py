@@ -535,3 +535,26 @@ def test_any_factor_list_addresses_the_bank(factors, sph):
     raw = other.key_bn(raw.reshape(18, -1)).view(2, 9, 2, sum(factors)).transpose(1, 2)
     _, slots = sdm.product_key_topk(raw, factors, 5)
     assert slots.max() < sph and (slots[..., 1:] > slots[..., :-1]).all()
+
+
+def test_a_bank_sharded_by_fsdp2_is_refused_by_name_outside_the_wrapped_forward(tmp_path):
+    """Outside the forward of the module fully_shard wraps, the bank is a DTensor: the layer says
+    so (and what to do) instead of mixing tensors; unsharded, it works (one gloo rank)."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        layer = sdm.SparseDeltaMemory(sdm.SparseDeltaMemoryArgs(dim=16, num_heads=2, slots_per_head=16,
+                                                                num_writes=2, num_reads=2))
+        layer.init_weights()
+        fully_shard(layer)
+        with pytest.raises(RuntimeError, match=r"create_kv_cache: the memory bank is sharded \(an FSDP2 DTensor\)"):
+            layer.create_kv_cache(bsz=1, seq_len=0, dtype=torch.float32)
+        y, _ = layer(torch.randn(1, 5, 16))  # through the wrapped forward: unsharded there
+        assert y.shape == (1, 5, 16)
+        layer.unshard()
+        assert layer.create_kv_cache(bsz=1, seq_len=0, dtype=torch.float32).memory.shape == (32, 8)
+        layer.reshard()
+    finally:
+        dist.destroy_process_group()
