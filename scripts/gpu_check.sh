@@ -3,8 +3,8 @@
 # (SDM_CUDA_ARCHS, default 90) together with the PyTorch extension against the torch found there,
 # installs the `sdm` package with CUDA on, runs the C++ GPU tests (forward, backward, the per-chunk
 # key sort; forward and backward once more with SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1), the Python
-# GPU tests (tests/python_gpu, then tests/python's fuzz / refusal / compile tests, whose fuzzing
-# also draws CUDA tensors), compute-sanitizer (memcheck, racecheck, initcheck) on the small C++
+# GPU tests (`pytest tests/python -m gpu`: the tests on CUDA tensors, the fuzz test's CUDA case
+# included), compute-sanitizer (memcheck, racecheck, initcheck) on the small C++
 # tests (summary rc: forward tests / backward tests), the C++ GPU benchmark (bench/cuda; its default
 # slot patterns: product-key top-k over a correlated latent and the heavy-reuse variant) and the
 # Python decode-latency benchmark; prints a summary table last. SDM_COMMIT names the commit in
@@ -143,16 +143,9 @@ if [ "$tests" = 1 ]; then
     "$backward_no_pdl_rc ($(tail -1 "$out/backward_tests_no_pdl.log"))"
   if [ "$torch" = 1 ]; then
     phase "Python GPU tests"
-    PYTHONPATH="$site" PYTHONUNBUFFERED=1 timeout 180 "$python" -m pytest tests/python_gpu -q -rs -p no:cacheprovider \
+    PYTHONPATH="$site" PYTHONUNBUFFERED=1 timeout 240 "$python" -m pytest tests/python -m gpu -q -rs -p no:cacheprovider \
       2>&1 | tee "$out/python_tests.log"
     py_tests_rc=${PIPESTATUS[0]}
-    # The CPU suite's tests that also run on CUDA tensors (fuzzing, refusals, compile), in their
-    # own pytest run: tests/python and tests/python_gpu each have a conftest.py of the same name.
-    phase "Python tests on CUDA tensors (tests/python: fuzz, refusals, compile)"
-    PYTHONPATH="$site" PYTHONUNBUFFERED=1 timeout 180 "$python" -m pytest tests/python/test_fuzz.py \
-      tests/python/test_op_rejects.py tests/python/test_compile.py -q -rs -p no:cacheprovider \
-      2>&1 | tee "$out/python_cpu_suite_tests.log"
-    [ "${PIPESTATUS[0]}" = 0 ] || py_tests_rc=1
   fi
 fi
 
@@ -214,7 +207,7 @@ echo "| python package | $package |"
 [ "$tests" = 1 ] && echo "| C++ GPU backward tests | rc $backward_rc: $(tail -1 "$out/backward_tests.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU sort tests | rc $sort_rc: $(tail -1 "$out/sort_tests.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU tests, SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1 | rc $tests_no_pdl_rc / $backward_no_pdl_rc: $(tail -1 "$out/tests_no_pdl.log"); $(tail -1 "$out/backward_tests_no_pdl.log") |"
-[ "$tests" = 1 ] && [ "$torch" = 1 ] && echo "| Python GPU tests | rc $py_tests_rc: $(tail -1 "$out/python_tests.log"); CPU suite on CUDA: $(tail -1 "$out/python_cpu_suite_tests.log") |"
+[ "$tests" = 1 ] && [ "$torch" = 1 ] && echo "| Python GPU tests | rc $py_tests_rc: $(tail -1 "$out/python_tests.log") |"
 printf "%s" "$sanitizer_summary"
 echo "| benchmark | rc $bench_rc, Python decode rc $py_bench_rc |"
 if [ "$bench" = 1 ]; then

@@ -1,5 +1,5 @@
 """Random op problems of awkward shapes and the project's error metric, shared by the CPU tests
-(tests/python/conftest.py) and the GPU tests (tests/python_gpu/conftest.py). Problems are drawn
+(tests/python/conftest.py) and the GPU tests (tests/python/gpu_support.py). Problems are drawn
 on the CPU in float64, so both see the same inputs for the same arguments."""
 
 from __future__ import annotations

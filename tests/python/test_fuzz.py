@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 import sdm
 from conftest import make_problem, rel_err
+from gpu_support import GPU_TEST
 
 EXAMPLES = int(os.environ.get("SDM_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(max_examples=EXAMPLES or 400, derandomize=not EXAMPLES, deadline=None, database=None,
@@ -44,7 +45,7 @@ TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 CORRUPTIONS = ("none", "index_below", "index_at_end", "index_huge", "repeat_write", "dtype", "shape", "empty",
                "non_contiguous", "meta", "other_device", "alias", "chunk_size", "slots_per_stream",
                "snapshot_quant", "option_type", "nonfinite")
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
+DEVICES = ["cpu", pytest.param("cuda", marks=GPU_TEST)]
 
 
 @st.composite

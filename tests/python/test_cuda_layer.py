@@ -1,4 +1,4 @@
-"""The SparseDeltaMemory layer on CUDA, unchanged (issue 6): eval forward vs the same layer on the
+"""The SparseDeltaMemory layer on CUDA, unchanged: eval forward vs the same layer on the
 CPU, the saving forward (autograd on) == the no-grad forward bitwise, prefill + decode through a
 CUDA cache == one full forward. Training on CUDA (gradients, optimizer steps): test_cuda_backward.py."""
 
@@ -10,7 +10,9 @@ import pytest
 import torch
 
 import sdm
-from conftest import bitwise_equal, rel_err
+from gpu_support import GPU_TEST, bitwise_equal, rel_err
+
+pytestmark = GPU_TEST
 
 CONFIGS = {
     "plain": dict(num_heads=2),

@@ -1,4 +1,4 @@
-"""The CUDA backward through torch (issue 7): sdm.write_read's gradients on CUDA against the CPU
+"""The CUDA backward through torch: sdm.write_read's gradients on CUDA against the CPU
 engine on the same inputs (every differentiable input, final-bank gradient present or absent,
 G = 1 and G = W, odd hd, T not a multiple of C, f32 and bf16 banks, grad_bank_fp32 both ways;
 f32 bank rel <= 1e-4, bf16 <= 3e-2), the caller's memory untouched, two backward runs bitwise
@@ -15,7 +15,9 @@ import pytest
 import torch
 
 import sdm
-from conftest import bitwise_equal, make_problem, rel_err
+from gpu_support import GPU_TEST, bitwise_equal, gpu_problem, rel_err
+
+pytestmark = GPU_TEST
 
 SHAPES = {
     "tiny_T_not_multiple_of_C": (dict(P=2, T=13, W=3, R=2, hd=6, slots_per_stream=16), 4),
@@ -52,7 +54,7 @@ def _gradients(problem, chunk_size: int, final_grad: bool, grad_bank_fp32: bool 
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_gradients_match_cpu_engine(shape, bank, final_grad):
     kwargs, chunk = SHAPES[shape]
-    cpu = make_problem(**kwargs, bank=bank, seed=11)
+    cpu = gpu_problem(**kwargs, bank=bank, seed=11)
     gpu = cpu.to("cuda")
     memory_before = gpu.memory.clone()
     want = _gradients(cpu, chunk, final_grad)
@@ -65,7 +67,7 @@ def test_gradients_match_cpu_engine(shape, bank, final_grad):
 
 @pytest.mark.parametrize("grad_bank_fp32", [False, True])
 def test_bf16_bank_gradient_rows_both_ways(grad_bank_fp32):
-    cpu = make_problem(P=3, T=90, W=4, R=4, hd=24, slots_per_stream=16, G=4, bank=torch.bfloat16,
+    cpu = gpu_problem(P=3, T=90, W=4, R=4, hd=24, slots_per_stream=16, G=4, bank=torch.bfloat16,
                        inputs=torch.float32, seed=12)
     want = _gradients(cpu, 16, True, grad_bank_fp32)
     got = _gradients(cpu.to("cuda"), 16, True, grad_bank_fp32)
@@ -74,7 +76,7 @@ def test_bf16_bank_gradient_rows_both_ways(grad_bank_fp32):
 
 
 def test_two_backward_runs_are_bitwise_equal():
-    gpu = make_problem(P=2, T=130, W=16, R=16, hd=64, slots_per_stream=128, G=16, bank=torch.bfloat16,
+    gpu = gpu_problem(P=2, T=130, W=16, R=16, hd=64, slots_per_stream=128, G=16, bank=torch.bfloat16,
                        seed=13).to("cuda")
     first = _gradients(gpu, 64, True, seed=5)
     second = _gradients(gpu, 64, True, seed=5)
@@ -93,7 +95,7 @@ SNAPSHOT_TOLERANCE = {"bf16": 1e-2, "fp8": 8e-2, "int4": 2e-1}
 @pytest.mark.parametrize("shape", ["tiny_T_not_multiple_of_C", "odd_hd_G_eq_W", "wide_rows"])
 def test_snapshot_modes_match_cpu_engine(shape, bank, mode):
     kwargs, chunk = SHAPES[shape]
-    cpu = make_problem(**kwargs, bank=bank, seed=15)
+    cpu = gpu_problem(**kwargs, bank=bank, seed=15)
     gpu = cpu.to("cuda")
     want = _gradients(cpu, chunk, True, snapshot_quant=mode)
     got, readings, final_bank = _gradients(gpu, chunk, True, snapshot_quant=mode, with_outputs=True)
@@ -111,7 +113,7 @@ def test_snapshot_modes_match_cpu_engine(shape, bank, mode):
 
 @pytest.mark.parametrize("bank", [torch.float32, torch.bfloat16])
 def test_opcheck_on_cuda(bank):
-    p = make_problem(P=2, T=9, W=3, R=2, hd=5, slots_per_stream=16, G=3, bank=bank, inputs=torch.float32,
+    p = gpu_problem(P=2, T=9, W=3, R=2, hd=5, slots_per_stream=16, G=3, bank=bank, inputs=torch.float32,
                      seed=14).to("cuda")
     options = dict(slots_per_stream=16, chunk_size=4)
     tensors = (p.memory, *p.inputs())

@@ -11,6 +11,9 @@ import pytest
 import torch
 
 import sdm
+from gpu_support import GPU_TEST
+
+pytestmark = GPU_TEST
 
 CASES = [([7], 3), ([16, 16], 64), ([256, 256], 64), ([256, 256], 128), ([3, 5, 2], 7), ([4, 3, 5, 2], 11),
          ([2] * 12, 100), ([70000, 3], 10), ([12, 12], 256)]

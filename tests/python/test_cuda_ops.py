@@ -1,4 +1,4 @@
-"""The torch.ops.sdm operators on CUDA tensors (issue 6): sdm.write_read_, sdm.write_read and
+"""The torch.ops.sdm operators on CUDA tensors: sdm.write_read_, sdm.write_read and
 sdm.decode_step against the CPU engine on the same inputs (f32 bank rel <= 1e-4, bf16 <= 2e-2),
 bitwise run-to-run determinism, torch's current stream honoured, CUDA-graph capture == eager and
 the device index check's errors. The backward on CUDA: test_cuda_backward.py."""
@@ -9,7 +9,9 @@ import pytest
 import torch
 
 import sdm
-from conftest import bitwise_equal, make_problem, rel_err, tolerance
+from gpu_support import GPU_TEST, bitwise_equal, gpu_problem, rel_err, tolerance
+
+pytestmark = GPU_TEST
 
 CHUNKED_SHAPES = {
     "tiny_T_not_multiple_of_C": dict(P=2, T=13, W=3, R=2, hd=6, slots_per_stream=16, index=torch.int64),
@@ -26,7 +28,7 @@ def _options(problem, chunk_size, validate=True):
 @pytest.mark.parametrize("bank", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", list(CHUNKED_SHAPES))
 def test_write_read_inplace_matches_cpu_engine(shape, bank):
-    cpu = make_problem(**CHUNKED_SHAPES[shape], bank=bank, seed=1)
+    cpu = gpu_problem(**CHUNKED_SHAPES[shape], bank=bank, seed=1)
     gpu = cpu.to("cuda")
     with torch.no_grad():
         want = sdm.write_read_(cpu.memory, *cpu.inputs(), **_options(cpu, CHUNK[shape]))
@@ -38,7 +40,7 @@ def test_write_read_inplace_matches_cpu_engine(shape, bank):
 
 @pytest.mark.parametrize("inputs", [torch.float32, torch.bfloat16, torch.float16])
 def test_write_read_functional_no_grad_matches_cpu_and_leaves_memory(inputs):
-    cpu = make_problem(P=2, T=37, W=5, R=7, hd=24, slots_per_stream=32, G=5, inputs=inputs, seed=2)
+    cpu = gpu_problem(P=2, T=37, W=5, R=7, hd=24, slots_per_stream=32, G=5, inputs=inputs, seed=2)
     gpu = cpu.to("cuda")
     initial = gpu.memory.clone()
     want, want_bank = sdm.write_read(cpu.memory, *cpu.inputs(), **_options(cpu, 8))
@@ -50,7 +52,7 @@ def test_write_read_functional_no_grad_matches_cpu_and_leaves_memory(inputs):
 
 def test_saving_forward_runs_and_equals_no_grad_bitwise():
     """Under autograd sdm.write_read runs the saving forward on CUDA: same readings, bitwise (SPEC Z.4)."""
-    gpu = make_problem(P=2, T=40, W=4, R=3, hd=16, slots_per_stream=32, seed=3).to("cuda")
+    gpu = gpu_problem(P=2, T=40, W=4, R=3, hd=16, slots_per_stream=32, seed=3).to("cuda")
     with torch.no_grad():
         plain, plain_bank = sdm.write_read(gpu.memory, *gpu.inputs(), **_options(gpu, 16))
     v = gpu.v.clone().requires_grad_(True)
@@ -70,7 +72,7 @@ def test_saving_forward_runs_and_equals_no_grad_bitwise():
 def test_decode_step_matches_cpu_engine(case, bank):
     case = dict(case)
     sps_arg = case.pop("sps_arg")
-    cpu = make_problem(**case, bank=bank, seed=5)
+    cpu = gpu_problem(**case, bank=bank, seed=5)
     gpu = cpu.to("cuda")
     with torch.no_grad():
         want = sdm.decode_step(cpu.memory, *cpu.inputs(), slots_per_stream=sps_arg)
@@ -81,8 +83,8 @@ def test_decode_step_matches_cpu_engine(case, bank):
 
 
 def test_two_runs_are_bitwise_equal():
-    base = make_problem(P=2, T=100, W=16, R=16, hd=64, slots_per_stream=256, bank=torch.bfloat16, seed=6).to("cuda")
-    dec = make_problem(P=4, W=16, R=16, hd=64, slots_per_stream=256, decode_lead=(4,), bank=torch.bfloat16,
+    base = gpu_problem(P=2, T=100, W=16, R=16, hd=64, slots_per_stream=256, bank=torch.bfloat16, seed=6).to("cuda")
+    dec = gpu_problem(P=4, W=16, R=16, hd=64, slots_per_stream=256, decode_lead=(4,), bank=torch.bfloat16,
                        seed=7).to("cuda")
     results = []
     for _ in range(2):
@@ -99,7 +101,7 @@ def test_ops_run_on_torchs_current_stream():
     """A side stream first sleeps, then writes the bank; an op that ignored the current stream
     (running on the legacy default stream, which does not wait for torch's non-blocking streams)
     would read the bank before it is written."""
-    problem = make_problem(P=2, T=30, W=8, R=8, hd=32, slots_per_stream=64, seed=8).to("cuda")
+    problem = gpu_problem(P=2, T=30, W=8, R=8, hd=32, slots_per_stream=64, seed=8).to("cuda")
     with torch.no_grad():
         want_bank = problem.memory.clone()
         want = sdm.write_read_(want_bank, *problem.inputs(), **_options(problem, 8))
@@ -117,7 +119,7 @@ def test_ops_run_on_torchs_current_stream():
 def test_cuda_graph_replay_of_decode_step_equals_eager_bitwise():
     """torch.cuda.graph captures three decode steps (validate=True: the device check is skipped
     while capturing); two replays equal the eager steps bitwise."""
-    problem = make_problem(P=8, W=64, R=64, hd=768, slots_per_stream=1024, decode_lead=(8,),
+    problem = gpu_problem(P=8, W=64, R=64, hd=768, slots_per_stream=1024, decode_lead=(8,),
                            bank=torch.bfloat16, index=torch.int32, seed=9).to("cuda")
     inputs = problem.inputs()
     with torch.no_grad():
@@ -145,7 +147,7 @@ def test_cuda_graph_replay_of_decode_step_equals_eager_bitwise():
 
 
 def test_cuda_graph_replay_of_write_read_inplace_equals_eager_bitwise():
-    problem = make_problem(P=2, T=100, W=16, R=16, hd=64, slots_per_stream=256, bank=torch.bfloat16,
+    problem = gpu_problem(P=2, T=100, W=16, R=16, hd=64, slots_per_stream=256, bank=torch.bfloat16,
                            seed=10).to("cuda")
     with torch.no_grad():
         eager_bank = problem.memory.clone()
@@ -177,7 +179,7 @@ def _plant(problem, tensor: str, position: tuple[int, ...], value: int):
     ("k_idx", (0, 3, 2), None, "k_idx[stream 0, token 3, lane 2]"),  # repeats lane 0
 ])
 def test_device_index_check_raises_value_error_like_the_cpu(tensor, position, value, names):
-    cpu = make_problem(P=2, T=10, W=3, R=2, hd=8, slots_per_stream=16, seed=11)
+    cpu = gpu_problem(P=2, T=10, W=3, R=2, hd=8, slots_per_stream=16, seed=11)
     _plant(cpu, tensor, position, cpu.k_idx[0, 3, 0].item() if value is None else value)
     gpu = cpu.to("cuda")
     initial = gpu.memory.clone()
@@ -192,7 +194,7 @@ def test_device_index_check_raises_value_error_like_the_cpu(tensor, position, va
 
 @pytest.mark.parametrize("sps", [16, 0])
 def test_decode_index_check_names_stream_and_lane(sps):
-    cpu = make_problem(P=2, W=3, R=2, hd=8, slots_per_stream=16, decode_lead=(2,), seed=12)
+    cpu = gpu_problem(P=2, W=3, R=2, hd=8, slots_per_stream=16, decode_lead=(2,), seed=12)
     cpu.k_idx[1, 1] = 99 if sps == 0 else 3  # outside the bank / outside stream 1's rows
     gpu = cpu.to("cuda")
     initial = gpu.memory.clone()
@@ -205,7 +207,7 @@ def test_decode_index_check_names_stream_and_lane(sps):
 
 
 def test_inputs_on_another_device_are_refused_by_name():
-    gpu = make_problem(P=1, T=4, W=2, R=2, hd=8, slots_per_stream=8, seed=13).to("cuda")
+    gpu = gpu_problem(P=1, T=4, W=2, R=2, hd=8, slots_per_stream=8, seed=13).to("cuda")
     inputs = list(gpu.inputs())
     inputs[3] = inputs[3].cpu()  # beta
     with pytest.raises(ValueError, match="beta"), torch.no_grad():
@@ -213,7 +215,7 @@ def test_inputs_on_another_device_are_refused_by_name():
 
 
 def test_inplace_op_refuses_autograd_on_cuda():
-    gpu = make_problem(P=1, T=4, W=2, R=2, hd=8, slots_per_stream=8, seed=14).to("cuda")
+    gpu = gpu_problem(P=1, T=4, W=2, R=2, hd=8, slots_per_stream=8, seed=14).to("cuda")
     v = gpu.v.clone().requires_grad_(True)
     inputs = list(gpu.inputs())
     inputs[2] = v
