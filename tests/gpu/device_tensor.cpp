@@ -85,17 +85,4 @@ DeviceProblem::DeviceProblem(const Problem& pb)
     : memory(pb.memory), k_idx(pb.k_idx), k_val(pb.k_val), v(pb.v), beta(pb.beta), g(pb.g), q_idx(pb.q_idx),
       q_val(pb.q_val) {}
 
-WriteReadArgs DeviceProblem::args() const {
-  WriteReadArgs a;
-  a.memory = memory.ref();
-  a.k_idx = k_idx.ref();
-  a.k_val = k_val.ref();
-  a.v = v.ref();
-  a.beta = beta.ref();
-  a.g = g.ref();
-  a.q_idx = q_idx.ref();
-  a.q_val = q_val.ref();
-  return a;
-}
-
 }  // namespace sdm::testing

@@ -46,7 +46,7 @@ class DeviceTensor {
 struct DeviceProblem {
   DeviceTensor memory, k_idx, k_val, v, beta, g, q_idx, q_val;
   explicit DeviceProblem(const Problem& pb);
-  WriteReadArgs args() const;
+  WriteReadArgs args() const { return args_of(*this); }
 };
 
 

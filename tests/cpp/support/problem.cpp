@@ -75,19 +75,6 @@ ProblemSpec spec_of(std::int64_t P, std::int64_t T, std::int64_t W, std::int64_t
   return s;
 }
 
-WriteReadArgs Problem::args() const {
-  WriteReadArgs a;
-  a.memory = memory.ref();
-  a.k_idx = k_idx.ref();
-  a.k_val = k_val.ref();
-  a.v = v.ref();
-  a.beta = beta.ref();
-  a.g = g.ref();
-  a.q_idx = q_idx.ref();
-  a.q_val = q_val.ref();
-  return a;
-}
-
 HostTensor Problem::make_readings(DType dtype) const { return HostTensor(dtype, {spec.P, spec.T, spec.hd}); }
 
 }  // namespace sdm::testing

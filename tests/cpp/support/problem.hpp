@@ -25,11 +25,27 @@ struct ProblemSpec {
   std::uint64_t seed = 1;
 };
 
+// The op's arguments as views of a problem's eight tensors (HostTensor here, DeviceTensor in the
+// GPU tests: anything with ref()); memory is the bank (in / out).
+template <typename Tensors>
+WriteReadArgs args_of(const Tensors& t) {
+  WriteReadArgs a;
+  a.memory = t.memory.ref();
+  a.k_idx = t.k_idx.ref();
+  a.k_val = t.k_val.ref();
+  a.v = t.v.ref();
+  a.beta = t.beta.ref();
+  a.g = t.g.ref();
+  a.q_idx = t.q_idx.ref();
+  a.q_val = t.q_val.ref();
+  return a;
+}
+
 struct Problem {
   ProblemSpec spec;
   HostTensor memory, k_idx, k_val, v, beta, g, q_idx, q_val;
 
-  WriteReadArgs args() const;                 // views; memory is the bank (in/out)
+  WriteReadArgs args() const { return args_of(*this); }
   HostTensor make_readings(DType dtype) const;  // zeroed [P, T, hd]
   std::int64_t bank_rows() const { return spec.P * spec.slots_per_stream + spec.extra_rows; }
 };
