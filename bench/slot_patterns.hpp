@@ -9,9 +9,9 @@
 //                the kernels: nearly every slot group has one entry).
 //   product_key  a layer's addressing: product-key top-k (docs/spec.md §10: n = isqrt(sps) keys per factor,
 //                factor top-k1 with k1 = min(width, n), top-width of the k1 x k1 candidate sums,
-//                slots ascending) of scores z_t . proj over a temporally correlated latent z (AR(1),
-//                rho 0.9, 64 dims, as ../shared/peer_bench/bench.py): consecutive tokens share
-//                slots; a chunk of 64 tokens hits 0.4-0.55 distinct rows.
+//                slots ascending) of scores z_t . proj over a temporally correlated latent z
+//                (AR(1): z_t = 0.9 z_{t-1} + sqrt(1 - 0.81) noise, 64 dims, Gaussian noise and
+//                projections): consecutive tokens share slots; a chunk of 64 tokens hits 0.4-0.55 distinct rows.
 //   heavy_reuse  the same with a fixed bias on a few keys of each factor, so that a few keys win
 //                for most tokens (as in trained layers): a chunk of 64 hits 0.15-0.2 distinct rows.
 // Deterministic for a seed on every platform (own generator, no std distributions).

@@ -10,7 +10,7 @@
 // public API and replayed from a CUDA graph (the no-grad forward; 100 steps of the decode step),
 // which shows the time without host launch overhead.
 // --slots: the slot patterns (default product_key,heavy_reuse: product-key top-k over a correlated
-// latent, and the same with a few keys winning for most tokens; strided is the old synthetic one,
+// latent, and the same with a few keys winning for most tokens; strided a synthetic one with
 // nearly no reuse). Each row names its pattern and the fraction of a chunk's write entries that hit
 // distinct rows ("distinct").
 // --chunks: the chunk sizes C (default 64).
@@ -20,7 +20,7 @@
 // bandwidth as a fraction of the device-to-device copy bandwidth measured in the same run (bytes
 // read + written). Exits 0 with a message without a GPU.
 // --training-only: only the training step (saving forward + backward) of the chunked configs.
-// --snapshot: the snapshot modes (SPEC D) of the saving forward and the training step, one row
+// --snapshot: the snapshot modes (docs/spec.md §5) of the saving forward and the training step, one row
 // each (default none); per mode the extra device memory of the training step is printed, with its
 // ratio to mode none's and the time's ratio to none's when none is in the list.
 // --digest: after a training step's timed runs, a 64-bit FNV-1a hash of the readings, the saved

@@ -1,4 +1,4 @@
-"""Per-step latency of sdm.decode_step called from Python on CUDA (issue 6 targets for decode8:
+"""Per-step latency of sdm.decode_step called from Python on CUDA (targets for decode8:
 <= 30 us eager from Python, <= 10 us replayed in a CUDA graph).
 
     python3 bench/cuda/bench_torch_decode.py [--json FILE] [--steps N] [--reps N]

@@ -1,5 +1,5 @@
-"""Product-key top-k: the torch-sorts selection sdm used before its C++ kernels (two factors, a
-stable sort per factor, then over the k1 x k1 candidate grid), timed against
+"""Product-key top-k: a selection by torch sorts (two factors, a stable
+sort per factor, then over the k1 x k1 candidate grid), timed against
 torch.ops.sdm.product_key_topk on the same shapes.
 
     python bench/topk/torch_sorts.py --device cuda            # torch sorts only (no sdm needed)

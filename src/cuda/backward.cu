@@ -1,9 +1,9 @@
 // backward.cu - the CUDA backward of the chunked op: cuda::write_read_backward (engine.hpp; the
-// contract is sdm::write_read_backward's in include/sdm/ops.hpp, the math SPEC C.2, C.3, Z.6).
+// contract is sdm::write_read_backward's in include/sdm/ops.hpp, the math docs/spec.md §4).
 //
 // On entry args.memory holds the FINAL bank; it is the working bank, restored in place chunk by
 // chunk to the initial bank (exactly for snapshot "none", a bit copy; for bf16 / fp8 / int4 to
-// the decoded snapshot rows, snapshot_rows.cuh, so gradients see an approximate past, SPEC D).
+// the decoded snapshot rows, snapshot_rows.cuh, so gradients see an approximate past, docs/spec.md §5).
 // `saved` comes from the CUDA saving forward with the same args and options (saved_layout.hpp);
 // it and every other input are only read. The backward relies on that precondition (ops.hpp): it
 // runs no Phase 1 of its own; the Phase 1 arrays it reads (sorted keys, slots, positions, L,

@@ -1,4 +1,4 @@
-// backward.hpp - the pieces of the CUDA backward of the chunked op (SPEC C.2, C.3, Z.6), shared by
+// backward.hpp - the pieces of the CUDA backward of the chunked op (docs/spec.md §4), shared by
 // backward.cu (the entry point: planning and launch order) and the kernel files:
 //   backward_grad_bank.cu  the gradient bank G: initial value, final conversion into grad_memory
 //   backward_reads.cu      read records: the read entries of every chunk sorted by slot
@@ -18,7 +18,7 @@
 //   bank[s] <- pre_s;  per read group sigma: dq_w = <dy_i, M0[sigma]>, G[sigma] <- rnd(base + sum q_w dy)
 //   with base = G'[sigma] if sigma is written in the chunk (one warp does both sides of such a slot,
 //   G' stays in its registers), else G[sigma]; written rows nobody reads store rnd(G'). One rounding
-//   of a G row per chunk (SPEC Z.6).
+//   of a G row per chunk (docs/spec.md §3, §4).
 #pragma once
 
 #include <cstdint>

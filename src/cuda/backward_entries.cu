@@ -1,5 +1,5 @@
-// backward_entries.cu - the per-entry gradients of the CUDA backward (SPEC C.2 steps 9-11), batched
-// over all N chunks after the reverse loop. Inputs: Phase 1 (sorted keys, L, kappa, wcoef, k_eff,
+// backward_entries.cu - the per-entry gradients of the CUDA backward (docs/spec.md §4: through A,
+// QK, the exponentials and the per-slot scans), batched over all N chunks after the reverse loop. Inputs: Phase 1 (sorted keys, L, kappa, wcoef, k_eff,
 // q_pos, q_rho, q_w, A), the read records, the slot kernel's tasks, and what the steps left: dMs, dQK,
 // rdot, dk_eff, dc, dlambda, dq_w. With da(i, j) = beta_i dMs[i][j] and E(x, y) = exp(x - y). Kernels, in order:
 //

@@ -1,4 +1,4 @@
-// backward_grad_bank.cu - the gradient bank G of the CUDA backward (SPEC C.3, Z.6).
+// backward_grad_bank.cu - the gradient bank G of the CUDA backward (docs/spec.md §4).
 //
 // Row dtype between chunks: bf16 for a bf16 bank with grad_bank_fp32 == false, else f32 (inside a
 // chunk the backward works in f32 and rounds a touched row once). Storage (backward.cu picks it):

@@ -1,5 +1,5 @@
 // backward_reads.cu - read records of the backward: the read entries of every chunk sorted by slot
-// (the single-writer read side, SPEC C.3 GDS, C.6).
+// (the single-writer read side of the G update, docs/spec.md §4, §6).
 //
 // Input:  Phase 1's q_slot [N, C, R] (absolute row, -1 for padding / masked reads).
 // Output: read_keys u64 [N*C*R] sorted; key = chunk n | local slot (sps for padding / masked:

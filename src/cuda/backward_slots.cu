@@ -1,5 +1,5 @@
-// backward_slots.cu - the slot side of one reverse step of the CUDA backward (SPEC C.3 "PA" and
-// "GDS", C.2 steps 7-8), for the chunks n = ti*P + p of step ti, p in [geo.p_first, geo.p_first +
+// backward_slots.cu - the slot side of one reverse step of the CUDA backward (docs/spec.md §4: the
+// G update of written and read slots, the rows restored from the snapshot), for the chunks n = ti*P + p of step ti, p in [geo.p_first, geo.p_first +
 // geo.p_count). Runs after the token side (it reads dU and dy of the step). One kernel, slot_groups_backward; for each slot s that chunk n
 // writes or reads:
 //

@@ -1,5 +1,5 @@
-// backward_tokens.cu - the token side of one reverse step of the CUDA backward (SPEC C.2 steps 1-6,
-// C.3 "GWR" and "baddbmm"), for the chunks n = ti*P + p of step ti, p in [geo.p_first, geo.p_first +
+// backward_tokens.cu - the token side of one reverse step of the CUDA backward (docs/spec.md §4:
+// D_w, dU = X^T (D_w + QK^T dy), grad_v), for the chunks n = ti*P + p of step ti, p in [geo.p_first, geo.p_first +
 // geo.p_count). Kernels, in launch order:
 //
 //   GWR           D_w[p*C+i] = sum_w coef_(i,w) G[s_(i,w)] (coef = kappa exp(Lambda - L) of the entry,

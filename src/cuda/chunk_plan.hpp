@@ -1,5 +1,5 @@
 // chunk_plan.hpp - the geometry of one chunked call on the device, the raw input views the
-// kernels read, and the 64-bit sort key of a write entry (SPEC B.4, B.5).
+// kernels read, and the 64-bit sort key of a write entry (docs/spec.md §2).
 //
 // Chunks are time-major: chunk n = ti * P + p covers tokens [ti*C, ti*C + C) of stream p;
 // tokens at or beyond T are padding (no write, no read, readings not stored). A write entry

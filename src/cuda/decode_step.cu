@@ -1,9 +1,9 @@
-// decode_step.cu - one token per stream, in place (SPEC E.1, Z.10): the engine.hpp entry point.
+// decode_step.cu - one token per stream, in place (docs/spec.md §9): the engine.hpp entry point.
 //
 // Inputs:  bank [S, hd] E; per stream s: k_idx, k_val [W]; v [hd]; beta [1]; g [1 or W];
 //          q_idx, q_val [R] (caller dtypes; k_val, v, q_val rounded to E, beta and g in f32).
 // Outputs: the written bank rows (in place, rounded to E once), readings [streams, hd] E.
-// Math (per stream, per column; A.2):  r_w = exp(g_w) M[k_w];  ret = sum_w kappa_w r_w;
+// Math (per stream, per column; docs/spec.md §1):  r_w = exp(g_w) M[k_w];  ret = sum_w kappa_w r_w;
 //          delta = beta (v - ret);  M[k_w] = rnd_E(r_w + kappa_w delta);  y = rnd_E(sum_r rho_r M[q_r]).
 // Parallel decomposition: one launch for all streams; one CTA of 8 warps per (stream, column
 //   tile of 32*kVec columns). The recurrence is column-separable, so column tiles are
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_token(DecodeParams prm) {
   const auto piece = [&](std::int64_t row) { return bank + row * hd + c0; };
 
   // Up front: the records of this warp's first kHeld write and read lanes (bank rows < 2^31,
-  // SPEC Z.11; -1: masked or no such lane), one per thread: lane l < kHeld fetches write lane
+  // docs/spec.md §7; -1: masked or no such lane), one per thread: lane l < kHeld fetches write lane
   // warp + kWarps*l, lane kHeld + l read lane warp + kWarps*l; shuffles hand them to the warp.
   // Also this thread's v and beta.
   std::int64_t my_row = -1;

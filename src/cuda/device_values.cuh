@@ -27,7 +27,7 @@ __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ Bf16Bits from_f32<Bf16Bits>(float x) { return core::bf16_from_float(x); }
 
-// x rounded once to the bank dtype (k_val, v, q_val on entry, SPEC A.1).
+// x rounded once to the bank dtype (k_val, v, q_val on entry, docs/spec.md §3).
 __device__ __forceinline__ float round_to_bank(float x, bool bf16_bank) {
   return bf16_bank ? core::round_to_bf16(x) : x;
 }

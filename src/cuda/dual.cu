@@ -1,4 +1,4 @@
-// dual.cu - per-step dual product (SPEC B.2 "residual / solve / readings", B.5.2).
+// dual.cu - per-step dual product (docs/spec.md §2: residual, solve, readings).
 //
 // Inputs:  v [P, T, hd], beta [P, T] (caller dtypes), retrieved / inter f32 [P*C, hd] (step rows),
 //          Phase 1's X, QX f32 [N, C, C] (lower triangular).
@@ -17,8 +17,8 @@
 //   __syncthreads - X and QX whole by cp.async, then v / retrieved / beta of its U rows (thread t:
 //   rows t / kCols + k * row_groups(C), k < 4, as raw bits) and inter of its 4 output rows - so one
 //   global round trip precedes the products, which then read shared memory only.
-// Numerics: f32; delta[i] and (QX U)[i] are each one fmaf chain over j = 0 .. i ascending
-//   (bitwise the order of the previous kernel), independent of kCols; readings = rnd(inter + QX U).
+// Numerics: f32; delta[i] and (QX U)[i] are each one fmaf chain over j = 0 .. i ascending,
+//   independent of kCols; readings = rnd(inter + QX U).
 //   The arithmetic of readings is identical in no-grad and saving calls (the saving call only
 //   stores more: residual, delta per chunk), so their readings are bitwise equal.
 #include "chunk_products.cuh"

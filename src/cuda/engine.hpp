@@ -1,5 +1,5 @@
 // engine.hpp - the CUDA engine's entry points (built with SDM_ENABLE_CUDA), called by src/ops/dispatch.cpp after
-// host validation (shapes, dtypes, devices); index values are checked on the device (SPEC Z.3).
+// host validation (shapes, dtypes, devices); index values are checked on the device (docs/spec.md §8).
 // Contracts are those of the public functions of the same names in include/sdm/ops.hpp. Each call
 // runs on options.cuda_stream (nullptr: the legacy default stream) on the bank's device, with no
 // host sync except the validate=True index check, which is skipped while that stream is being

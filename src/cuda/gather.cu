@@ -1,5 +1,5 @@
-// gather.cu - per-step weighted sums of gathered rows: the forward's gather of bank rows (SPEC B.2
-// "gather", B.5.1) and the backward's GWR (D_w, SPEC C.3), one kernel.
+// gather.cu - per-step weighted sums of gathered rows: the forward's gather of bank rows (ret and
+// inter, docs/spec.md §2) and the backward's GWR (D_w, docs/spec.md §4), one kernel.
 //
 // Inputs:  rows [S, hd] (E: the bank M0, or the gradient bank G); two sides (GatherSide), each
 //          `count` entries per chunk token: slot (absolute row, -1 for nothing) and weight, at

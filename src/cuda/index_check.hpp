@@ -1,4 +1,4 @@
-// index_check.hpp - the device-side index check of SPEC Z.3 (validate=True).
+// index_check.hpp - the device-side index check of docs/spec.md §8 (validate=True).
 //
 // One kernel scans every token's k_idx and q_idx, then one host sync reads back the first
 // violation in (stream, token, tensor, lane) order, with the same precedence and message as

@@ -1,12 +1,12 @@
 // phase1.hpp - Phase 1 of the chunked forward on the device, for all N chunks at once
-// (SPEC B.1, B.4); it does not touch the bank.
+// (docs/spec.md §2, per-chunk quantities); it does not touch the bank.
 //
 // Outputs (per chunk n; "sorted" arrays are indexed by n*C*W + q, q the sorted position):
 //   keys      u64 [N*C*W] sorted write keys (chunk_plan.hpp): slot groups in token order
 //   L         f32 sorted   L_e = per-slot inclusive cumulative log-decay (segmented f32 scan);
 //                          0 for padding / masked
 //   kappa     f32 sorted   k_val rounded to the bank dtype; 0 for padding / masked
-//   wcoef     f32 sorted   kappa_e * exp(Lambda_s - L_e)    (write coefficient, B.2); 0 for padding / masked
+//   wcoef     f32 sorted   kappa_e * exp(Lambda_s - L_e)    (write coefficient, coef_e of docs/spec.md §2); 0 for padding / masked
 //   gdecay    f32 sorted   exp(Lambda_s) of the entry's group (total decay of the slot); 0 for padding / masked
 //   inv_pos   i32 [N, C, W] in-chunk sorted position of entry (n, i, w)
 //   k_slot    i32 [N, C, W] absolute bank row of entry (n, i, w); -1 for padding / masked

@@ -1,5 +1,23 @@
-// saved_layout.cu - region offsets of the CUDA saved buffer, the Phase 1 pointers into it and the
-// zeroing of the bytes no other kernel writes (see saved_layout.hpp).
+// saved_layout.cu - the layout of the CUDA saving forward's `saved` buffer (uint8, 16-byte
+// aligned, write_read_saved_bytes bytes), the Phase 1 pointers into it and the zeroing of the
+// bytes that no other kernel writes. saved_layout.hpp states each region's contents.
+//
+// Regions, in this order, each starting at the next multiple of 256 bytes after the previous
+// one's end (N = Nt*P chunks, rows = N*C*W snapshot rows):
+//   delta, residual  f32 [N*C, hd] each                                  written by dual.cu
+//   snapshot         u8 [rows, row_bytes] (row_bytes: the effective mode)  group_writer.cu
+//   scales           f32 [rows], fp8 / int4 only (else empty, no gap)     group_writer.cu
+//   Phase 1          keys u64 [N*C*W]; L, kappa, wcoef, gdecay, inv_pos, k_slot, k_eff 4 bytes
+//                    [N*C*W]; q_slot, q_pos, q_rho, q_w 4 bytes [N*C*R]; A, QK, X f32 [N, C, C]
+//                                                                        written by phase1.cu
+// Who writes what: Phase 1 writes its arrays whole (0 at padding / masked positions); the dual
+// product writes delta and residual at every chunk-token row (0 for padding tokens); the group
+// writer writes the snapshot row and scale at the first sorted position of each write group.
+// zero_unwritten_saved zeroes the rest: the gaps between regions (zero_gaps, one CTA per gap of
+// fewer than 256 bytes) and the snapshot rows and scales of the positions that start no group
+// (zero_unused_rows, one warp per 32 positions). So the CUDA saving forward writes every byte of
+// `saved`, as an op output: the same bytes for the same inputs, and no caller needs to zero it.
+// The 256-byte region starts keep the 16-byte vector accesses and the 8-byte keys aligned.
 #include "saved_layout.hpp"
 
 #include <cstdint>

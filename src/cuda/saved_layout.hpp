@@ -1,5 +1,5 @@
 // saved_layout.hpp - what the CUDA saving forward stores in the caller's `saved` buffer
-// (SPEC B.6, C.4, D, Z.7), for the backward (backward.cu), which runs none of Phase 1: it reads the
+// (docs/spec.md §4, §5), for the backward (backward.cu), which runs none of Phase 1: it reads the
 // forward's Phase 1 arrays from here. Offsets in bytes from the buffer start, each region 256-byte
 // aligned; N = Nt*P chunks (time-major n = ti*P + p), rows = N*C*W snapshot rows.
 //
@@ -28,10 +28,8 @@
 // Every byte is written by a saving forward (an op output: the same bytes for the same inputs):
 // rows that start no group (and their scales) and L / kappa at padding / masked positions hold 0,
 // and so do the gaps between regions (zero_unwritten_saved).
-// Phase 1 takes 36 bytes per write entry, 16 per read entry and 12 C^2 per chunk: bf16 bank, C 64,
-// config small (P 4, T 2048, W = R = 16, hd 128) 12.5 MiB (+31 % over the 40 MiB of snapshot
-// "none"), readme (P 2, T 8192, W = R = 64, hd 768) 64 MiB (+3.9 % over 1.59 GiB; fp8 +7.4 %,
-// int4 +13 %), flagship (P 8, T 4096, W = R = 128, hd 1024) 232 MiB (+2.7 % over 8.25 GiB).
+// Phase 1 takes 36 bytes per write entry, 16 per read entry and 12 C^2 per chunk (the sizes for the
+// benchmark configurations: docs/performance.md).
 // Alignment: with hd % 8 == 0 a row's lane pieces (8 columns at c0 % 8 == 0) sit at multiples of
 // 16 (none, bf16), 8 (fp8) or 4 (int4) bytes from the region start, so a 16-byte aligned buffer
 // allows the vector accesses; the u64 keys need an 8-byte aligned buffer.

@@ -1,4 +1,4 @@
-// snapshot_rows.cuh - the saved snapshot rows of the CUDA engine (SPEC D, Z.7): where they are and
+// snapshot_rows.cuh - the saved snapshot rows of the CUDA engine (docs/spec.md §5): where they are and
 // how the backward reads one lane's piece of a row back.
 //
 // A saving forward stores the pre-write bank row of each write group at snapshot row
@@ -64,7 +64,7 @@ struct SnapshotScale {
   float scale = 0.0f, reciprocal = 0.0f;
 };
 
-// ---- the per-value codec (SPEC D.2 steps 1, 3-5) ----------------------------------------------
+// ---- the per-value codec (docs/spec.md §5, steps 1, 3-5) -----------------------------------------
 // Bitwise the amax, codes and restored values of core::quant_amax_update, quant_encode and
 // quant_restore(quant_decode(..)) (restored NaNs: NaN, payload aside), with the hardware's
 // conversions in place of core's integer code: checked for every bf16 value and a set of scales by

@@ -1,4 +1,4 @@
-// step_kernels.hpp - the three per-time-step kernels of the chunked forward (SPEC B.2, B.5).
+// step_kernels.hpp - the three per-time-step kernels of the chunked forward (docs/spec.md §2).
 // A launch for step ti processes the chunks n = ti*P + p of the streams p in [geo.p_first,
 // geo.p_first + geo.p_count) (all P, or half of them: step_streams.hpp); chunk-token rows of the
 // step are p*C + i ("step rows", [P*C, hd]).

@@ -10,7 +10,7 @@
 // of a large call run half of the P streams on a side stream forked from it and joined back
 // (step_streams.hpp). No host sync follows the optional check, so the whole call can be captured
 // in a CUDA graph (then on one stream); while the stream is capturing, the device index check is
-// skipped (SPEC Z.3) and out-of-range entries are masked.
+// skipped (docs/spec.md §8) and out-of-range entries are masked.
 // Scratch comes from one stream-ordered allocation (workspace.hpp).
 #include <cstdint>
 #include <string>

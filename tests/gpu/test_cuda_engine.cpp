@@ -1,4 +1,4 @@
-// test_cuda_engine.cpp - GPU tests of the CUDA engine (issue 6). A plain program run by
+// test_cuda_engine.cpp - GPU tests of the CUDA engine. A plain program run by
 // gpu_test_harness.hpp (the GPU machine has no GoogleTest): each test prints its measured errors
 // and its failed checks; the exit status is 1 if any check failed. Without a CUDA device it prints
 // a message and exits 0.
@@ -461,10 +461,10 @@ void test_validation_errors() {
 
 // ---- snapshot modes: saved-buffer sizes, and the forward never depends on the mode ----------
 
-// Per bank: write_read_saved_bytes orders the modes by their row size (SPEC D.1: none hd*E,
+// Per bank: write_read_saved_bytes orders the modes by their row size (docs/spec.md §5: none hd*E,
 // bf16 2 hd (f32 bank; "none" on a bf16 bank), fp8 hd + scale, int4 ceil(hd/2) + scale), and a
 // saving forward in every mode gives readings and a final bank bitwise equal to mode "none"'s
-// (SPEC Z.7). The backward's use of the modes is tested in test_cuda_backward.cpp.
+// (docs/spec.md §5). The backward's use of the modes is tested in test_cuda_backward.cpp.
 void test_snapshot_modes_forward() {
   for (const DType bank : {DType::f32, DType::bf16}) {
     for (const std::int64_t hd : {std::int64_t{8}, std::int64_t{37}}) {
@@ -572,7 +572,7 @@ void test_cuda_vs_cpu_engine() {
 }
 
 
-// A bank of more than 2^32 elements (SPEC Z.11): a small problem run on a small bank, and the
+// A bank of more than 2^32 elements (docs/spec.md §7): a small problem run on a small bank, and the
 // same problem on a bank of 2^21 + 64 rows of hd 2048 (2^32 + 2^17 elements, 8.6 GB bf16) whose
 // top 64 rows hold the small bank's rows, indices shifted there. The op reads and writes only the
 // indexed rows and its orders depend on the slot order, which the shift keeps: readings, the
