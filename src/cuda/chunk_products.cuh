@@ -10,7 +10,7 @@
 // (bt[row], one array per column with a padded leading dimension), so one 16-byte load brings four
 // consecutive rows of it. Per four steps of the inner index a thread issues four 16-byte loads of
 // the matrix (warp broadcasts) and one of the operand for 16 fmaf per matrix. The inner loops are
-// not unrolled further (unroll 1): unrolled, ptxas took 96-136 registers and spilled for some kCols.
+// not unrolled further (unroll 1): unrolled, they spill registers for some kCols.
 //
 // Small chunks (C <= 64, one block): stage_chunk_async copies the whole C x C matrix with cp.async,
 // so a kernel issues every global load of its CTA (both matrices and its operand rows, the latter

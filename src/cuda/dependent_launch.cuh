@@ -6,8 +6,8 @@
 // predecessor has completed and its memory is visible. That hides part of the launch latency
 // between dependent kernels without changing what any kernel computes: every memory access of
 // a PDL kernel comes after the wait. The predecessors trigger nothing early: an early trigger
-// (griddepcontrol.launch_dependents at kernel start) was measured slower at readme (6.99 ms vs
-// 6.02 without PDL, H200; cause not established, waiting CTAs holding SM slots is a guess).
+// (griddepcontrol.launch_dependents at kernel start) is slower than no PDL at all
+// (docs/performance.md).
 //
 // SDM_CUDA_PDL=0 in the environment launches them normally instead (read once per process; for
 // A/B measurements: PDL only changes when a kernel is scheduled, never what it computes).

@@ -1,5 +1,6 @@
-// group_writer.cu - per-step decay-and-write of every slot group (SPEC B.2 "write", B.5.3), and
-// in a saving call the encoding of each group's pre-write row into the snapshot (SPEC D, Z.7).
+// group_writer.cu - per-step decay-and-write of every slot group (docs/spec.md §2, the row update
+// of "Per-chunk computation"), and in a saving call the encoding of each group's pre-write row
+// into the snapshot (docs/spec.md §5).
 //
 // Inputs:  Phase 1's sorted keys, wcoef, gdecay; delta f32 (step rows, or chunk-token rows in a
 //          saving call); the bank, which still holds M0 for this step's written rows.
@@ -11,26 +12,8 @@
 //          core/snapshot_quant.hpp (scale from the row's amax, codes from the fast quotient on bf16
 //          rows, the IEEE division on f32 rows): the bytes and scale core::quantize_row gives.
 // Parallel decomposition: one warp per sorted write position of the step (a 1-D grid of P blocks
-//   of ceil(C*W / 8) CTAs, so the stream p and position q come from 32-bit block arithmetic); the
-//   warp at a group's first entry is the group's only writer, the others exit at once. Every warp
-//   first asks L2 for the row of the group (if any) at the position one wave of resident warps
-//   later (prefetch_later_row, resident_warps.hpp), whose warp then finds its row on its way: the
-//   gather read the step's rows, but at large steps (flagship: 126 MB of written rows) they have
-//   left L2 by the writer's turn. Measured on the H200: flagship training step 34.4 -> 34.0 ms,
-//   the other configs within 0.5 %; the slot kernel's rows asked one wave ahead were slower
-//   (docs/performance.md). Lane l owns columns l*kVec + 32*kVec*s (16-byte accesses when
-//   kVec == 8). The group's entries are read 32 at a time, one per lane (key, delta row offset,
-//   coefficient: one coalesced load), and then broadcast by shuffles; nearly every group fits in
-//   one such batch. The first batch's keys and coefficients, the previous key and the decay are
-//   loaded in one round trip before the warp knows whether it writes, and the first entry's delta
-//   pieces are prefetched into L1 while the row's loads fly. The row is processed in blocks of
-//   kHeld pieces (kVec 8: 4 pieces = 1024 columns; kVec 1: 8 pieces = 256 columns): a block's row
-//   pieces are all loaded first (loads in flight together) and kept as loaded (PackedRow) for the
-//   snapshot and the update, then for each entry all of the block's delta pieces are loaded
-//   together. fp8 / int4 take the row's amax from the held pieces (lane maxima, then a warp max:
-//   exact, any order) when the row is one block (hd <= 1024 resp. 256), else from a first read of
-//   the row; lane 0 stores the scale. int4 with kVec == 1 pairs the adjacent
-//   columns of lanes 2j, 2j+1 by a shuffle.
+//   of ceil(C*W / 8) CTAs); the warp at a group's first entry is the group's only writer, the
+//   others exit at once. Lane l owns columns l*kVec + 32*kVec*s (16-byte accesses when kVec == 8).
 // Numerics: per element, f32 in group order (ascending token) starting from exp(Lambda) M0, one
 //   rounding to E per chunk. The update always uses the exact M0, so readings and the final bank
 //   do not depend on the snapshot mode. A single writer per row makes the in-place update safe and
@@ -107,6 +90,22 @@ __device__ __forceinline__ void prefetch_later_row(const Geometry& geo, const Ph
   prefetch_row_l2(static_cast<const char*>(sb.bank) + (p * geo.sps + local) * row_bytes, row_bytes, lane);
 }
 
+// The writer (write_groups). Stream p and position q come from 32-bit block arithmetic. Every
+// warp first asks L2 for the row of the group (if any) at the position one wave of resident warps
+// later (prefetch_later_row, resident_warps.hpp), whose warp then finds its row on its way: the
+// gather read the step's rows, but at large steps (flagship: 126 MB of written rows) they have
+// left L2 by the writer's turn. The group's entries are read 32 at a time, one per lane (key,
+// delta row offset, coefficient: one coalesced load), and then broadcast by shuffles; nearly every
+// group fits in one such batch. The first batch's keys and coefficients, the previous key and the
+// decay are loaded in one round trip before the warp knows whether it writes, and the first
+// entry's delta pieces are prefetched into L1 while the row's loads fly. The row is processed in
+// blocks of kHeld pieces (kVec 8: 4 pieces = 1024 columns; kVec 1: 8 pieces = 256 columns): a
+// block's row pieces are all loaded first (loads in flight together) and kept as loaded
+// (PackedRow) for the snapshot and the update, then for each entry all of the block's delta pieces
+// are loaded together. fp8 / int4 take the row's amax from the held pieces (lane maxima, then a
+// warp max: exact, any order) when the row is one block (hd <= 1024 resp. 256), else from a first
+// read of the row; lane 0 stores the scale. int4 with kVec == 1 pairs the adjacent columns of
+// lanes 2j, 2j+1 by a shuffle.
 template <typename E, int kVec, SnapshotQuant kMode>
 __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, 3))
     write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti, std::int64_t ahead) {

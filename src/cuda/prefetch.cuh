@@ -15,8 +15,7 @@ __device__ __forceinline__ void prefetch_l2(const void* at) { asm volatile("pref
 __device__ __forceinline__ void prefetch_l1(const void* at) { asm volatile("prefetch.global.L1 [%0];" ::"l"(at)); }
 
 // Bytes of a row prefetch_row_l2 asks for: whole rows up to 2 KB (hd 1024 in bf16), the first 2 KB
-// of longer ones. Measured on an H200 at config big (hd 2048, bf16): whole 4 KB rows made the slot
-// kernel slower (79 vs 74 us per step, training step 23.3 vs 22.5 ms).
+// of longer ones: asking for whole longer rows slows the slot kernel down (docs/performance.md).
 constexpr std::int64_t kPrefetchRowBytes = 2048;
 
 // Asks L2 for the first min(bytes, kPrefetchRowBytes) bytes of a row, one 32-byte sector per lane

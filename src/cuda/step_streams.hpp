@@ -10,13 +10,11 @@
 // transposed solves, every kernel's ramp and tail) can then overlap the other half's memory-bound
 // ones. No value changes: each element is computed by the same kernel with the same arithmetic
 // whichever half holds it, and the halves write disjoint memory.
-// It pays where each half still has plenty to do: measured on the H200 (training step, A/B of one
-// stream against two, each half's bank rows per step in parentheses: P/2 * C * (W + R) * hd *
-// element size) small 1.26 -> 1.60 ms (1 MB), readme 9.75 -> 9.80-9.85 (12.6 MB), big 20.5 ->
-// 19.9-20.0 (33.5 MB), flagship 33.8 -> 32.85-32.89 (134 MB). So a call splits when a half moves at
-// least kSplitRowBytes of bank rows a step. SDM_CUDA_STEP_STREAMS=1 in the environment splits every
-// call with P >= 2, =0 none (read once per process; for tests and A/B measurements: the split only
-// changes where launches run, never what they compute).
+// It pays only where each half still has plenty to do (docs/performance.md), so a call splits when
+// a half moves at least kSplitRowBytes of bank rows a step (P/2 * C * (W + R) * hd * element size).
+// SDM_CUDA_STEP_STREAMS=1 in the environment splits every call with P >= 2, =0 none (read once
+// per process; for tests and A/B measurements: the split only changes where launches run, never
+// what they compute).
 // While the call's stream is being captured into a CUDA graph the call stays on one stream (no
 // stream or event is created during a capture).
 #pragma once
