@@ -25,13 +25,6 @@
 // captured in a CUDA graph (then on one stream). Deterministic by construction: one writer per gradient
 // element and per G / bank row, every f32 sum in an order fixed by the shape (the kernel headers
 // state them), no atomics; results do not depend on the SM count or on pointer alignment.
-//
-// Memory: the workspace holds the read records (two 8-byte keys per read entry), a 32-byte
-// slot-kernel task per write and read entry, per-chunk C x C dMs and dQK, per-entry scalars (7
-// floats per write entry: the GWR weight and six gradients; 2 per read entry), dy and dU of every chunk (f32 [N*C, hd] each), two
-// step-sized f32 buffers (D_w [P*C, hd] and the [P*C*W, hd] scratch rows that carry G' between the
-// passes of write groups of two or more entries), and, unless grad_memory has the row dtype (then G
-// lives in it), an owned G of P*sps rows; nothing of Phase 1 (its arrays are in `saved`).
 #include <cstdint>
 
 #include "alignment.hpp"
@@ -47,6 +40,12 @@ namespace {
 
 AnyFloat any_float(const TensorRef& t) { return t.defined() ? AnyFloat{t.data, t.dtype} : AnyFloat{}; }
 
+// Memory: the workspace holds the read records (two 8-byte keys per read entry), a 32-byte
+// slot-kernel task per write and read entry, per-chunk C x C dMs and dQK, per-entry scalars (7
+// floats per write entry: the GWR weight and six gradients; 2 per read entry), dy and dU of every chunk (f32 [N*C, hd] each), two
+// step-sized f32 buffers (D_w [P*C, hd] and the [P*C*W, hd] scratch rows that carry G' between the
+// passes of write groups of two or more entries), and, unless grad_memory has the row dtype (then G
+// lives in it), an owned G of P*sps rows; nothing of Phase 1 (its arrays are in `saved`).
 void plan_step_and_entry_buffers(const Geometry& geo, Workspace& ws, BackwardBuffers& bb) {
   const std::int64_t step_rows = geo.P * geo.C * geo.hd, chunk_rows = geo.N * geo.C * geo.hd;
   ws.plan(&bb.dy, chunk_rows);

@@ -22,24 +22,9 @@
 //                  + dLambda, the first sum built from the group's last entry backwards.
 //   token_grads        one warp per token: grad_beta = rdot_i + sum_{j<i} A[i][j] dMs[i][j]
 //                      (j ascending); grad_g = dgamma (G = W) or sum_w dgamma_(i,w) (w ascending).
-//                      Rows are loaded 32 columns at a time, one per lane; every lane runs the
-//                      serial sums on shuffled values (the one-thread order); G = W stores by lanes.
-//                      The first 64 columns, rdot and the first 128 dgamma are loaded before the
-//                      sums and stores (all of them when C <= 64 and W <= 128).
 // Every sum has one thread and a fixed order; no atomics.
 //
-// Groups and reads without searches: the slot kernel's tasks (bb.slot_tasks, backward_slot_tasks.cu:
-// found once per call before the loop, which does not change them) hold at every write group's
-// first sorted position the group's size, the first sorted read position of its slot in the chunk
-// and the slot's read count; every other write position (inside a group, padding / masked) holds
-// kSlotIdle. write_entry_grads and group_scans load the task at their own position together with
-// their key. In write_entry_grads the group starts of a warp (whose lanes hold consecutive sorted
-// entries) are a ballot of the roles; a lane inside a group takes its start's position and task by
-// shuffles from the start's lane, and when the group began in an earlier warp lane 0 walks the
-// roles back to the start. The reads of the entry's slot are the task's read range; reads at tokens
-// before the entry's are skipped, which leaves the reads a search for the first read at or after
-// the token would walk, in the same order. Index divisions run in 32 bits whenever the operands
-// fit (the same quotients).
+// Groups and reads come from the slot kernel's tasks, with no searches (see write_entry_grads).
 #include "backward.hpp"
 #include "backward_rows.cuh"
 #include "cuda_check.hpp"
@@ -72,6 +57,18 @@ __device__ __forceinline__ EntryPlace place(const Geometry& geo, std::int64_t n,
 __device__ __forceinline__ int task_write_size(std::int32_t sizes) { return sizes & ((1 << kReadSizeShift) - 1); }
 __device__ __forceinline__ int task_read_size(std::int32_t sizes) { return sizes >> kReadSizeShift; }
 
+// Groups and reads without searches: the slot kernel's tasks (bb.slot_tasks, backward_slot_tasks.cu:
+// found once per call before the loop, which does not change them) hold at every write group's
+// first sorted position the group's size, the first sorted read position of its slot in the chunk
+// and the slot's read count; every other write position (inside a group, padding / masked) holds
+// kSlotIdle. write_entry_grads and group_scans load the task at their own position together with
+// their key. In write_entry_grads the group starts of a warp (whose lanes hold consecutive sorted
+// entries) are a ballot of the roles; a lane inside a group takes its start's position and task by
+// shuffles from the start's lane, and when the group began in an earlier warp lane 0 walks the
+// roles back to the start. The reads of the entry's slot are the task's read range; reads at tokens
+// before the entry's are skipped, which leaves the reads a search for the first read at or after
+// the token would walk, in the same order. Index divisions run in 32 bits whenever the operands
+// fit (the same quotients).
 // 8 CTAs per SM (at most 64 registers).
 __global__ void __launch_bounds__(kThreads, min_blocks(kThreads, 8))
     write_entry_grads(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_k) {
@@ -264,6 +261,10 @@ __device__ __forceinline__ int piece_count(std::int64_t remaining) {
   return remaining <= 0 ? 0 : remaining < 32 ? static_cast<int>(remaining) : 32;
 }
 
+// token_grads: rows are loaded 32 columns at a time, one per lane; every lane runs the serial sums
+// on shuffled values (the one-thread order); G = W stores by lanes. The first 64 columns, rdot and
+// the first 128 dgamma are loaded before the sums and stores (all of them when C <= 64 and
+// W <= 128).
 __global__ void token_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_beta, AnyFloat grad_g) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const std::int64_t ci = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // n*C + i

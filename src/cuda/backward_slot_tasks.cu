@@ -18,21 +18,8 @@
 //   q_w. These are the values the worker would load itself (the same words, no arithmetic but
 //   beta's negation), so nothing downstream changes by a bit.
 //
-// Parallel decomposition (kernel chunk_slot_tasks): one CTA of kThreads per chunk, three passes
-// split by __syncthreads:
-//   1. stage: the local slots of the chunk's C*R sorted read keys go to shared memory as u32
-//      (when C*R <= kMaxStagedReads and a slot fits 32 bits; otherwise the passes below take them
-//      from the read keys in global memory), and one `claimed` byte per read position is cleared;
-//   2. write positions q = t, t + kThreads, ..: a group start (its key's slot differs from the
-//      previous key's) walks its group's keys for the size and finds the first read of its slot by
-//      a binary search of the read slots (every search of a chunk has the same trip count); it
-//      claims that read position (distinct slots claim distinct positions: one writer per byte);
-//   3. read positions: a read group start that no write group claimed starts a slot the chunk
-//      reads but does not write (each written slot's write group claimed its first read position
-//      in pass 2): the read-only worker, which finds its group's size as in pass 2.
-// A chunk's slots ascend along its sorted keys (the chunk field of every key is n), so the search
-// by slot finds the position of lower_bound(key (n, s, 0, 0)). Integer work and copies only; each
-// task has one writer; consecutive threads store consecutive tasks.
+// Parallel decomposition: one CTA per chunk (chunk_slot_tasks, its three passes described above
+// the kernel). Integer work and copies only; each task has one writer.
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -120,6 +107,22 @@ __device__ __forceinline__ void finish_task(const Geometry& geo, const Inputs& i
   task.tokens = tokens;
 }
 
+// Parallel decomposition (kernel chunk_slot_tasks): one CTA of kThreads per chunk, three passes
+// split by __syncthreads:
+//   1. stage: the local slots of the chunk's C*R sorted read keys go to shared memory as u32
+//      (when C*R <= kMaxStagedReads and a slot fits 32 bits; otherwise the passes below take them
+//      from the read keys in global memory), and one `claimed` byte per read position is cleared;
+//   2. write positions q = t, t + kThreads, ..: a group start (its key's slot differs from the
+//      previous key's) walks its group's keys for the size and finds the first read of its slot by
+//      a binary search of the read slots (every search of a chunk has the same trip count); it
+//      claims that read position (distinct slots claim distinct positions: one writer per byte);
+//   3. read positions: a read group start that no write group claimed starts a slot the chunk
+//      reads but does not write (each written slot's write group claimed its first read position
+//      in pass 2): the read-only worker, which finds its group's size as in pass 2.
+// A chunk's slots ascend along its sorted keys (the chunk field of every key is n), so the search
+// by slot finds the position of lower_bound(key (n, s, 0, 0)). Integer work and copies only; each
+// task has one writer; consecutive threads store consecutive tasks.
+//
 // Dynamic shared memory: [kStaged ? C*R : 0] u32 read slots, then C*R claimed bytes (rounded up to
 // whole words).
 template <bool kStaged>

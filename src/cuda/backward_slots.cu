@@ -1,7 +1,8 @@
 // backward_slots.cu - the slot side of one reverse step of the CUDA backward (docs/spec.md §4: the
-// G update of written and read slots, the rows restored from the snapshot), for the chunks n = ti*P + p of step ti, p in [geo.p_first, geo.p_first +
-// geo.p_count). Runs after the token side (it reads dU and dy of the step). One kernel, slot_groups_backward; for each slot s that chunk n
-// writes or reads:
+// G update of written and read slots, the rows restored from the snapshot), for the chunks
+// n = ti*P + p of step ti, p in [geo.p_first, geo.p_first + geo.p_count). Runs after the token
+// side (it reads dU and dy of the step). One kernel, slot_groups_backward; for each slot s that
+// chunk n writes or reads:
 //
 //   write group of s (entries e in token order, token i_e, pre = the snapshot row = M0[s],
 //   decoded by load_snapshot_piece):
@@ -13,58 +14,14 @@
 //   G[s] <- rnd( base + (sum_r q_w dy_i) ), base = G'[s] if s is written in the chunk, else G[s];
 //       the read sum starts at +0 and runs in group order (no reads: G[s] <- rnd(G'[s])).
 //
-// Parallel decomposition: grid (P, (C*W + C*R) / 8), one warp per sorted position of chunk n:
-// first the C*W sorted write positions, then the C*R sorted read positions. The warp at a write
-// group's first position is the only worker of its slot: the write side, and, when the chunk
-// also reads the slot, the read side in the same walk over the row, with M0 = the decoded pre it
-// already holds (bitwise the values the restored bank row holds: restore stores exactly them, or
-// in mode "none" the saved bits, which decode to the same f32), so G' never leaves registers. The
-// warp at a read group's first position works only when the chunk does not write the slot (the
-// bank row is M0 there, base = G). Each warp first loads its task (bb.slot_tasks, found for
-// every chunk before the loop by backward_slot_tasks.cu: idle, or the slot, the group sizes, where
-// a written slot's reads start and, for a group of one write entry read at most once or of one
-// read entry, the entries' scalars); idle warps exit there, and no warp searches keys inside the
-// loop. A worker asks L2 for its G row and its snapshot row (write) or bank row (read)
-// (prefetch_row_l2); the common groups then start their row pass at once, the others first load
-// their keys (lane_key: lane l loads the key at position q + l, so the group's first 32 entries'
-// keys come from one load per lane; the task holds the group's size) and entries' scalars, with the
-// row fetches in flight. Lane l owns the 8-column pieces c0 = 256 s + 8 l (backward_rows.cuh). A
-// worker walks the row's columns once per pass; every dot's lane partial stays in a register next
-// to the row accumulators, and the butterflies of a pass's dots run at its end (warp_sums).
-//   write: one pass per entry (nearly every group has one: slots_per_stream is large). Per piece it
-//     loads G, the entry's delta and dU pieces, the snapshot piece and, when the slot is read, the
-//     first read entry's dy piece once (all issued before any is used) and updates dlambda (first
-//     pass), dc, dk_eff, G' and the read side's dots and sum. A group of two or more entries
-//     carries G' from pass to pass in its own scratch row (the stash, f32: bitwise the same chain);
-//     G stays unchanged until the last pass, which does the read side, stores G and restores the
-//     bank row. In a long group lane l < size loads entry l's scalars (token row, -beta, k_eff)
-//     once, next to the read-key load; a pass gets them by shuffles. Read entries likewise (row, q_w, index).
-//   read: the main pass (the write group's last pass for a written slot) keeps the dots of the
-//     first kHeldReads entries and reads the further entries' data from memory for the row sum;
-//     their dots take one more pass per kHeldReads of them (M0 from the bank row, or decoded again
-//     from the snapshot row for a written slot).
-// Instruction economy of the column loops (they are instruction / latency bound): the snapshot
-// mode is a template parameter (the host knows it), so a loop holds one decoder and no mode
-// switch; each pass is compiled for its place in the group (first / last / G' to the scratch row
-// or G / no, one or more reads), so the loop has no run-time role tests; row pointers are formed
-// once per pass and then advanced by a column step (no 64-bit index products per piece); in mode
-// "none" the snapshot piece's bits from its one load are stored back into the bank (the bits
-// copy_piece would copy); a bf16 G piece is rounded by store_piece_cvt (the hardware pair
-// conversion, bitwise the integer rounding for every non-NaN value; a piece with a NaN takes
-// store_piece). Write groups of two or more entries and single-entry write groups whose slot the
-// chunk reads more than once (a few percent) run out of line (write_long_group), so the common
-// paths do not keep their state in registers or spill it.
-// At most 80 registers a thread (24 resident warps an SM); no spills in the hot column loops.
-// Rows are disjoint between slots (streams own disjoint rows, a slot forms at most one write and
-// one read group per chunk, and one warp works on both), so every bank / G / scratch row and every
-// output element has one writer.
-//
-// Numerics (the warp dot order of backward_rows.cuh): every dot's lane partial is an fmaf chain
-// over the lane's columns in ascending order (dlambda: fmaf(G, pre), dc: fmaf(delta, G), dk_eff:
-// fmaf(scale * dU, pre) with scale * dU rounded first, dq_w: fmaf(dy, M0)), then warp_sum's
-// butterfly; dlambda = exp(Lambda) * <G, pre>. Row sums per column: G' = fmaf chain in entry
-// order starting from exp(Lambda) * G; the read sum = fmaf chain in group order starting at +0;
-// then base + sum, rounded once to G's dtype. Nothing depends on the access path or the SM count.
+// Parallel decomposition: one warp per sorted position of chunk n (its C*W write positions, then
+// its C*R read positions); the warp at a write group's first position is the only worker of its
+// slot, write side and read side, and the warp at a read group's first position works only when
+// the chunk does not write the slot (details above slot_groups_backward). Every bank / G / scratch
+// row and every output element has one writer.
+// Numerics: every dot is a per-lane fmaf chain over the lane's columns in ascending order, then
+// warp_sum's butterfly (backward_rows.cuh); G' and the read sum are fmaf chains in entry / group
+// order; base + sum is rounded once to G's dtype. Nothing depends on the access path or SM count.
 #include "backward.hpp"
 #include "backward_rows.cuh"
 #include "cuda_check.hpp"
@@ -580,6 +537,58 @@ __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Pha
   read_main_pass<Reads::many, kVec>(grad, bank, reads, hd, lane);
 }
 
+// slot_groups_backward in detail. Grid (P, (C*W + C*R) / 8), one warp per sorted position of chunk n:
+// first the C*W sorted write positions, then the C*R sorted read positions. The warp at a write
+// group's first position is the only worker of its slot: the write side, and, when the chunk
+// also reads the slot, the read side in the same walk over the row, with M0 = the decoded pre it
+// already holds (bitwise the values the restored bank row holds: restore stores exactly them, or
+// in mode "none" the saved bits, which decode to the same f32), so G' never leaves registers. The
+// warp at a read group's first position works only when the chunk does not write the slot (the
+// bank row is M0 there, base = G). Each warp first loads its task (bb.slot_tasks, found for
+// every chunk before the loop by backward_slot_tasks.cu: idle, or the slot, the group sizes, where
+// a written slot's reads start and, for a group of one write entry read at most once or of one
+// read entry, the entries' scalars); idle warps exit there, and no warp searches keys inside the
+// loop. A worker asks L2 for its G row and its snapshot row (write) or bank row (read)
+// (prefetch_row_l2); the common groups then start their row pass at once, the others first load
+// their keys (lane_key: lane l loads the key at position q + l, so the group's first 32 entries'
+// keys come from one load per lane; the task holds the group's size) and entries' scalars, with the
+// row fetches in flight. Lane l owns the 8-column pieces c0 = 256 s + 8 l (backward_rows.cuh). A
+// worker walks the row's columns once per pass; every dot's lane partial stays in a register next
+// to the row accumulators, and the butterflies of a pass's dots run at its end (warp_sums).
+//   write: one pass per entry (nearly every group has one: slots_per_stream is large). Per piece it
+//     loads G, the entry's delta and dU pieces, the snapshot piece and, when the slot is read, the
+//     first read entry's dy piece once (all issued before any is used) and updates dlambda (first
+//     pass), dc, dk_eff, G' and the read side's dots and sum. A group of two or more entries
+//     carries G' from pass to pass in its own scratch row (the stash, f32: bitwise the same chain);
+//     G stays unchanged until the last pass, which does the read side, stores G and restores the
+//     bank row. In a long group lane l < size loads entry l's scalars (token row, -beta, k_eff)
+//     once, next to the read-key load; a pass gets them by shuffles. Read entries likewise (row, q_w, index).
+//   read: the main pass (the write group's last pass for a written slot) keeps the dots of the
+//     first kHeldReads entries and reads the further entries' data from memory for the row sum;
+//     their dots take one more pass per kHeldReads of them (M0 from the bank row, or decoded again
+//     from the snapshot row for a written slot).
+// Instruction economy of the column loops (they are instruction / latency bound): the snapshot
+// mode is a template parameter (the host knows it), so a loop holds one decoder and no mode
+// switch; each pass is compiled for its place in the group (first / last / G' to the scratch row
+// or G / no, one or more reads), so the loop has no run-time role tests; row pointers are formed
+// once per pass and then advanced by a column step (no 64-bit index products per piece); in mode
+// "none" the snapshot piece's bits from its one load are stored back into the bank (the bits
+// copy_piece would copy); a bf16 G piece is rounded by store_piece_cvt (the hardware pair
+// conversion, bitwise the integer rounding for every non-NaN value; a piece with a NaN takes
+// store_piece). Write groups of two or more entries and single-entry write groups whose slot the
+// chunk reads more than once (a few percent) run out of line (write_long_group), so the common
+// paths do not keep their state in registers or spill it.
+// At most 80 registers a thread (24 resident warps an SM); no spills in the hot column loops.
+// Rows are disjoint between slots (streams own disjoint rows, a slot forms at most one write and
+// one read group per chunk, and one warp works on both), so every bank / G / scratch row and every
+// output element has one writer.
+//
+// Numerics (the warp dot order of backward_rows.cuh): every dot's lane partial is an fmaf chain
+// over the lane's columns in ascending order (dlambda: fmaf(G, pre), dc: fmaf(delta, G), dk_eff:
+// fmaf(scale * dU, pre) with scale * dU rounded first, dq_w: fmaf(dy, M0)), then warp_sum's
+// butterfly; dlambda = exp(Lambda) * <G, pre>. Row sums per column: G' = fmaf chain in entry
+// order starting from exp(Lambda) * G; the read sum = fmaf chain in group order starting at +0;
+// then base + sum, rounded once to G's dtype. Nothing depends on the access path or the SM count.
 // Grid (p_count, ceil((C*W + C*R) / kWarps)): warp q < C*W takes sorted write position q, the others
 // sorted read position q - C*W.
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>

@@ -1,6 +1,6 @@
 // backward_tokens.cu - the token side of one reverse step of the CUDA backward (docs/spec.md §4:
-// D_w, dU = X^T (D_w + QK^T dy), grad_v), for the chunks n = ti*P + p of step ti, p in [geo.p_first, geo.p_first +
-// geo.p_count). Kernels, in launch order:
+// D_w, dU = X^T (D_w + QK^T dy), grad_v), for the chunks n = ti*P + p of step ti, p in
+// [geo.p_first, geo.p_first + geo.p_count). Kernels, in launch order:
 //
 //   GWR           D_w[p*C+i] = sum_w coef_(i,w) G[s_(i,w)] (coef = kappa exp(Lambda - L) of the entry,
 //                 0 for masked entries): the forward's gather kernel (gather.cu, launch_weighted_gather)
@@ -12,35 +12,13 @@
 //                 ddelta_j = D_w[j] + (sum_{i>=j} QK[i][j] dy_i);  dU_j = sum_{i>=j} X[i][j] ddelta_i;
 //                 stores dU (bb.du [N*C, hd], the chunk's rows) and grad_v = beta dU (valid tokens, if
 //                 requested).
-//                 Grid (column tiles of kCols = 32 / 16 / 8, P): the CTA keeps dy and ddelta of its
-//                 columns for all C rows in shared memory (transposed), so the two chained products
-//                 never leave the CTA; thread t owns column t % kCols and 4 consecutive rows of each
-//                 64-row block; QK and X are staged one 64 x 64 block at a time (chunk_products.cuh).
-//                 Each sum is one fmaf chain over i = j .. C-1 ascending; ddelta = D_w + that sum.
-//                 C <= 64 (solve_side_small): QK and X are staged whole by cp.async, and dy (raw bits),
-//                 D_w and beta of the CTA are loaded, before the first __syncthreads: one global
-//                 round trip, then both products from shared memory (the same chains, same bits).
+//                 Grid (column tiles, P); each sum one fmaf chain over i = j .. C-1 ascending
+//                 (details above the kernel).
 //   pair_dots     once after the reverse loop, for every chunk (nothing in the loop reads its output; its
 //                 inputs dy, dU, delta, residual are kept for all chunks): dQK[i][j] = <dy_i, delta_j> (j <= i),
 //                 dMs[i][j] = -<dU_i, delta_j> (j < i), rdot[i] = <res_i, dU_i>; nothing is written for j > i.
-//                 Grid (chunk n, tile): the lower triangle of 64 x 64 output tiles (row tile I, column tile
-//                 J <= I; one tile for C <= 64, at most 10 for C <= 256), 256 threads per CTA. The CTA walks
-//                 the columns k in slices of 32: dy, dU (and, on a diagonal tile, residual) of the 64 rows
-//                 of tile I and delta of the rows of tile J are copied into shared memory by cp.async, 3
-//                 slices in flight (16-byte copies when hd % 4 == 0 and the four buffers are 16-byte
-//                 aligned, else 4-byte copies: the same values; rows past C and columns past hd are
-//                 zero-filled), so each row is read from global memory once per CTA. Thread (ty, tx)
-//                 (tx = lane % 8 + 8 (warp % 2), ty = lane / 8 + 4 (warp / 2)) owns the pairs
-//                 i = 64 I + ty + 16 a, j = 64 J + tx + 16 b (a, b < 4) of dQK and of dMs in registers;
-//                 on a diagonal tile only b <= a (pairs with b > a have j > i), 20 fmaf per k instead of
-//                 32. Per 4 columns a thread loads 12 float4 from shared memory (rows 36 floats apart: a
-//                 warp's 4 i-rows and 8 j-rows hit distinct banks). On a diagonal tile threads t < 64
-//                 (warps 0, 1) also own rdot of row 64 I + t.
-//                 Numerics: every dQK, dMs and rdot value is ONE fmaf chain (f32, round to nearest) over
-//                 k = 0, 1, .., hd - 1 ascending starting at +0 (dy_i[k] delta_j[k], dU_i[k] delta_j[k],
-//                 res_i[k] dU_i[k]); dMs stores the chain negated. The last slice's zero columns up to a
-//                 multiple of 4 add fmaf(0, 0, .) terms, which change no value except possibly the sign of
-//                 a zero. Rows past C are zero in shared memory and never stored.
+//                 Grid (chunk n, 64 x 64 tile of the lower triangle); every value one fmaf
+//                 chain over k ascending from +0 (details above the kernel).
 // Numerics: f32 throughout; every order above is fixed by the shape (C, hd) only, never by the tile
 // width, the SM count or the access path. No atomics; each output element has exactly one writer.
 #include "alignment.hpp"
@@ -92,6 +70,15 @@ __device__ __forceinline__ void transposed_pass(const float* __restrict__ M, int
   }
 }
 
+// solve_side.
+// Grid (column tiles of kCols = 32 / 16 / 8, P): the CTA keeps dy and ddelta of its
+// columns for all C rows in shared memory (transposed), so the two chained products
+// never leave the CTA; thread t owns column t % kCols and 4 consecutive rows of each
+// 64-row block; QK and X are staged one 64 x 64 block at a time (chunk_products.cuh).
+// Each sum is one fmaf chain over i = j .. C-1 ascending; ddelta = D_w + that sum.
+// C <= 64 (solve_side_small): QK and X are staged whole by cp.async, and dy (raw bits),
+// D_w and beta of the CTA are loaded, before the first __syncthreads: one global
+// round trip, then both products from shared memory (the same chains, same bits).
 template <int kCols>
 __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
     solve_side(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_v, std::int64_t ti) {
@@ -399,6 +386,25 @@ __device__ __forceinline__ void pair_tile(const Geometry& geo, const BackwardBuf
   if (rdot_owner && tid < ni) bb.rdot[n * C + i0 + tid] = rdot;
 }
 
+// pair_dots.
+// Grid (chunk n, tile): the lower triangle of 64 x 64 output tiles (row tile I, column tile
+// J <= I; one tile for C <= 64, at most 10 for C <= 256), 256 threads per CTA. The CTA walks
+// the columns k in slices of 32: dy, dU (and, on a diagonal tile, residual) of the 64 rows
+// of tile I and delta of the rows of tile J are copied into shared memory by cp.async, 3
+// slices in flight (16-byte copies when hd % 4 == 0 and the four buffers are 16-byte
+// aligned, else 4-byte copies: the same values; rows past C and columns past hd are
+// zero-filled), so each row is read from global memory once per CTA. Thread (ty, tx)
+// (tx = lane % 8 + 8 (warp % 2), ty = lane / 8 + 4 (warp / 2)) owns the pairs
+// i = 64 I + ty + 16 a, j = 64 J + tx + 16 b (a, b < 4) of dQK and of dMs in registers;
+// on a diagonal tile only b <= a (pairs with b > a have j > i), 20 fmaf per k instead of
+// 32. Per 4 columns a thread loads 12 float4 from shared memory (rows 36 floats apart: a
+// warp's 4 i-rows and 8 j-rows hit distinct banks). On a diagonal tile threads t < 64
+// (warps 0, 1) also own rdot of row 64 I + t.
+// Numerics: every dQK, dMs and rdot value is ONE fmaf chain (f32, round to nearest) over
+// k = 0, 1, .., hd - 1 ascending starting at +0 (dy_i[k] delta_j[k], dU_i[k] delta_j[k],
+// res_i[k] dU_i[k]); dMs stores the chain negated. The last slice's zero columns up to a
+// multiple of 4 add fmaf(0, 0, .) terms, which change no value except possibly the sign of
+// a zero. Rows past C are zero in shared memory and never stored.
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads, min_blocks(kThreads, 2)) pair_dots(Geometry geo, BackwardBuffers bb) {
   extern __shared__ __align__(16) float smem[];

@@ -8,25 +8,8 @@
 // only in their slot bits: the global result is, segment by segment, the stable sort on the slot
 // bits [begin_bit, slot_end_bit) alone. (Fewer bits: 4 LSD passes for 15-16 slot bits, 5 for 17.)
 //
-// sort_chunk_tiles<kThreads, kItems>: grid (chunks) in gridDim.x, kThreads threads, one chunk of
-//   per_chunk <= kTile = kThreads * kItems keys per CTA. The smallest tile holding a chunk is used:
-//   1024 = 256 x 4, 2048 = 256 x 8, 4096 = 512 x 8, 8192 = 1024 x 8 (threads x keys per thread).
-//   1. cub::BlockLoad (warp transpose: coalesced reads) into a blocked arrangement, thread t holding
-//      positions t*kItems .. t*kItems + kItems-1; positions past per_chunk get the all-ones key.
-//   2. cub::BlockRadixSort::SortBlockedToStriped on [begin_bit, slot_end_bit), 4 bits per pass.
-//      It is stable (documented in CCCL's cub/block/block_radix_sort.cuh as shipped with CUDA 13.0:
-//      "BlockRadixSort is stable"; an LSD radix sort whose BlockRadixRank ranks equal digits in
-//      blocked, i.e. input, order). The padding keys are all ones in the sorted bits, so none sorts
-//      before a real key: greater ones sort after, equal ones (a real slot equal to the all-ones
-//      pattern) keep their input order, after every real key.
-//      Narrow tiles (slot bits + log2(tile) <= 32: every engine config up to 2^19 slots per stream)
-//      sort 32-bit values slot << log2(tile) | q instead (q = the key's position in the chunk,
-//      padding: all-ones slot, its own q past per_chunk) on their slot bits: half the bytes through
-//      shared memory per pass; the ranks are the same as the wide sort's (equal slots in q order).
-//   3. The sorted keys come back striped (thread t holds ranks k*kThreads + t): the first per_chunk
-//      are stored, coalesced (narrow: the input key at the sorted value's q, from L1 / L2).
-//   Shared memory: the union of the load's and the sort's cub storage, dynamic: 9.1, 16.5, 33 and
-//   66 KB wide (the last opted in with cudaFuncSetAttribute), less narrow.
+// Chunks of up to 8192 keys: sort_chunk_tiles, one CTA per chunk (a cub block load and block radix
+// sort on the slot bits, stable; its tiles and storage are described above the kernel).
 // Larger chunks: cub::DeviceRadixSort::SortKeys over the whole array on [begin_bit, total_bits).
 // Deterministic either way: integer keys ranked by prefix counts, no atomics, the same output
 // whatever the timing or the SM count.
@@ -65,6 +48,25 @@ struct TileSort {
   };
 };
 
+// sort_chunk_tiles<kThreads, kItems>: grid (chunks) in gridDim.x, kThreads threads, one chunk of
+//   per_chunk <= kTile = kThreads * kItems keys per CTA. The smallest tile holding a chunk is used:
+//   1024 = 256 x 4, 2048 = 256 x 8, 4096 = 512 x 8, 8192 = 1024 x 8 (threads x keys per thread).
+//   1. cub::BlockLoad (warp transpose: coalesced reads) into a blocked arrangement, thread t holding
+//      positions t*kItems .. t*kItems + kItems-1; positions past per_chunk get the all-ones key.
+//   2. cub::BlockRadixSort::SortBlockedToStriped on [begin_bit, slot_end_bit), 4 bits per pass.
+//      It is stable (documented in CCCL's cub/block/block_radix_sort.cuh as shipped with CUDA 13.0:
+//      "BlockRadixSort is stable"; an LSD radix sort whose BlockRadixRank ranks equal digits in
+//      blocked, i.e. input, order). The padding keys are all ones in the sorted bits, so none sorts
+//      before a real key: greater ones sort after, equal ones (a real slot equal to the all-ones
+//      pattern) keep their input order, after every real key.
+//      Narrow tiles (slot bits + log2(tile) <= 32: every engine config up to 2^19 slots per stream)
+//      sort 32-bit values slot << log2(tile) | q instead (q = the key's position in the chunk,
+//      padding: all-ones slot, its own q past per_chunk) on their slot bits: half the bytes through
+//      shared memory per pass; the ranks are the same as the wide sort's (equal slots in q order).
+//   3. The sorted keys come back striped (thread t holds ranks k*kThreads + t): the first per_chunk
+//      are stored, coalesced (narrow: the input key at the sorted value's q, from L1 / L2).
+//   Shared memory: the union of the load's and the sort's cub storage, dynamic: 9.1, 16.5, 33 and
+//   66 KB wide (the last opted in with cudaFuncSetAttribute), less narrow.
 // At most 64 registers (1024 threads resident per SM at least): none of the tiles spills there.
 template <int kThreads, int kItems, bool kNarrow>
 __global__ void __launch_bounds__(kThreads, min_blocks(kThreads, 1024 / kThreads))

@@ -7,35 +7,12 @@
 //   the keys arrive chunk-major in ascending (token, lane) order and a stable sort of each chunk's
 //   C*W keys on its slot bits alone leaves them fully sorted: one CTA per chunk up to 8192 keys,
 //   else cub's device-wide radix sort on the chunk and slot bits)
-//   scan_groups      one CTA of 512 threads per chunk; thread t takes sorted positions t, t + 512, ...
-//                    (inv_pos and prev_pos of its entry); the first entry of each slot group walks the
-//                    group in token order: L (f32 running sum of log-decays), k_eff, then
-//                    wcoef = kappa exp(Lambda - L) and gdecay = exp(Lambda). Chunks of <= 16384
-//                    entries first stage their kappa and gamma (coalesced, in entry order) in shared
-//                    memory and collect inv_pos / prev_pos / k_eff there (each entry read and then
-//                    overwritten by its group's walker alone), stored coalesced at the end; larger
-//                    chunks gather and scatter in global memory
-//   lookup_reads     one CTA of 1024 threads per chunk; thread t takes reads t, t + 1024, ...: binary
-//                    search of the last write of its slot at or before its token (reads come after the
-//                    token's writes), Lq and q_w. The inputs of 2 reads are loaded before the first
-//                    search. Chunks of <= 16384 write entries search their sorted keys (and read L)
-//                    staged in shared memory, larger ones in global memory
-//   pair_products    one warp per chunk row i (8 rows per CTA): A[i, :] (strictly lower) and QK[i, :]
-//                    (lower incl. diagonal) accumulated in shared memory, then stored whole (zeros
-//                    included). Lane l takes token i's write lanes w = l, l+32, ... (then its reads
-//                    r = l, l+32, ...); each walks its slot group backwards (add_walks). The terms of
-//                    a row are added in the order: lanes w ascending (then reads r ascending), within
-//                    one lane the group entries by descending sorted position (descending token).
-//                    The walk starts (prev_pos / q_pos, coalesced) of up to 4 items (w or r blocks
-//                    of 32) per lane are loaded first, then the first terms of the lanes that walk
-//                    (few: most entries are alone in their slot within a chunk), each round issued
-//                    for all items before any result is used (latency, not order)
-//   solve            one CTA per chunk, one warp per column k (zig-zag over 16 warps), lanes over
-//                    rows: right-looking forward substitution for column k of X = (I + diag(beta)
-//                    A)^-1 fused with QX = tril(QK) X (solve_column); every sum from +0 over j
-//                    ascending, bitwise the left-looking column solve. C <= 64: A, QK, X, QX staged
-//                    in shared memory (odd row stride), X / QX stored coalesced; larger C: the same
-//                    code on global memory
+//   scan_groups      one CTA per chunk: the per-slot scans (L, k_eff, wcoef, gdecay) and the
+//                    sorted / previous positions of every write entry
+//   lookup_reads     one CTA per chunk: each read's last visible write of its slot, Lq and q_w
+//   pair_products    one warp per chunk row i: A[i, :] and QK[i, :]
+//   solve            one CTA per chunk: X = (I + diag(beta) A)^-1 fused with QX = tril(QK) X
+// Each kernel's decomposition and order of sums is stated above its definition.
 #include "phase1.hpp"
 
 #include "chunk_sort.hpp"
@@ -117,6 +94,14 @@ __device__ __forceinline__ ChunkTokens chunk_tokens(const Geometry& geo, std::in
 
 constexpr int kStageItems = 2;  // staged elements per thread loaded before the first shared store
 
+// scan_groups: one CTA of 512 threads per chunk; thread t takes sorted positions t, t + 512, ...
+// (inv_pos and prev_pos of its entry); the first entry of each slot group walks the
+// group in token order: L (f32 running sum of log-decays), k_eff, then
+// wcoef = kappa exp(Lambda - L) and gdecay = exp(Lambda). Chunks of <= 16384
+// entries first stage their kappa and gamma (coalesced, in entry order) in shared
+// memory and collect inv_pos / prev_pos / k_eff there (each entry read and then
+// overwritten by its group's walker alone), stored coalesced at the end; larger
+// chunks gather and scatter in global memory.
 // Dynamic shared memory (kStaged): coef[C*W] f32 (kappa of entry u, then its k_eff), code[C*W] u32
 // (gamma of entry u when G = W, then its place: sorted position | kAfterPrev), token_gamma[C] f32
 // (G = 1). Entry u is read and then overwritten by one thread only (the walker of its group).
@@ -239,6 +224,11 @@ __global__ void __launch_bounds__(kScanThreads, min_blocks(kScanThreads, 2)) sca
 
 constexpr int kReadItems = 2;  // reads per thread whose inputs are loaded before the first search
 
+// lookup_reads: one CTA of 1024 threads per chunk; thread t takes reads t, t + 1024, ...: binary
+// search of the last write of its slot at or before its token (reads come after the
+// token's writes), Lq and q_w. The inputs of 2 reads are loaded before the first
+// search. Chunks of <= 16384 write entries search their sorted keys (and read L)
+// staged in shared memory, larger ones in global memory.
 // Dynamic shared memory (kStaged): the chunk's sorted keys u64 [C*W], then L f32 [C*W] (staged at
 // group positions only: L is written there alone).
 template <bool kStaged>
@@ -412,6 +402,16 @@ __device__ __forceinline__ void add_walks(const ChunkRecords& rec, const Walk& w
   }
 }
 
+// pair_products: one warp per chunk row i (8 rows per CTA): A[i, :] (strictly lower) and QK[i, :]
+// (lower incl. diagonal) accumulated in shared memory, then stored whole (zeros
+// included). Lane l takes token i's write lanes w = l, l+32, ... (then its reads
+// r = l, l+32, ...); each walks its slot group backwards (add_walks). The terms of
+// a row are added in the order: lanes w ascending (then reads r ascending), within
+// one lane the group entries by descending sorted position (descending token).
+// The walk starts (prev_pos / q_pos, coalesced) of up to 4 items (w or r blocks
+// of 32) per lane are loaded first, then the first terms of the lanes that walk
+// (few: most entries are alone in their slot within a chunk), each round issued
+// for all items before any result is used (latency, not order).
 // 4 CTAs per SM: 64 registers (8 bytes spilled); a latency-bound kernel, occupancy first.
 __global__ void __launch_bounds__(kPairWarps * 32, min_blocks(kPairWarps * 32, 4)) pair_products(Geometry geo, Phase1Buffers buf) {
   extern __shared__ float pair_rows[];  // per warp: its A row [C], then its QK row [C]
@@ -508,6 +508,12 @@ __device__ __forceinline__ void solve_column(const float* A, const float* QK, in
 
 static_assert(8 * 32 >= core::kMaxChunk, "solve's global-memory instantiation covers every chunk size");
 
+// solve: one CTA per chunk, one warp per column k (zig-zag over 16 warps), lanes over
+// rows: right-looking forward substitution for column k of X = (I + diag(beta)
+// A)^-1 fused with QX = tril(QK) X (solve_column); every sum from +0 over j
+// ascending, bitwise the left-looking column solve. C <= 64: A, QK, X, QX staged
+// in shared memory (odd row stride), X / QX stored coalesced; larger C: the same
+// code on global memory.
 template <int kRows, bool kStaged>
 __global__ void __launch_bounds__(kSolveWarps * 32) solve(Geometry geo, Inputs in, Phase1Buffers buf) {
   extern __shared__ float solve_tiles[];  // kStaged: A, QK, X, QX, each [C][C | 1]

@@ -21,25 +21,8 @@
 // saved buffer) a piece is one vector access: 16 or 32 bytes (none, bf16), 8 bytes (fp8) or
 // 4 bytes (int4; c0 even, so the piece starts at byte c0 / 2); otherwise element by element.
 //
-// Encoding (the saving forward's writer, group_writer.cu) follows the writer's ownership instead:
-// lane l owns the kVec columns c0 = 32 kVec s + kVec l .. c0 + kVec - 1 (kVec 8 or 1). The byte
-// layout of a row does not depend on who writes it, so any ownership decodes the same. fp8 / int4
-// first need the row's scale: each lane takes the amax of its own columns (from the row pieces
-// the writer holds in registers, or by snapshot_row_scale reading the row), then
-// snapshot_scale_of takes a warp max; a max is exact, so the order changes nothing and the scale
-// equals core::quantize_row's. encode_snapshot_piece then stores one piece, given as loaded
-// (PackedRow): kVec 8 -> 16 / 32 bytes (none: the loaded bits unchanged; bf16), 8 bytes at c0
-// (fp8), 4 bytes at c0 / 2 (int4); kVec 1 -> one
-// element, one byte (fp8), or for int4 the even lane stores the byte of columns (c0, c0 + 1) with
-// the odd neighbour's nibble fetched by a shuffle (odd hd: the last low nibble is 0).
-//
-// The per-value codec below computes core's quantiser (core/snapshot_quant.hpp: the fast quotient
-// on bf16 rows, the IEEE division on f32 rows, as core::quantize_row) with the hardware's
-// conversions instead of core's integer code, branch-free: rnd_bf16 by cvt.rn.bf16x2.f32, e4m3 by
-// cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.f16x2.e4m3x2 (sm_89+), int4 by an f32 clamp and the
-// 1.5 * 2^23 rounding trick. Codes, scales and restored values are bitwise core's (restored NaNs:
-// NaN), so CPU and CUDA store the same bytes and restore the same rows; the GPU test "snapshot
-// quantiser: device == host, exhaustive" checks it for every bf16 value against a set of scales.
+// Encoding (the saving forward's writer, group_writer.cu) and the per-value codec: see their
+// sections below; codes, scales and restored values are bitwise core's.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +48,11 @@ struct SnapshotScale {
 };
 
 // ---- the per-value codec (docs/spec.md §5, steps 1, 3-5) -----------------------------------------
+// The per-value codec computes core's quantiser (core/snapshot_quant.hpp: the fast quotient
+// on bf16 rows, the IEEE division on f32 rows, as core::quantize_row) with the hardware's
+// conversions instead of core's integer code, branch-free: rnd_bf16 by cvt.rn.bf16x2.f32, e4m3 by
+// cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.f16x2.e4m3x2 (sm_89+), int4 by an f32 clamp and the
+// 1.5 * 2^23 rounding trick, so CPU and CUDA store the same bytes and restore the same rows.
 // Bitwise the amax, codes and restored values of core::quant_amax_update, quant_encode and
 // quant_restore(quant_decode(..)) (restored NaNs: NaN, payload aside), with the hardware's
 // conversions in place of core's integer code: checked for every bf16 value and a set of scales by
@@ -75,9 +63,9 @@ struct SnapshotScale {
 // non-NaN operand, and |x| >= +0 leaves no sign of zero to differ.
 __device__ __forceinline__ float snapshot_amax_update(float amax, float x) { return fmaxf(amax, fabsf(x)); }
 
-// x / scale before its rounding (D.2 step 3), bitwise core's: on bf16 rows (kFast) the reciprocal
-// multiply with one FMA correction (core::quant_quotient_fast, its test "err is 0 or not finite"
-// written as the two compares !(0 < |err| < inf)), on f32 rows the IEEE division.
+// x / scale before its rounding (docs/spec.md §5, step 3), bitwise core's: on bf16 rows (kFast)
+// the reciprocal multiply with one FMA correction (core::quant_quotient_fast, its test "err is 0
+// or not finite" written as the two compares !(0 < |err| < inf)), on f32 rows the IEEE division.
 template <bool kFast>
 __device__ __forceinline__ float snapshot_quotient(float x, const SnapshotScale& s) {
   if constexpr (kFast) {
@@ -283,6 +271,17 @@ __device__ __forceinline__ void restore_snapshot_piece(const SnapshotRows& s, st
 }
 
 // ---- encoding (the saving forward) ----------------------------------------------------------
+// Encoding (the saving forward's writer, group_writer.cu) follows the writer's ownership instead:
+// lane l owns the kVec columns c0 = 32 kVec s + kVec l .. c0 + kVec - 1 (kVec 8 or 1). The byte
+// layout of a row does not depend on who writes it, so any ownership decodes the same. fp8 / int4
+// first need the row's scale: each lane takes the amax of its own columns (from the row pieces
+// the writer holds in registers, or by snapshot_row_scale reading the row), then
+// snapshot_scale_of takes a warp max; a max is exact, so the order changes nothing and the scale
+// equals core::quantize_row's. encode_snapshot_piece then stores one piece, given as loaded
+// (PackedRow): kVec 8 -> 16 / 32 bytes (none: the loaded bits unchanged; bf16), 8 bytes at c0
+// (fp8), 4 bytes at c0 / 2 (int4); kVec 1 -> one
+// element, one byte (fp8), or for int4 the even lane stores the byte of columns (c0, c0 + 1) with
+// the odd neighbour's nibble fetched by a shuffle (odd hd: the last low nibble is 0).
 
 // The row's scale in mode kMode (fp8 / int4) from each lane's partial amax (snapshot_amax_update
 // over the lane's columns, from +0): a warp max (exact in any order), then core::quant_scale.
