@@ -11,12 +11,6 @@
 //   partials are added in warp order in shared memory. A CTA barrier orders the row stores
 //   before the row loads of the reads (read-after-write within the stream; no other CTA touches
 //   these columns of this stream's rows, streams' slots being private).
-// Latency: the kernel moves little data, so its time is its chain of dependent memory round
-//   trips and each warp's instruction count. The lane records (index, kappa, decay, rho) are
-//   fetched up front, one per thread and shuffled across the warp, with v / beta; the rows of
-//   a warp's first kHeld write lanes (all of them for W <= 64) are loaded in one round, kept in
-//   registers and stored from there (no reload), and the first kHeld read rows are loaded in
-//   one round. Lanes beyond kHeld (W or R > 64) take a reloading loop.
 // Numerics: f32 accumulation in an order fixed by (W, R, hd): per warp in ascending lane order,
 //   then warps in order; entries outside the stream's rows (or the bank, with
 //   slots_per_stream == 0) are masked: no load, no write, no contribution.
@@ -44,6 +38,12 @@ struct DecodeParams {
   bool bf16_bank = false;
 };
 
+// Latency: the kernel moves little data, so its time is its chain of dependent memory round
+// trips and each warp's instruction count. The lane records (index, kappa, decay, rho) are
+// fetched up front, one per thread and shuffled across the warp, with v / beta; the rows of
+// a warp's first kHeld write lanes (all of them for W <= 64) are loaded in one round, kept in
+// registers and stored from there (no reload), and the first kHeld read rows are loaded in
+// one round. Lanes beyond kHeld (W or R > 64) take a reloading loop.
 template <typename E, int kVec>
 __global__ void __launch_bounds__(kWarps * 32) decode_token(DecodeParams prm) {
   constexpr int kTile = 32 * kVec;

@@ -12,13 +12,8 @@
 // Parallel decomposition: one CTA of 8 warps per (step row, column tile of 32*kVec columns), the
 //   tiles of a row in adjacent CTAs (1-D grid). Lane l owns columns [l*kVec, l*kVec + kVec) of the
 //   tile (16-byte loads when kVec == 8). Warp k sums the k entries k, k+8, k+16, ... in that order,
-//   then the q entries k, k+8, ... in that order: the slots and weights of both sides are loaded
-//   first (one per lane and side, one round trip), then the two sides form one stream of row
-//   loads with a rolling window of 8 (bf16 bank) or 4 (f32) rows in flight: the register freed
-//   by an add is refilled at once with the row kWindow positions ahead, across the k / q boundary.
-//   Rows are held as loaded (PackedRow); one accumulator (the k sum goes to shared memory when the
-//   q side starts): 62 registers, 4 CTAs per SM, no spills. The 8 warp partials are then added in
-//   warp order through shared memory.
+//   then the q entries k, k+8, ... in that order; the 8 warp partials are then added in warp
+//   order through shared memory.
 // Numerics: f32 accumulation; the order above is a function of (W, R, hd) only. Masked entries
 //   (slot -1: padding or an index outside the stream's rows) load nothing and add nothing.
 #include "cuda_check.hpp"
@@ -129,6 +124,12 @@ __device__ __forceinline__ void accumulate_rows(const E* __restrict__ bank_lane,
   }
 }
 
+// The slots and weights of both sides are loaded first (one per lane and side, one round trip),
+// then the two sides form one stream of row loads with a rolling window of 8 (bf16 bank) or 4
+// (f32) rows in flight: the register freed by an add is refilled at once with the row kWindow
+// positions ahead, across the k / q boundary. Rows are held as loaded (PackedRow); one
+// accumulator (the k sum goes to shared memory when the q side starts): 62 registers, 4 CTAs per
+// SM, no spills.
 template <typename E, int kVec>
 __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, 4))
     gather_rows(Geometry geo, const E* __restrict__ bank, GatherSide k, GatherSide q, std::int64_t ti,
