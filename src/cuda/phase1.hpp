@@ -22,13 +22,6 @@
 //   X, QX     f32 [N, C, C] X = (I + diag(beta) A)^-1, QX = tril(QK) X, zeros above the diagonal
 // Scratch: keys_unsorted, the sort's temp storage; prev_pos is read only inside Phase 1 (pair_products).
 //
-// Where they live: the arrays the backward reads (keys, L, kappa, wcoef, gdecay, inv_pos, k_slot,
-// k_eff, q_slot, q_pos, q_rho, q_w, A, QK, X: plan_phase1_kept) sit in the workspace of a no-grad
-// forward and in the caller's `saved` buffer in a saving forward and its backward
-// (bind_saved_phase1, saved_layout.hpp); the rest (keys_unsorted, prev_pos, QX, sort temp:
-// plan_phase1_forward_only) always in the forward's workspace. The backward runs none of these
-// kernels: it reads the saving forward's arrays.
-//
 // Determinism: a stable radix sort on unique keys; every f32 sum runs in a fixed order (scan:
 // token order within a slot group; A and QK rows: from +0, lanes ascending, then group entries by
 // descending token, each term fmaf(coef kappa, exp(..), acc); solve: from +0, j ascending, fmaf).
@@ -77,6 +70,12 @@ struct Phase1Buffers {
 // each chunk, and the sort is stable.
 int sorted_bits_begin(const KeyLayout& layout);
 
+// Where Phase 1's arrays live: those the backward reads (keys, L, kappa, wcoef, gdecay, inv_pos, k_slot,
+// k_eff, q_slot, q_pos, q_rho, q_w, A, QK, X: plan_phase1_kept) sit in the workspace of a no-grad
+// forward and in the caller's `saved` buffer in a saving forward and its backward
+// (bind_saved_phase1, saved_layout.hpp); the rest (keys_unsorted, prev_pos, QX, sort temp:
+// plan_phase1_forward_only) always in the forward's workspace. The backward runs none of these
+// kernels: it reads the saving forward's arrays.
 // Plan Phase 1 buffers in `ws` (before ws.allocate()): the arrays the backward reads (a no-grad
 // forward; a saving forward binds them in `saved` instead), and the forward's own.
 void plan_phase1_kept(const Geometry& geo, Workspace& ws, Phase1Buffers& buf);

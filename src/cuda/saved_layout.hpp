@@ -11,20 +11,9 @@
 //                                   row_bytes = core::snapshot_payload_bytes(mode, bank, hd):
 //                                   none hd * sizeof(E), bf16 (f32 bank) 2 hd, fp8 hd, int4 ceil(hd/2)
 //   scales    f32 [rows]            the row's quantiser scale (fp8 / int4 only; else an empty region)
-//   Phase 1 (phase1.hpp states each array's meaning; "sorted": index n*C*W + q):
-//   keys      u64 [N*C*W]  sorted write keys
-//   L         f32 [N*C*W]  sorted cumulative log-decays (0 at padding / masked entries)
-//   kappa     f32 [N*C*W]  sorted k_val rounded to the bank dtype (0 at padding / masked entries)
-//   wcoef     f32 [N*C*W]  sorted write coefficients
-//   gdecay    f32 [N*C*W]  sorted total decays exp(Lambda_s)
-//   inv_pos   i32 [N, C, W] sorted position of each write entry
-//   k_slot    i32 [N, C, W] absolute bank row of each write entry, -1 padding / masked
-//   k_eff     f32 [N, C, W] kappa exp(L) of each write entry
-//   q_slot    i32 [N, C, R] absolute bank row of each read entry, -1 padding / masked
-//   q_pos     i32 [N, C, R] sorted position of the read's last visible write, -1 none
-//   q_rho     f32 [N, C, R] q_val rounded to the bank dtype
-//   q_w       f32 [N, C, R] read weights rho exp(Lq)
-//   A, QK, X  f32 [N, C, C] per chunk
+//   Phase 1   the arrays phase1.hpp lists as read by the backward, in this order: keys u64, L,
+//             kappa, wcoef, gdecay f32 (sorted, [N*C*W]); inv_pos, k_slot i32, k_eff f32 [N, C, W];
+//             q_slot, q_pos i32, q_rho, q_w f32 [N, C, R]; A, QK, X f32 [N, C, C]
 // Every byte is written by a saving forward (an op output: the same bytes for the same inputs):
 // rows that start no group (and their scales) and L / kappa at padding / masked positions hold 0,
 // and so do the gaps between regions (zero_unwritten_saved).

@@ -2,8 +2,8 @@
 // (cudaMallocAsync) carved into 256-byte aligned pieces, freed on the same stream
 // (cudaFreeAsync) when the Workspace goes out of scope, also on an exception.
 //
-// Known gap (ARCHITECTURE.md wants caller-provided workspace): the launchers allocate this
-// themselves; the stream-ordered pool keeps it cheap and graph-capturable.
+// Known gap: the launchers allocate this themselves instead of taking a caller-provided
+// workspace; the stream-ordered pool keeps it cheap and graph-capturable.
 #pragma once
 
 #include <cstddef>

@@ -1,3 +1,4 @@
+// device_tensor.cpp - DeviceTensor: device copies of host tensors and back (device_tensor.hpp).
 #include "device_tensor.hpp"
 
 #include <cstdio>

@@ -1,3 +1,4 @@
+// gpu_test_harness.cpp - the GPU test programs' runner (gpu_test_harness.hpp).
 #include "gpu_test_harness.hpp"
 
 #include <cuda_runtime.h>
