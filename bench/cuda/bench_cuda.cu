@@ -36,9 +36,11 @@
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "bench_config.hpp"
 #include "core/snapshot_quant.hpp"
 #include "device_tensor.hpp"
 #include "kernel_timeline.hpp"
@@ -51,17 +53,10 @@ namespace {
 using namespace sdm;
 using namespace sdm::testing;
 
-struct Config {
-  const char* name;
-  std::int64_t hd, sps, W, R, P, T;  // T == 1 and decode: P streams, one token
-  bool decode;
-};
+using Config = bench::BenchConfig;
 
-const Config kConfigs[] = {
-    {"small", 128, 16384, 16, 16, 4, 2048, false},   {"readme", 768, 36864, 64, 64, 2, 8192, false},
-    {"big", 2048, 262144, 64, 64, 2, 8192, false},   {"flagship", 1024, 65536, 128, 128, 8, 4096, false},
-    {"decode8", 768, 36864, 64, 64, 8, 1, true},     {"decode64", 768, 36864, 64, 64, 64, 1, true},
-};
+// The configs run without --configs (bench/bench_config.cpp holds them all, CPU sizes too).
+const std::vector<std::string> kDefaultConfigs = {"small", "readme", "big", "flagship", "decode8", "decode64"};
 
 // ---- inputs drawn on the device ----------------------------------------------------------
 
@@ -108,12 +103,12 @@ struct Inputs {
       s.push_back(last);
       return s;
     };
-    memory = DeviceTensor(DType::bf16, {c.P * c.sps, c.hd});
+    memory = DeviceTensor(DType::bf16, {c.P * c.slots_per_stream, c.hd});
     // Decode configs: P streams of one token each.
     const std::int64_t streams = c.P, tokens = c.decode ? 1 : c.T;
-    const std::vector<std::int32_t> writes = bench::make_slots(pattern, streams, tokens, c.W, c.sps, 7);
+    const std::vector<std::int32_t> writes = bench::make_slots(pattern, streams, tokens, c.W, c.slots_per_stream, 7);
     k_idx = device_slots(writes, with(c.W));
-    q_idx = device_slots(bench::make_slots(pattern, streams, tokens, c.R, c.sps, 8), with(c.R));
+    q_idx = device_slots(bench::make_slots(pattern, streams, tokens, c.R, c.slots_per_stream, 8), with(c.R));
     distinct = bench::distinct_fraction(writes, streams, tokens, c.W, chunk);
     k_val = DeviceTensor(DType::bf16, with(c.W));
     q_val = DeviceTensor(DType::bf16, with(c.R));
@@ -275,7 +270,7 @@ void bench_chunked(const Config& c, bench::SlotPattern pattern, std::int64_t chu
                             std::to_string(chunk);
   std::printf("%s: distinct fraction of a chunk's write entries %.3f\n", label.c_str(), in.distinct);
   WriteReadOptions opt;
-  opt.slots_per_stream = c.sps;
+  opt.slots_per_stream = c.slots_per_stream;
   opt.chunk_size = chunk;
   opt.validate = false;
   const WriteReadArgs args = in.args();
@@ -289,7 +284,7 @@ void bench_chunked(const Config& c, bench::SlotPattern pattern, std::int64_t chu
   const std::int64_t P = c.P, T = c.T;
   DeviceTensor grad_readings(DType::f32, {P, T, c.hd});
   fill(grad_readings, 9, -1.0f, 1.0f);
-  DeviceTensor grad_memory(DType::bf16, {P * c.sps, c.hd}), grad_k_val(DType::bf16, {P, T, c.W});
+  DeviceTensor grad_memory(DType::bf16, {P * c.slots_per_stream, c.hd}), grad_k_val(DType::bf16, {P, T, c.W});
   DeviceTensor grad_v(DType::bf16, {P, T, c.hd}), grad_beta(DType::f32, {P, T, 1}), grad_g(DType::f32, {P, T, 1});
   DeviceTensor grad_q_val(DType::bf16, {P, T, c.R});
   const WriteReadGrads grads{grad_memory.ref(), grad_k_val.ref(), grad_v.ref(), grad_beta.ref(), grad_g.ref(),
@@ -347,7 +342,7 @@ void bench_decode(const Config& c, int reps, double copy_bw, std::vector<Row>& r
   Inputs in(c, bench::SlotPattern::product_key, 1);
   const Case k{c, bench::SlotPattern::product_key, 1, in.distinct};
   DecodeOptions opt;
-  opt.slots_per_stream = c.sps;
+  opt.slots_per_stream = c.slots_per_stream;
   opt.validate = false;
   const WriteReadArgs args = in.args();
   constexpr int kSteps = 100;
@@ -380,7 +375,8 @@ auto parse_list(const std::string& list, Parse&& parse) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path, only;
+  std::string json_path;
+  std::vector<std::string> configs = kDefaultConfigs;
   int reps = 5;
   bool training_only = false, timeline = false, digests = false;
   std::vector<SnapshotQuant> modes = {SnapshotQuant::none};
@@ -389,7 +385,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (a == "--configs" && i + 1 < argc) only = "," + std::string(argv[++i]) + ",";
+    else if (a == "--configs" && i + 1 < argc) configs = parse_list(argv[++i], [](const std::string& x) { return x; });
     else if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--training-only") training_only = true;
     else if (a == "--timeline") timeline = true;
@@ -399,6 +395,12 @@ int main(int argc, char** argv) {
     else if (a == "--chunks" && i + 1 < argc) {
       chunks = parse_list(argv[++i], [](const std::string& x) { return static_cast<std::int64_t>(std::stoll(x)); });
     }
+  }
+  try {
+    for (const std::string& name : configs) bench::find_config(name);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "sdm_gpu_bench: --configs: %s\n", e.what());
+    return 2;
   }
   if (!cuda_device_available()) {
     std::printf("sdm_gpu_bench: skipped (no CUDA device)\n");
@@ -410,9 +412,9 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs; measured copy bandwidth %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, copy_bw * 1e-9);
   std::vector<Row> rows;
-  for (const Config& c : kConfigs) {
-    if (!only.empty() && only.find("," + std::string(c.name) + ",") == std::string::npos) continue;
-    std::printf("running %s ...\n", c.name);
+  for (const std::string& name : configs) {
+    const Config& c = bench::find_config(name);
+    std::printf("running %s ...\n", c.name.c_str());
     std::fflush(stdout);
     if (c.decode) {
       bench_decode(c, reps, copy_bw, rows);
