@@ -117,12 +117,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
   });
 }
 
-std::tuple<int64_t, bool> write_read_plan(const at::Tensor& memory, const at::Tensor& k_idx,
-                                                    const at::Tensor& k_val, const at::Tensor& v,
-                                                    const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
-                                                    const at::Tensor& q_val, c10::Device device,
-                                                    int64_t slots_per_stream, int64_t chunk_size,
-                                                    c10::string_view snapshot_quant, bool grad_bank_fp32) {
+std::tuple<int64_t, bool> write_read_plan(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                                          const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
+                                          const at::Tensor& q_idx, const at::Tensor& q_val, c10::Device device,
+                                          int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
+                                          bool grad_bank_fp32) {
   return translate_errors([&] {
     const auto options = make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, false);
     auto args = shape_args(memory, k_idx, k_val, v, beta, g, q_idx, q_val);

@@ -43,12 +43,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
 // bfloat16 (else float32; a bool, not a ScalarType, which traced calls would see as an int).
 // Reads shapes and dtypes only (meta and fake tensors are fine); validates them, with each
 // tensor on its own device.
-std::tuple<int64_t, bool> write_read_plan(const at::Tensor& memory, const at::Tensor& k_idx,
-                                                    const at::Tensor& k_val, const at::Tensor& v,
-                                                    const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
-                                                    const at::Tensor& q_val, c10::Device device,
-                                                    int64_t slots_per_stream, int64_t chunk_size,
-                                                    c10::string_view snapshot_quant, bool grad_bank_fp32);
+std::tuple<int64_t, bool> write_read_plan(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                                          const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
+                                          const at::Tensor& q_idx, const at::Tensor& q_val, c10::Device device,
+                                          int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
+                                          bool grad_bank_fp32);
 
 // sdm::check_write_read / sdm::check_decode_step : every shape, dtype, device, size and option
 // rule of write_read_ / decode_step, on shapes only (meta and fake tensors are fine); raise what

@@ -82,16 +82,29 @@ void check_device(const TensorRef& t, const char* name, const Device& bank_devic
   }
 }
 
-// The tensor's element count, computed without wrapping, is at most kMaxElements.
-void check_element_count(const TensorRef& t, const char* name) {
-  std::int64_t count = 1;
-  for (int d = 0; d < t.ndim; ++d) {
-    const std::int64_t size = t.sizes[static_cast<std::size_t>(d)];
-    if (size < 0) throw ValueError(name, std::string(name) + " has a negative size: shape " + t.shape_string());
-    if (size == 0) return;
-    if (__builtin_mul_overflow(count, size, &count) || count > kMaxElements) count = kMaxElements + 1;
+// f1 * f2 * ... of non-negative sizes, without wrapping: 0 when a factor is 0, else saturated at
+// kMaxElements + 1.
+std::int64_t size_product(const std::int64_t* first, const std::int64_t* last) {
+  std::int64_t out = 1;
+  bool saturated = false;
+  for (; first != last; ++first) {
+    if (*first == 0) return 0;
+    saturated = saturated || __builtin_mul_overflow(out, *first, &out) || out > kMaxElements;
   }
-  if (count > kMaxElements) {
+  return saturated ? kMaxElements + 1 : out;
+}
+
+std::int64_t size_product(std::initializer_list<std::int64_t> factors) {
+  return size_product(factors.begin(), factors.end());
+}
+
+// The tensor's sizes are non-negative and its element count is at most kMaxElements.
+void check_element_count(const TensorRef& t, const char* name) {
+  const std::int64_t* sizes = t.sizes.data();
+  if (std::any_of(sizes, sizes + t.ndim, [](std::int64_t size) { return size < 0; })) {
+    throw ValueError(name, std::string(name) + " has a negative size: shape " + t.shape_string());
+  }
+  if (size_product(sizes, sizes + t.ndim) > kMaxElements) {
     throw ValueError(name, std::string(name) + " of shape " + t.shape_string() + " has more than 2^52 elements, "
                                "beyond what sdm addresses");
   }
@@ -183,15 +196,6 @@ void check_bank_holds_streams(std::int64_t S, std::int64_t streams, std::int64_t
     throw ValueError("memory", "memory must have at least " + needed + " = " +
                                    std::to_string(streams * slots_per_stream) + " rows, got " + std::to_string(S));
   }
-}
-
-// a * b for sizes already known to be in 0..kMaxElements; saturates at kMaxElements + 1.
-std::int64_t size_product(std::initializer_list<std::int64_t> factors) {
-  std::int64_t out = 1;
-  for (std::int64_t f : factors) {
-    if (__builtin_mul_overflow(out, f, &out) || out > kMaxElements) return kMaxElements + 1;
-  }
-  return out;
 }
 
 // The largest working arrays of a chunked call: [P * Nt * C, max(W, R, C)] entries or chunk
@@ -349,9 +353,7 @@ WriteReadShape validate_write_read(const WriteReadArgs& args, const TensorRef& r
   check_bank_holds_streams(s.S, s.P, s.slots_per_stream);
   s.C = std::min(options.chunk_size, s.T);
   check_call_size(s);
-  check_disjoint({{args.memory, "memory"}, {readings, "readings"}},
-                 {{args.k_idx, "k_idx"}, {args.k_val, "k_val"}, {args.v, "v"}, {args.beta, "beta"},
-                  {args.g, "g"}, {args.q_idx, "q_idx"}, {args.q_val, "q_val"}, {args.memory, "memory"}});
+  check_disjoint({{args.memory, "memory"}, {readings, "readings"}}, named_args(args));
   return s;
 }
 
@@ -390,13 +392,14 @@ void validate_write_read_backward(const WriteReadArgs& args, const WriteReadShap
     check_tensor(out.grad, out.name, kAnyFloat, device,
                  {{std::string("the shape of ") + out.input_name, dims_of(out.input)}});
   }
-  check_disjoint({{args.memory, "memory"}, {grads.memory, "grad_memory"}, {grads.k_val, "grad_k_val"},
-                  {grads.v, "grad_v"}, {grads.beta, "grad_beta"}, {grads.g, "grad_g"}, {grads.q_val, "grad_q_val"}},
-                 {{args.k_idx, "k_idx"}, {args.k_val, "k_val"}, {args.v, "v"}, {args.beta, "beta"},
-                  {args.g, "g"}, {args.q_idx, "q_idx"}, {args.q_val, "q_val"}, {grad_readings, "grad_readings"},
-                  {grad_final_bank, "grad_final_bank"}, {args.memory, "memory"}, {grads.memory, "grad_memory"},
-                  {grads.k_val, "grad_k_val"}, {grads.v, "grad_v"}, {grads.beta, "grad_beta"},
-                  {grads.g, "grad_g"}, {grads.q_val, "grad_q_val"}});
+  // Written: the working bank (restored in place) and every gradient; against every argument.
+  NamedTensors written = {{args.memory, "memory"}};
+  for (const NamedTensor& grad : named_grads(grads)) written.push_back(grad);
+  NamedTensors others = named_args(args);
+  others.push_back({grad_readings, "grad_readings"});
+  others.push_back({grad_final_bank, "grad_final_bank"});
+  for (const NamedTensor& grad : named_grads(grads)) others.push_back(grad);
+  check_disjoint(written, others);
 }
 
 DecodeShape validate_decode(const WriteReadArgs& args, const TensorRef& readings,
@@ -451,9 +454,7 @@ DecodeShape validate_decode(const WriteReadArgs& args, const TensorRef& readings
                                   " * " + std::to_string(std::max(s.W, s.R)) + " * " + std::to_string(s.hd) +
                                   " elements exceeds 2^52 (k_idx [..., W], q_idx [..., R], memory [S, hd])");
   }
-  check_disjoint({{args.memory, "memory"}, {readings, "readings"}},
-                 {{args.k_idx, "k_idx"}, {args.k_val, "k_val"}, {args.v, "v"}, {args.beta, "beta"},
-                  {args.g, "g"}, {args.q_idx, "q_idx"}, {args.q_val, "q_val"}, {args.memory, "memory"}});
+  check_disjoint({{args.memory, "memory"}, {readings, "readings"}}, named_args(args));
   return s;
 }
 
@@ -466,7 +467,17 @@ void check_decode_indices(const WriteReadArgs& args, const DecodeShape& shape, c
   }
 }
 
-void check_disjoint(std::initializer_list<NamedTensor> written, std::initializer_list<NamedTensor> others) {
+NamedTensors named_args(const WriteReadArgs& args) {
+  return {{args.k_idx, "k_idx"}, {args.k_val, "k_val"}, {args.v, "v"},         {args.beta, "beta"},
+          {args.g, "g"},         {args.q_idx, "q_idx"}, {args.q_val, "q_val"}, {args.memory, "memory"}};
+}
+
+NamedTensors named_grads(const WriteReadGrads& grads) {
+  return {{grads.memory, "grad_memory"}, {grads.k_val, "grad_k_val"}, {grads.v, "grad_v"},
+          {grads.beta, "grad_beta"},     {grads.g, "grad_g"},         {grads.q_val, "grad_q_val"}};
+}
+
+void check_disjoint(const NamedTensors& written, const NamedTensors& others) {
   for (const NamedTensor& w : written) {
     const ByteSpan ws = byte_span(w.tensor);
     if (ws.empty()) continue;

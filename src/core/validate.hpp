@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <vector>
 
 #include "sdm/ops.hpp"
 #include "sdm/plan.hpp"
@@ -82,11 +83,17 @@ struct NamedTensor {
   const TensorRef& tensor;
   const char* name;
 };
+using NamedTensors = std::vector<NamedTensor>;
+
+// The op's tensors by name (references into `args` / `grads`): the seven inputs and the bank;
+// the six gradient outputs.
+NamedTensors named_args(const WriteReadArgs& args);
+NamedTensors named_grads(const WriteReadGrads& grads);
 
 // Throws sdm::ValueError when a tensor the call writes (`written`) shares bytes with any other
 // argument (`others`, which may include `written`'s own entries: a tensor is never compared with
 // itself). Tensors are compared by the byte ranges they span; absent and empty ones never
 // overlap. The message names the other tensor and the written one.
-void check_disjoint(std::initializer_list<NamedTensor> written, std::initializer_list<NamedTensor> others);
+void check_disjoint(const NamedTensors& written, const NamedTensors& others);
 
 }  // namespace sdm::core

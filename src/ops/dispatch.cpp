@@ -110,9 +110,9 @@ void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readi
   const WriteReadShape& shape = plan.shape;
   check_runnable(args.memory);
   check_saved(saved, plan.saved_bytes, args.memory);
-  core::check_disjoint({{saved, "saved"}}, {{args.memory, "memory"}, {readings, "readings"}, {args.k_idx, "k_idx"},
-                                            {args.k_val, "k_val"}, {args.v, "v"}, {args.beta, "beta"}, {args.g, "g"},
-                                            {args.q_idx, "q_idx"}, {args.q_val, "q_val"}});
+  core::NamedTensors others = core::named_args(args);
+  others.push_back({readings, "readings"});
+  core::check_disjoint({{saved, "saved"}}, others);
   if (on_cpu(args.memory)) {
     if (options.validate) core::check_write_read_indices(args, shape);
     return cpu::write_read_forward_saving(args, readings, saved, shape, options);
@@ -132,10 +132,9 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
   core::validate_write_read_backward(args, shape, grad_readings, grad_final_bank, grads);
   check_runnable(args.memory);
   check_saved(saved, plan.saved_bytes, args.memory);
-  core::check_disjoint({{args.memory, "memory"}, {grads.memory, "grad_memory"}, {grads.k_val, "grad_k_val"},
-                        {grads.v, "grad_v"}, {grads.beta, "grad_beta"}, {grads.g, "grad_g"},
-                        {grads.q_val, "grad_q_val"}},
-                       {{saved, "saved"}});
+  core::NamedTensors written = {{args.memory, "memory"}};
+  for (const core::NamedTensor& grad : core::named_grads(grads)) written.push_back(grad);
+  core::check_disjoint(written, {{saved, "saved"}});
   if (on_cpu(args.memory)) {
     if (options.validate) core::check_write_read_indices(args, shape);
     return cpu::write_read_backward(args, saved, grad_readings, grad_final_bank, grads, shape, options);
