@@ -12,6 +12,7 @@
 
 #include "sdm/error.hpp"
 #include "sdm/ops.hpp"
+#include "sdm/plan.hpp"
 #include "support/expect_rejects.hpp"
 #include "support/host_tensor.hpp"
 #include "support/problem.hpp"
@@ -51,8 +52,34 @@ TEST_F(EntryPointRejects, MetaBankIsRefusedByEveryEngineEntryPoint) {
   TensorRef out = readings.ref();
   out.device = args.memory.device;
   expect_rejects_untouched<ValueError>([&] { write_read_forward(args, out, options); }, "memory", {"meta"});
+  // The saving forward and the backward, with a buffer of the (CPU-layout) planned size.
+  const WriteReadPlan plan = plan_write_read(args, options);
+  HostTensor storage(DType::u8, {static_cast<std::int64_t>(plan.saved_bytes)});
+  TensorRef saved = storage.ref();
+  saved.device = args.memory.device;
+  expect_rejects_untouched<ValueError>([&] { write_read_forward_saving(args, out, saved, options); }, "memory",
+                                       {"meta"});
+  expect_rejects_untouched<ValueError>([&] { write_read_backward(args, saved, out, TensorRef{}, WriteReadGrads{}, options); },
+                                       "memory", {"meta"});
   // The shape-only check accepts the same meta arguments.
   EXPECT_NO_THROW(check_write_read(args, out, options));
+
+  // The decode step: one token per stream, every tensor on meta.
+  ProblemSpec spec = spec_of(2, 1, 3, 2, 5, 8, 1, DType::f32, 13);
+  spec.beta_3d = true;
+  Problem one = make_problem(spec);
+  WriteReadArgs decode_args = one.args();
+  for (TensorRef* t : {&decode_args.memory, &decode_args.k_idx, &decode_args.k_val, &decode_args.v, &decode_args.beta,
+                       &decode_args.g, &decode_args.q_idx, &decode_args.q_val}) {
+    t->device = Device{DeviceType::meta, 0};
+  }
+  HostTensor decode_readings = one.make_readings(DType::f32);
+  TensorRef decode_out = decode_readings.ref();
+  decode_out.device = Device{DeviceType::meta, 0};
+  const HostTensor bank_before = one.memory.to(DType::f32);
+  expect_rejects<ValueError>([&] { decode_step(decode_args, decode_out, DecodeOptions{}); }, "memory", {"meta"});
+  EXPECT_TRUE(one.memory.bitwise_equal(bank_before));
+  EXPECT_NO_THROW(check_decode_step(decode_args, decode_out, DecodeOptions{}));
 }
 
 TEST_F(EntryPointRejects, MetaInputWithACpuBankNamesTheInput) {
