@@ -1,5 +1,5 @@
 // types.cpp - DType / Device helpers and TensorRef geometry.
-#include <sstream>
+#include <string>
 
 #include "sdm/error.hpp"
 #include "sdm/types.hpp"
@@ -79,12 +79,12 @@ bool TensorRef::is_contiguous() const {
   return true;
 }
 
+// Built with std::to_string, not a std::ostringstream: the error messages use no iostream (an
+// ostringstream here crashed the CUDA build of the extension on the GPU machine; docs/cuda.md).
 std::string TensorRef::shape_string() const {
-  std::ostringstream out;
-  out << '[';
-  for (int i = 0; i < ndim; ++i) out << (i ? ", " : "") << sizes[static_cast<std::size_t>(i)];
-  out << ']';
-  return out.str();
+  std::string out = "[";
+  for (int i = 0; i < ndim; ++i) out += (i ? ", " : "") + std::to_string(sizes[static_cast<std::size_t>(i)]);
+  return out + "]";
 }
 
 }  // namespace sdm
