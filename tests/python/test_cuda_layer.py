@@ -77,7 +77,8 @@ def test_bfloat16_layer_and_cache_on_cuda():
         cache = layer.create_kv_cache(2, 0, torch.bfloat16, "cuda")
         pieces = torch.cat([layer(x[:, :20], cache=cache)[0]] +
                            [layer(x[:, t:t + 1], cache=cache)[0] for t in range(20, 30)], dim=1)
-        bf16_out = layer.to(torch.bfloat16)(x.to(torch.bfloat16))
+        bf16_out, bf16_state = layer.to(torch.bfloat16)(x.to(torch.bfloat16))  # the layer returns (output, state)
     assert cache.bank.dtype == torch.bfloat16
     assert rel_err(pieces, full) <= 3e-2
     assert bf16_out.dtype == torch.bfloat16 and bf16_out.shape == x.shape and torch.isfinite(bf16_out).all()
+    assert bf16_state.memory.dtype == torch.bfloat16 and bf16_state.cache_len == 30
