@@ -8,6 +8,7 @@
 
 #include <cstddef>
 
+#include "core/saved_header.hpp"
 #include "core/validate.hpp"
 #include "sdm/ops.hpp"
 
@@ -21,6 +22,14 @@ std::size_t write_read_saved_bytes(const core::WriteReadShape& shape, const Writ
 void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings,
                                const TensorRef& saved, const core::WriteReadShape& shape,
                                const WriteReadOptions& options);
+
+// The stamp at the start of a saving forward's `saved` (core/saved_header.hpp; saved_stamp.cu):
+// written by stamp_saved without a sync; checked by check_saved_stamp with one host sync (none,
+// and no check, while the stream is being captured). The engine calls get saved_body(saved).
+void stamp_saved(const core::SavedHeader& header, const WriteReadArgs& args, const TensorRef& saved,
+                 const WriteReadOptions& options);
+void check_saved_stamp(const core::SavedHeader& expected, const WriteReadArgs& args, const TensorRef& saved,
+                       const WriteReadOptions& options);
 
 void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
                          const TensorRef& grad_readings, const TensorRef& grad_final_bank,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/saved_header.hpp"
 #include "core/snapshot_quant.hpp"
 #include "core/validate.hpp"
 #include "cpu/engine/engine.hpp"
@@ -22,11 +23,15 @@ namespace {
 
 bool on_cpu(const TensorRef& memory) { return memory.device.type == DeviceType::cpu; }
 
-// Engines run on data; a meta bank (shapes only) reaches only the shape-only entry points.
-void check_runnable(const TensorRef& memory) {
-  if (memory.device.type == DeviceType::meta) {
+// Engines run on data; a meta bank (shapes only) reaches only the shape-only entry points, and
+// so does a data-less view (core::check_engine_data): the inputs and `required`, and the defined
+// tensors of `optional`, must have data.
+void check_runnable(const WriteReadArgs& args, core::NamedTensors required, const core::NamedTensors& optional = {}) {
+  if (args.memory.device.type == DeviceType::meta) {
     throw ValueError("memory", "memory is a meta tensor (shapes only, no data): the op needs a cpu or cuda bank");
   }
+  for (const core::NamedTensor& t : core::named_args(args)) required.push_back(t);
+  core::check_engine_data(required, optional);
 }
 
 #if !defined(SDM_WITH_CUDA)
@@ -66,12 +71,12 @@ WriteReadPlan plan_for(const WriteReadArgs& args, const TensorRef& readings, con
   plan.snapshot = core::effective_snapshot_mode(options.snapshot_quant, plan.shape.bank);
   plan.bank_grad = core::bank_grad_dtype(plan.shape.bank, options.grad_bank_fp32);
   if (args.memory.device.type != DeviceType::cuda) {
-    plan.saved_bytes = cpu::write_read_saved_bytes(plan.shape, options);
+    plan.saved_bytes = core::kSavedHeaderBytes + cpu::write_read_saved_bytes(plan.shape, options);
     plan.saved_needs_zeroing = true;  // the CPU layout's padding bytes are never written
     return plan;
   }
 #if defined(SDM_WITH_CUDA)
-  plan.saved_bytes = cuda::write_read_saved_bytes(plan.shape, options);
+  plan.saved_bytes = core::kSavedHeaderBytes + cuda::write_read_saved_bytes(plan.shape, options);
   plan.saved_needs_zeroing = false;  // the CUDA saving forward writes every byte (saved_layout.hpp)
   return plan;
 #else
@@ -84,7 +89,7 @@ WriteReadPlan plan_for(const WriteReadArgs& args, const TensorRef& readings, con
 void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
                         const WriteReadOptions& options) {
   const auto shape = core::validate_write_read(args, readings, options, core::BankDTypes::engine);
-  check_runnable(args.memory);
+  check_runnable(args, {{readings, "readings"}});
   if (on_cpu(args.memory)) {
     if (options.validate) core::check_write_read_indices(args, shape);
     return cpu::write_read_forward(args, readings, shape, options);
@@ -108,17 +113,20 @@ void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readi
                                const TensorRef& saved, const WriteReadOptions& options) {
   const WriteReadPlan plan = plan_for(args, readings, options);
   const WriteReadShape& shape = plan.shape;
-  check_runnable(args.memory);
+  check_runnable(args, {{readings, "readings"}, {saved, "saved"}});
   check_saved(saved, plan.saved_bytes, args.memory);
   core::NamedTensors others = core::named_args(args);
   others.push_back({readings, "readings"});
   core::check_disjoint({{saved, "saved"}}, others);
+  // The stamp first (saved_header.hpp), then the engine's regions after it.
   if (on_cpu(args.memory)) {
     if (options.validate) core::check_write_read_indices(args, shape);
-    return cpu::write_read_forward_saving(args, readings, saved, shape, options);
+    core::stamp_saved_on_host(core::make_saved_header(plan, core::SavedEngine::cpu), args, saved);
+    return cpu::write_read_forward_saving(args, readings, core::saved_body(saved), shape, options);
   }
 #if defined(SDM_WITH_CUDA)
-  return cuda::write_read_forward_saving(args, readings, saved, shape, options);
+  cuda::stamp_saved(core::make_saved_header(plan, core::SavedEngine::cuda), args, saved, options);
+  return cuda::write_read_forward_saving(args, readings, core::saved_body(saved), shape, options);
 #else
   no_cuda(args.memory);
 #endif
@@ -130,17 +138,26 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
   const WriteReadPlan plan = plan_for(args, TensorRef{}, options);
   const WriteReadShape& shape = plan.shape;
   core::validate_write_read_backward(args, shape, grad_readings, grad_final_bank, grads);
-  check_runnable(args.memory);
+  check_runnable(args, {{grad_readings, "grad_readings"}, {saved, "saved"}},
+                 {{grad_final_bank, "grad_final_bank"}, {grads.memory, "grad_memory"}, {grads.k_val, "grad_k_val"},
+                  {grads.v, "grad_v"}, {grads.beta, "grad_beta"}, {grads.g, "grad_g"}, {grads.q_val, "grad_q_val"}});
   check_saved(saved, plan.saved_bytes, args.memory);
   core::NamedTensors written = {{args.memory, "memory"}};
   for (const core::NamedTensor& grad : core::named_grads(grads)) written.push_back(grad);
   core::check_disjoint(written, {{saved, "saved"}});
+  // With validate, `saved` must carry the stamp of this call (saved_header.hpp).
   if (on_cpu(args.memory)) {
-    if (options.validate) core::check_write_read_indices(args, shape);
-    return cpu::write_read_backward(args, saved, grad_readings, grad_final_bank, grads, shape, options);
+    if (options.validate) {
+      core::check_write_read_indices(args, shape);
+      core::check_saved_on_host(core::make_saved_header(plan, core::SavedEngine::cpu), args, saved);
+    }
+    return cpu::write_read_backward(args, core::saved_body(saved), grad_readings, grad_final_bank, grads, shape,
+                                    options);
   }
 #if defined(SDM_WITH_CUDA)
-  return cuda::write_read_backward(args, saved, grad_readings, grad_final_bank, grads, shape, options);
+  if (options.validate) cuda::check_saved_stamp(core::make_saved_header(plan, core::SavedEngine::cuda), args, saved, options);
+  return cuda::write_read_backward(args, core::saved_body(saved), grad_readings, grad_final_bank, grads, shape,
+                                   options);
 #else
   no_cuda(args.memory);
 #endif
@@ -148,7 +165,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
 
 void decode_step(const WriteReadArgs& args, const TensorRef& readings, const DecodeOptions& options) {
   const auto shape = core::validate_decode(args, readings, options, core::BankDTypes::engine);
-  check_runnable(args.memory);
+  check_runnable(args, {{readings, "readings"}});
   if (on_cpu(args.memory)) {
     if (options.validate) core::check_decode_indices(args, shape, options);
     return cpu::decode_step(args, readings, shape, options);
