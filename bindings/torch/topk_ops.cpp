@@ -2,7 +2,9 @@
 //
 //   product_key_topk(raw, factor_dims, k) -> (values, slots)
 //       raw [..., sum(factor_dims)] float; values [..., kk] raw's dtype, slots [..., kk] int64
-//   product_key_topk_backward(slots, grad_values, factor_dims) -> grad_raw [..., sum(factor_dims)]
+//   product_key_topk_backward(slots, grad_values, factor_dims, *, validate=True) -> grad_raw [..., sum(factor_dims)]
+//       validate: slots outside [0, prod(factor_dims)) are refused (the autograd formula, which passes
+//       the forward's own slots, turns it off)
 //   product_key_topk_selected(raw, factor_dims, k) -> kk   (shape and dtype only: fake kernels)
 //
 // Leading dims are flattened into rows; the C++ API checks everything before any work. The
@@ -88,7 +90,7 @@ std::tuple<at::Tensor, at::Tensor> product_key_topk(const at::Tensor& raw, c10::
 }
 
 at::Tensor product_key_topk_backward(const at::Tensor& slots, const at::Tensor& grad_values,
-                                     c10::IntArrayRef factor_dims) {
+                                     c10::IntArrayRef factor_dims, bool validate) {
   return translate_errors([&] {
     check_has_columns(slots, "slots");
     if (grad_values.sizes() != slots.sizes()) {
@@ -102,6 +104,7 @@ at::Tensor product_key_topk_backward(const at::Tensor& slots, const at::Tensor& 
     auto grad_raw = at::empty({slot_rows.size(0), width}, grad_values.options());
     ProductKeyTopkOptions options;
     options.cuda_stream = context.cuda_stream();
+    options.validate = validate;
     sdm::product_key_topk_backward(to_ref(slot_rows, "slots"), to_ref(grad_rows, "grad_values"),
                                    std::span<const std::int64_t>(factor_dims.data(), factor_dims.size()),
                                    to_ref(grad_raw, "grad_raw"), options);
@@ -119,7 +122,8 @@ int64_t product_key_topk_selected(const at::Tensor& raw, c10::IntArrayRef factor
 
 TORCH_LIBRARY_FRAGMENT(sdm, m) {
   m.def("product_key_topk(Tensor raw, int[] factor_dims, int k) -> (Tensor values, Tensor slots)");
-  m.def("product_key_topk_backward(Tensor slots, Tensor grad_values, int[] factor_dims) -> Tensor grad_raw");
+  m.def("product_key_topk_backward(Tensor slots, Tensor grad_values, int[] factor_dims, *, bool validate=True) -> "
+        "Tensor grad_raw");
   m.def("product_key_topk_selected(Tensor raw, int[] factor_dims, int k) -> int");
 }
 

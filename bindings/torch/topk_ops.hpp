@@ -12,7 +12,7 @@ namespace sdm::torch_bindings {
 
 std::tuple<at::Tensor, at::Tensor> product_key_topk(const at::Tensor& raw, c10::IntArrayRef factor_dims, int64_t k);
 at::Tensor product_key_topk_backward(const at::Tensor& slots, const at::Tensor& grad_values,
-                                     c10::IntArrayRef factor_dims);
+                                     c10::IntArrayRef factor_dims, bool validate);
 int64_t product_key_topk_selected(const at::Tensor& raw, c10::IntArrayRef factor_dims, int64_t k);
 
 }  // namespace sdm::torch_bindings

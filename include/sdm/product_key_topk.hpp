@@ -33,6 +33,8 @@ inline constexpr std::int64_t kMaxProductKeySlots = (std::int64_t{1} << 32) - 1;
 struct ProductKeyTopkOptions {
   int num_threads = 0;          // CPU threads; 0 = $SDM_NUM_THREADS, else the hardware's
   void* cuda_stream = nullptr;  // CUDA tensors: the cudaStream_t to run on (nullptr: legacy default)
+  bool validate = true;         // backward: refuse slots outside [0, prod(factor_dims)) by name (CUDA:
+                                // one host sync, skipped while capturing); false: they contribute nothing
 };
 
 // The number of slots each row selects, min(k, prod(factor_dims)), after checking raw

@@ -53,7 +53,7 @@ def _product_key_topk_fake(raw, factor_dims, k):
 
 
 @torch.library.register_fake("sdm::product_key_topk_backward")
-def _product_key_topk_backward_fake(slots, grad_values, factor_dims):
+def _product_key_topk_backward_fake(slots, grad_values, factor_dims, *, validate=True):
     check_factor_dims(factor_dims)
     return grad_values.new_empty((*slots.shape[:-1], sum(factor_dims)))
 
@@ -67,7 +67,9 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, grad_values, _grad_slots):
     (slots,) = ctx.saved_tensors
-    grad_raw = torch.ops.sdm.product_key_topk_backward(slots, grad_values.to(ctx.raw_dtype), ctx.factor_dims)
+    # The forward's own slots: in range by construction (validate would cost a host sync on CUDA).
+    grad_raw = torch.ops.sdm.product_key_topk_backward(slots, grad_values.to(ctx.raw_dtype), ctx.factor_dims,
+                                                       validate=False)
     return grad_raw, None, None
 
 

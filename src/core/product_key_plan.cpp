@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "core/validate.hpp"
 #include "sdm/error.hpp"
 
 namespace sdm::core {
@@ -90,6 +91,7 @@ void set_k(ProductKeyPlan& plan, std::int64_t k) {
 ProductKeyPlan plan_product_key_topk(const TensorRef& raw, std::span<const std::int64_t> factor_dims,
                                      std::int64_t k) {
   ProductKeyPlan plan;
+  check_tensor_ref(raw, "raw");
   check_float(raw, "raw");
   set_factors(plan, factor_dims);
   set_k(plan, k);
@@ -107,6 +109,8 @@ ProductKeyPlan plan_product_key_topk(const TensorRef& raw, std::span<const std::
 
 void validate_product_key_outputs(const ProductKeyPlan& plan, const TensorRef& raw, const TensorRef& values,
                                   const TensorRef& slots) {
+  check_tensor_ref(values, "values");
+  check_tensor_ref(slots, "slots");
   if (plan.rows > 0 && raw.strides[1] != 1) {
     throw ValueError("raw", "raw's columns must be contiguous (stride 1), got stride " + std::to_string(raw.strides[1]));
   }
@@ -126,6 +130,9 @@ void validate_product_key_outputs(const ProductKeyPlan& plan, const TensorRef& r
 ProductKeyPlan plan_product_key_backward(const TensorRef& slots, const TensorRef& grad_values,
                                          std::span<const std::int64_t> factor_dims, const TensorRef& grad_raw) {
   ProductKeyPlan plan;
+  check_tensor_ref(slots, "slots");
+  check_tensor_ref(grad_values, "grad_values");
+  check_tensor_ref(grad_raw, "grad_raw");
   set_factors(plan, factor_dims);
   if (slots.dtype != DType::i64) {
     throw TypeError("slots", std::string("slots must be int64, got ") + dtype_name(slots.dtype));
@@ -149,6 +156,22 @@ ProductKeyPlan plan_product_key_backward(const TensorRef& slots, const TensorRef
   check_device(grad_values, "grad_values", slots, "slots");
   check_device(grad_raw, "grad_raw", slots, "slots");
   return plan;
+}
+
+void check_selected_slots(const ProductKeyPlan& plan, const TensorRef& slots) {
+  const auto* ids = slots.data_as<const std::int64_t>();
+  for (std::int64_t row = 0; row < plan.rows; ++row) {
+    for (std::int64_t e = 0; e < plan.selected; ++e) {
+      const std::int64_t id = ids[row * slots.strides[0] + e];
+      if (id < 0 || id >= plan.slots) slot_outside(plan, row, e, id);
+    }
+  }
+}
+
+void slot_outside(const ProductKeyPlan& plan, std::int64_t row, std::int64_t entry, std::int64_t value) {
+  throw ValueError("slots", "slots[row " + std::to_string(row) + ", entry " + std::to_string(entry) + "] = " +
+                                std::to_string(value) + " is outside [0, prod(factor_dims)) = [0, " +
+                                std::to_string(plan.slots) + "); the backward takes the slots the forward selected");
 }
 
 }  // namespace sdm::core

@@ -54,4 +54,10 @@ inline std::uint64_t score_key(double x) {
   return (bits >> 63) ? ~bits : (bits | 0x8000000000000000ull);
 }
 
+// The backward's slot check (options.validate): every entry of `slots` ([rows, kk], int64) in
+// [0, prod(factor_dims)). check_selected_slots reads host data; slot_outside throws the error of
+// the first bad entry (row, entry, value) for both devices' checks.
+void check_selected_slots(const ProductKeyPlan& plan, const TensorRef& slots);
+[[noreturn]] void slot_outside(const ProductKeyPlan& plan, std::int64_t row, std::int64_t entry, std::int64_t value);
+
 }  // namespace sdm::core

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/product_key_plan.hpp"
+#include "core/validate.hpp"
 #include "cpu/topk/product_key_topk.hpp"
 #include "sdm/error.hpp"
 #if defined(SDM_WITH_CUDA)
@@ -37,6 +38,7 @@ void product_key_topk_forward(const TensorRef& raw, std::span<const std::int64_t
                               const TensorRef& values, const TensorRef& slots, const ProductKeyTopkOptions& options) {
   const auto plan = core::plan_product_key_topk(raw, factor_dims, k);
   core::validate_product_key_outputs(plan, raw, values, slots);
+  core::check_engine_data({{raw, "raw"}, {values, "values"}, {slots, "slots"}}, {});
   check_kernel_device(raw, "raw");
   if (raw.device.type == DeviceType::cpu) return cpu::product_key_topk_forward(plan, raw, values, slots, options.num_threads);
 #if defined(SDM_WITH_CUDA)
@@ -48,11 +50,14 @@ void product_key_topk_backward(const TensorRef& slots, const TensorRef& grad_val
                                std::span<const std::int64_t> factor_dims, const TensorRef& grad_raw,
                                const ProductKeyTopkOptions& options) {
   const auto plan = core::plan_product_key_backward(slots, grad_values, factor_dims, grad_raw);
+  core::check_engine_data({{slots, "slots"}, {grad_values, "grad_values"}, {grad_raw, "grad_raw"}}, {});
   check_kernel_device(slots, "slots");
   if (slots.device.type == DeviceType::cpu) {
+    if (options.validate) core::check_selected_slots(plan, slots);
     return cpu::product_key_topk_backward(plan, slots, grad_values, grad_raw, options.num_threads);
   }
 #if defined(SDM_WITH_CUDA)
+  if (options.validate) cuda::check_selected_slots(plan, slots, options.cuda_stream);
   cuda::product_key_topk_backward(plan, slots, grad_values, grad_raw, options.cuda_stream);
 #endif
 }

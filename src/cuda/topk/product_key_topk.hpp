@@ -13,6 +13,10 @@ void product_key_topk_forward(const core::ProductKeyPlan& plan, const TensorRef&
                               const TensorRef& slots, void* cuda_stream);
 
 // Slots outside [0, prod(factor_dims)) contribute nothing.
+// (The launchers never synchronise; check_selected_slots, slot_check.cu, is the exception: the
+// validate=True check of the backward's slots, one host sync, nothing while capturing.)
+void check_selected_slots(const core::ProductKeyPlan& plan, const TensorRef& slots, void* cuda_stream);
+
 void product_key_topk_backward(const core::ProductKeyPlan& plan, const TensorRef& slots,
                                const TensorRef& grad_values, const TensorRef& grad_raw, void* cuda_stream);
 
