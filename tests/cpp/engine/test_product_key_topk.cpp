@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "support/expect_rejects.hpp"
@@ -85,6 +86,27 @@ TEST(ProductKeyTopk, BackwardRefusesBadGradients) {
   expect_rejects<ValueError>([&] { product_key_topk_backward(s, matrix(grad_values.data(), DType::f32, 3, 2), kDims,
                                                              matrix(grad_raw.data(), DType::f32, 2, 5)); },
                              "grad_values", {"must be [2, 3]"});
+}
+
+TEST(ProductKeyTopk, BackwardRefusesSlotsOutsideTheGridUnlessTrusted) {
+  // prod(kDims) = 6 slots: 6 and -1 are outside. validate (the default) names the first bad
+  // entry and writes nothing; validate=false lets it contribute nothing.
+  std::vector<float> grad_values = {1, 10, 100, 1000}, grad_raw(10, -1);
+  const auto g = matrix(grad_values.data(), DType::f32, 2, 2);
+  const auto out = matrix(grad_raw.data(), DType::f32, 2, 5);
+  for (const std::int64_t bad : {std::int64_t{6}, std::int64_t{-1}}) {
+    std::vector<std::int64_t> slots = {0, 5, 2, bad};
+    const auto s = matrix(slots.data(), DType::i64, 2, 2);
+    expect_rejects<ValueError>([&] { product_key_topk_backward(s, g, kDims, out); }, "slots",
+                               {"slots[row 1, entry 1] = " + std::to_string(bad), "outside [0, prod(factor_dims)) = [0, 6)"});
+    EXPECT_EQ(grad_raw, std::vector<float>(10, -1));
+    ProductKeyTopkOptions trusted;
+    trusted.validate = false;
+    product_key_topk_backward(s, g, kDims, out, trusted);
+    // Row 1: slot 2 = (1, 0) gets 100 on factor 0 column 1 and factor 1 column 0; the bad entry nothing.
+    EXPECT_EQ(std::vector<float>(grad_raw.begin() + 5, grad_raw.end()), (std::vector<float>{0, 100, 0, 100, 0}));
+    std::fill(grad_raw.begin(), grad_raw.end(), -1.0f);
+  }
 }
 
 TEST(ProductKeyTopk, RandomFactorListsGiveAscendingInRangeSlotsScoredByTheirFactors) {
