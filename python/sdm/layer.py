@@ -13,7 +13,7 @@ Forward, for x [B, T, D] (or [B*T, D] with freqs_cis of T rows):
                     sdm.write_read_ in place, or sdm.decode_step for T == 1; a float64 layer runs the
                     float64 reference op (CPU)
   output            optional per-head LayerNorm, merge heads, optional sigmoid(Wog(x)) gate, Wo
-Returns (output, state): the state holds the bank after the call (docs/layer.md).
+Returns (output, state): the state holds the bank after the call (docs/layer.md); neither is a view.
 The layer composes torch ops and torch.ops.sdm; it holds no SDM math of its own.
 """
 
@@ -188,7 +188,13 @@ class SparseDeltaMemory(nn.Module):
         readings = readings.view(B, H, T, hd).transpose(1, 2).reshape(B, T, H * hd)
         if self.Wog is not None:
             readings = torch.sigmoid(self.Wog(x3)) * readings
-        return self.Wo(readings).view(x.shape), state
+        out = self.Wo(readings.view(x.shape))
+        # The outputs are never views: FSDP2 hooks the output of a module it wraps, and an
+        # in-place op on a view of it (`out += x`) drops that hook and gives wrong gradients.
+        # nn.Linear returns a 3-D input's product as a view of a 2-D one: copy it (B*T*D).
+        if out._base is not None:
+            out = out.clone()
+        return out, state
 
     # ---- pieces of the forward ---------------------------------------------------------
 

@@ -37,6 +37,10 @@ LEARNING_RATE = 0.05
 class ModelConfig:
     grad_bank_fp32: bool = False
     checkpoint_blocks: bool = False
+    # The mixer's residual as an in-place add on the layer's output (`mixed += x`): same math,
+    # but an in-place op on an FSDP2-wrapped module's output drops FSDP2's pre-backward hook
+    # when that output is a view (issue 22): the layer's outputs must not be views.
+    inplace_residual: bool = False
 
 
 def layer_args(config: ModelConfig) -> sdm.SparseDeltaMemoryArgs:
@@ -53,6 +57,7 @@ class Block(nn.Module):
         self.mlp_norm = nn.RMSNorm(DIM)
         self.mlp = nn.Sequential(nn.Linear(DIM, 2 * DIM), nn.SiLU(), nn.Linear(2 * DIM, DIM))
         self.checkpointed = config.checkpoint_blocks
+        self.inplace_residual = config.inplace_residual
 
     def forward(self, x: Tensor) -> Tensor:
         if self.checkpointed:
@@ -61,7 +66,11 @@ class Block(nn.Module):
 
     def _residual_branches(self, x: Tensor) -> Tensor:
         mixed, _state = self.mixer(self.mixer_norm(x))
-        h = x + mixed
+        if self.inplace_residual:
+            mixed += x
+            h = mixed
+        else:
+            h = x + mixed
         return h + self.mlp(self.mlp_norm(h))
 
 
@@ -74,10 +83,12 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(DIM, VOCAB)
 
     def forward(self, tokens: Tensor) -> Tensor:
+        """Logits [B * T, VOCAB]: the head runs on the flattened tokens, so the (FSDP2-wrapped)
+        root returns a tensor of its own, not a view (nn.Linear on a 3-D input returns one)."""
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x))
+        return self.head(self.norm(x).flatten(0, 1))
 
 
 def build_model(config: ModelConfig = ModelConfig(), seed: int = 0) -> TinyLM:

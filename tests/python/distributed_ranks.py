@@ -16,6 +16,9 @@ Scenarios:
          after 2 steps, then 2 more steps by the saved model and by a fresh model loaded from
          the checkpoint).
   fsdp_compile  FSDP2 over blocks compiled with torch.compile(fullgraph=True), SGD.
+  fsdp_layers   FSDP2 with each SDM layer fully_shard-ed on its own (then each block, then the
+         root), and the mixer's residual added in place to the layer's output (`mixed += x`), SGD:
+         `inplace`.
 """
 
 from __future__ import annotations
@@ -83,8 +86,10 @@ def _ddp(rank, world, device, out_dir, runs=("plain", "checkpointed")) -> dict:
 
 
 def _sharded(config: dm.ModelConfig, device: torch.device, policy: MixedPrecisionPolicy = MixedPrecisionPolicy(),
-             seed: int = 0, compile_blocks: bool = False) -> tuple[torch.nn.Module, set[str]]:
-    """FSDP2 as it is applied to a transformer: each block its own group, then the root.
+             seed: int = 0, compile_blocks: bool = False,
+             shard_layers: bool = False) -> tuple[torch.nn.Module, set[str]]:
+    """FSDP2 as it is applied to a transformer: each block its own group, then the root
+    (with ``shard_layers``, each block's SDM layer first, in a group of its own).
     Returns the model and the names of the parameters tagged ``_no_weight_decay``, taken before
     sharding: fully_shard replaces every parameter by a new DTensor parameter, which does not
     carry the tag (names are kept)."""
@@ -95,6 +100,8 @@ def _sharded(config: dm.ModelConfig, device: torch.device, policy: MixedPrecisio
             model.blocks[i] = block
     no_weight_decay = {name for name, p in model.named_parameters() if getattr(p, "_no_weight_decay", False)}
     for block in model.blocks:
+        if shard_layers:
+            fully_shard(block.mixer, mp_policy=policy)
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     return model, no_weight_decay
@@ -176,4 +183,9 @@ def _fsdp_compile(rank, world, device, out_dir) -> dict:
     return {"compiled": dm.train(model, _sgd(model), dm.global_batches(), rank=rank, world=world, device=device)}
 
 
-_SCENARIOS = {"ddp": _ddp, "fsdp": _fsdp, "fsdp_compile": _fsdp_compile}
+def _fsdp_layers(rank, world, device, out_dir) -> dict:
+    model, _ = _sharded(dm.ModelConfig(inplace_residual=True), device, shard_layers=True)
+    return {"inplace": dm.train(model, _sgd(model), dm.global_batches(), rank=rank, world=world, device=device)}
+
+
+_SCENARIOS = {"ddp": _ddp, "fsdp": _fsdp, "fsdp_compile": _fsdp_compile, "fsdp_layers": _fsdp_layers}

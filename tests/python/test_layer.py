@@ -537,6 +537,40 @@ def test_any_factor_list_addresses_the_bank(factors, sph):
     assert slots.max() < sph and (slots[..., 1:] > slots[..., :-1]).all()
 
 
+@pytest.mark.parametrize("output_gate", [False, True])
+def test_the_layers_outputs_are_never_views(output_gate):
+    """FSDP2 hooks a wrapped module's outputs; an in-place op on a view of one (`out += x`) drops
+    the hook (wrong gradients, tests/python/test_distributed.py). Every path returns tensors of
+    their own: [B, T, D] and [B*T, D] inputs, training and inference, with and without a cache."""
+    layer = _layer(output_gate=output_gate)
+    x = torch.randn(2, 5, 64, requires_grad=True)
+    calls = {
+        "train 3-D": lambda: layer(x),
+        "train 2-D": lambda: layer(x.reshape(10, 64), freqs_cis=torch.zeros(5, 4)),
+        "train from a cache": lambda: layer(x, cache=layer.create_kv_cache(2, 0, torch.float32)),
+    }
+    with torch.no_grad():
+        calls["inference 3-D"] = lambda: layer(x)
+        calls["decode"] = lambda: layer(x[:, :1], cache=layer.create_kv_cache(2, 0, torch.float32))
+    for name, call in calls.items():
+        with torch.set_grad_enabled(name.startswith("train")):
+            out, state = call()
+        assert out._base is None and state.memory._base is None, name
+        assert out.shape == (x.shape if "2-D" not in name else (10, 64)) or name == "decode", name
+    # The in-place residual gives the out-of-place one's gradients.
+    grads = []
+    for inplace in (False, True):
+        x.grad = None
+        out, _ = layer(x)
+        if inplace:
+            out += x
+        else:
+            out = out + x
+        out.square().sum().backward()
+        grads.append(x.grad.clone())
+    assert torch.equal(grads[0], grads[1])
+
+
 def test_a_bank_sharded_by_fsdp2_is_refused_by_name_outside_the_wrapped_forward(tmp_path):
     """Outside the forward of the module fully_shard wraps, the bank is a DTensor: the layer says
     so (and what to do) instead of mixing tensors; unsharded, it works (one gloo rank)."""
