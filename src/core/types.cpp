@@ -81,9 +81,11 @@ bool TensorRef::is_contiguous() const {
 
 // Built with std::to_string, not a std::ostringstream: the error messages use no iostream (an
 // ostringstream here crashed the CUDA build of the extension on the GPU machine; docs/cuda.md).
+// A malformed ndim (outside 0..kMaxDims) prints the sizes the arrays hold, never past them.
 std::string TensorRef::shape_string() const {
   std::string out = "[";
-  for (int i = 0; i < ndim; ++i) out += (i ? ", " : "") + std::to_string(sizes[static_cast<std::size_t>(i)]);
+  const int shown = ndim < 0 ? 0 : ndim > kMaxDims ? kMaxDims : ndim;
+  for (int i = 0; i < shown; ++i) out += (i ? ", " : "") + std::to_string(sizes[static_cast<std::size_t>(i)]);
   return out + "]";
 }
 

@@ -158,6 +158,7 @@ void check_at_least(std::int64_t value, const std::string& what, const char* arg
 // Its shape comes next, then contiguity (so that a wrong shape is reported as such).
 void check_argument(const TensorRef& t, const char* name, const DTypes& dtypes, const Device& bank_device) {
   check_present(t, name);
+  check_tensor_ref(t, name);
   check_dtype(t, name, dtypes);
   check_device(t, name, bank_device);
   check_element_count(t, name);
@@ -171,9 +172,66 @@ void check_tensor(const TensorRef& t, const char* name, const DTypes& dtypes, co
   check_contiguous(t, name);
 }
 
+// The leading dims a tensor shares with k_idx: [P, T] (its first two dims) in the chunked op, every
+// dim but the last in the decode step; nullopt when it has too few dims (or a malformed ndim).
+using LeadDims = std::optional<Dims> (*)(const TensorRef&);
+
+std::optional<Dims> first_two_dims(const TensorRef& t) {
+  if (t.ndim < 2 || t.ndim > TensorRef::kMaxDims) return std::nullopt;
+  return Dims(t.sizes.begin(), t.sizes.begin() + 2);
+}
+
+std::optional<Dims> all_but_last_dim(const TensorRef& t) {
+  if (t.ndim < 1 || t.ndim > TensorRef::kMaxDims) return std::nullopt;
+  return Dims(t.sizes.begin(), t.sizes.begin() + t.ndim - 1);
+}
+
+// k_idx fixes the leading dims every other tensor is checked against. When k_idx is the one that
+// is wrong (more of the other tensors agree on other leading dims than on k_idx's, counting k_idx
+// itself), it is blamed, rather than the first tensor compared with it. A tie keeps k_idx as the
+// anchor.
+void check_k_idx_agrees(const TensorRef& k_idx, const NamedTensors& others, LeadDims lead, const char* what,
+                        const char* pattern) {
+  const std::optional<Dims> mine = lead(k_idx);
+  if (!mine) return;
+  std::vector<std::pair<Dims, std::vector<const char*>>> groups;  // leading dims -> who has them
+  for (const NamedTensor& o : others) {
+    if (!o.tensor.defined()) continue;
+    const std::optional<Dims> dims = lead(o.tensor);
+    if (!dims) continue;
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == *dims; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {*dims, {}});
+    group->second.push_back(o.name);
+  }
+  if (groups.empty()) return;
+  std::size_t agreeing = 1;  // k_idx itself
+  for (const auto& group : groups) {
+    if (group.first == *mine) agreeing += group.second.size();
+  }
+  const auto* majority = &groups.front();
+  for (const auto& group : groups) {
+    if (group.second.size() > majority->second.size()) majority = &group;
+  }
+  if (majority->first == *mine || majority->second.size() <= agreeing) return;
+  std::string names;
+  for (std::size_t i = 0; i < majority->second.size(); ++i) {
+    names += (i == 0 ? "" : i + 1 == majority->second.size() ? " and " : ", ") + std::string(majority->second[i]);
+  }
+  throw ValueError("k_idx", "k_idx has " + std::string(what) + " = " + dims_string(*mine) + " but " + names +
+                                " have " + dims_string(majority->first) + ": k_idx must be " + pattern +
+                                " with the other tensors' " + what + ", got shape " + k_idx.shape_string());
+}
+
+// The tensors that share k_idx's leading dims: every input but the bank, and the readings.
+NamedTensors sharing_k_idx_dims(const WriteReadArgs& args, const TensorRef& readings) {
+  return {{args.k_val, "k_val"}, {args.v, "v"},         {args.beta, "beta"},       {args.g, "g"},
+          {args.q_idx, "q_idx"}, {args.q_val, "q_val"}, {readings, "readings"}};
+}
+
 // The bank: 2-D [S, hd], S in 1..kMaxBankRows, hd >= 1, contiguous (docs/spec.md §7, §8).
 void check_bank(const TensorRef& memory, BankDTypes banks) {
   check_present(memory, "memory");
+  check_tensor_ref(memory, "memory");
   check_dtype(memory, "memory", bank_dtypes(banks));
   check_ndim(memory, "memory", 2, "[S, hd]");
   check_in_range(memory.size(0), "memory rows S", "memory", 1, kMaxBankRows);
@@ -306,6 +364,40 @@ void check_token(const TensorRef& t, std::int64_t offset, std::int64_t width, co
 
 }  // namespace
 
+void check_tensor_ref(const TensorRef& t, const char* name) {
+  if (t.ndim < 0 || t.ndim > TensorRef::kMaxDims) {
+    throw ValueError(name, std::string(name) + " has ndim = " + std::to_string(t.ndim) + "; a TensorRef holds 0 to " +
+                               std::to_string(TensorRef::kMaxDims) + " dimensions");
+  }
+  const std::int64_t* sizes = t.sizes.data();
+  if (std::any_of(sizes, sizes + t.ndim, [](std::int64_t size) { return size < 0; })) {
+    throw ValueError(name, std::string(name) + " has a negative size: shape " + t.shape_string());
+  }
+  const std::int64_t* strides = t.strides.data();
+  if (std::any_of(strides, strides + t.ndim, [](std::int64_t stride) { return stride < 0; })) {
+    throw ValueError(name, std::string(name) + " has a negative stride: shape " + t.shape_string() + " with strides " +
+                               strides_string(t));
+  }
+}
+
+void check_engine_data(const NamedTensors& required, const NamedTensors& optional) {
+  auto check = [](const NamedTensor& t) {
+    check_tensor_ref(t.tensor, t.name);
+    if (t.tensor.data == nullptr && size_product(t.tensor.sizes.data(), t.tensor.sizes.data() + t.tensor.ndim) > 0) {
+      throw ValueError(t.name, std::string(t.name) + " has no data (data == nullptr) but its shape " +
+                                   t.tensor.shape_string() + " has elements; the op reads and writes tensor data (only "
+                                   "the shape-only checks and plans take data-less views)");
+    }
+  };
+  for (const NamedTensor& t : required) {
+    check_present(t.tensor, t.name);
+    check(t);
+  }
+  for (const NamedTensor& t : optional) {
+    if (t.tensor.defined()) check(t);
+  }
+}
+
 WriteReadShape validate_write_read(const WriteReadArgs& args, const TensorRef& readings,
                                    const WriteReadOptions& options, BankDTypes banks) {
   check_bank(args.memory, banks);
@@ -329,6 +421,7 @@ WriteReadShape validate_write_read(const WriteReadArgs& args, const TensorRef& r
   check_at_least(s.P, "streams P (k_idx.shape[0])", "k_idx", 1);
   check_at_least(s.T, "tokens T (k_idx.shape[1])", "k_idx", 1);
   check_in_range(s.W, "writes per token W (k_idx.shape[2])", "k_idx", 1, kMaxWidth);
+  check_k_idx_agrees(args.k_idx, sharing_k_idx_dims(args, readings), first_two_dims, "[P, T]", "[P, T, W]");
   check_contiguous(args.k_idx, "k_idx");
 
   check_argument(args.q_idx, "q_idx", kIndexDTypes, device);
@@ -423,6 +516,8 @@ DecodeShape validate_decode(const WriteReadArgs& args, const TensorRef& readings
   }
   s.W = args.k_idx.size(-1);
   check_in_range(s.W, "writes per token W (k_idx.shape[-1])", "k_idx", 1, kMaxWidth);
+  check_k_idx_agrees(args.k_idx, sharing_k_idx_dims(args, readings), all_but_last_dim, "leading (stream) dims",
+                     "[..., W]");
   check_contiguous(args.k_idx, "k_idx");
   auto with_last = [&lead](std::int64_t last) {
     Dims dims = lead;

@@ -90,6 +90,18 @@ using NamedTensors = std::vector<NamedTensor>;
 NamedTensors named_args(const WriteReadArgs& args);
 NamedTensors named_grads(const WriteReadGrads& grads);
 
+// A TensorRef is well formed before anything else reads it: ndim in 0..TensorRef::kMaxDims (a larger
+// one would read past sizes[] and strides[]), no negative size, no negative stride. Throws
+// sdm::ValueError naming `name`, e.g. "k_idx has ndim = 5; a TensorRef holds 0 to 4 dimensions".
+void check_tensor_ref(const TensorRef& t, const char* name);
+
+// What the engines need beyond the shape-only checks (which accept data-less views, e.g. the
+// PyTorch binding's fake kernels): every tensor of `required` present, and every tensor of
+// `required` and every defined one of `optional` well formed (check_tensor_ref) with data: a
+// TensorRef with elements and data == nullptr is refused by name ("k_idx has no data (data ==
+// nullptr) but its shape [2, 5, 3] has elements; ...").
+void check_engine_data(const NamedTensors& required, const NamedTensors& optional);
+
 // Throws sdm::ValueError when a tensor the call writes (`written`) shares bytes with any other
 // argument (`others`, which may include `written`'s own entries: a tensor is never compared with
 // itself). Tensors are compared by the byte ranges they span; absent and empty ones never

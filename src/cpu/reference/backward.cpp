@@ -52,6 +52,10 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& grad_readin
   const auto shape = core::validate_write_read(args, TensorRef{}, options, core::BankDTypes::reference);
   core::validate_write_read_backward(args, shape, grad_readings, grad_final_bank, grads);
   detail::require_cpu(args.memory);
+  core::NamedTensors required = core::named_args(args), optional = core::named_grads(grads);
+  required.push_back({grad_readings, "grad_readings"});
+  optional.push_back({grad_final_bank, "grad_final_bank"});
+  core::check_engine_data(required, optional);
   if (options.validate) core::check_write_read_indices(args, shape);
 
   const std::int64_t tokens = shape.P * shape.T, W = shape.W, R = shape.R, hd = shape.hd;

@@ -29,6 +29,7 @@ void load_row(const TensorRef& memory, std::int64_t slot, double* out, std::int6
 void decode_step(const WriteReadArgs& args, const TensorRef& readings, const DecodeOptions& options) {
   const auto shape = core::validate_decode(args, readings, options, core::BankDTypes::reference);
   detail::require_cpu(args.memory);
+  core::check_engine_data(core::named_args(args), {{readings, "readings"}});
   if (options.validate) core::check_decode_indices(args, shape, options);
 
   const std::int64_t W = shape.W, R = shape.R, hd = shape.hd;

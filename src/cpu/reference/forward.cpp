@@ -21,6 +21,7 @@ void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
                         const WriteReadOptions& options) {
   const auto shape = core::validate_write_read(args, readings, options, core::BankDTypes::reference);
   detail::require_cpu(args.memory);
+  core::check_engine_data(core::named_args(args), {{readings, "readings"}});
   if (options.validate) core::check_write_read_indices(args, shape);
 
   const std::int64_t tokens = shape.P * shape.T, hd = shape.hd;
