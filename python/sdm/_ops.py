@@ -27,10 +27,17 @@ torch.ops.load_library(_library_path())
 _INPUT_NAMES = ("k_idx", "k_val", "v", "beta", "g", "q_idx", "q_val")
 
 
-def _static(t: torch.Tensor) -> torch.Tensor:
-    """`t`, or a tensor of the same concrete shape when its sizes are symbolic: the saved
-    buffer's size is a shape-only C++ function of concrete sizes (it specialises)."""
-    if all(isinstance(s, int) for s in t.shape):
+# Compiled and eager accept the same inputs: the eager kernels copy every input but the bank
+# they update to a contiguous tensor (bindings/torch contiguous_inputs; the functional op also
+# copies its initial bank), so the fake kernels check a contiguous tensor of the same shape in
+# their place (`copied=True`) and the tensor itself (its strides) for a bank updated in place.
+
+
+def _static(t: torch.Tensor, copied: bool = False) -> torch.Tensor:
+    """`t`, or a contiguous tensor of its concrete shape when `copied` or when its sizes are
+    symbolic: the saved buffer's size is a shape-only C++ function of concrete sizes (it
+    specialises)."""
+    if not copied and all(isinstance(s, int) for s in t.shape):
         return t
     return t.new_empty([int(s) for s in t.shape])
 
@@ -44,10 +51,11 @@ def _example_size(s) -> int:
     return int(hint) if hint is not None else int(s)
 
 
-def _hinted(t: torch.Tensor) -> torch.Tensor:
-    """`t`, or a tensor of its example shape when its sizes are symbolic: the shape checks of
-    ops whose outputs do not depend on sizes run on the traced example."""
-    if all(isinstance(s, int) for s in t.shape):
+def _hinted(t: torch.Tensor, copied: bool = False) -> torch.Tensor:
+    """`t`, or a contiguous tensor of its example shape when `copied` or when its sizes are
+    symbolic: the shape checks of ops whose outputs do not depend on sizes run on the traced
+    example."""
+    if not copied and all(isinstance(s, int) for s in t.shape):
         return t
     return t.new_empty([_example_size(s) for s in t.shape])
 
@@ -57,21 +65,23 @@ def _hinted(t: torch.Tensor) -> torch.Tensor:
 
 @torch.library.register_fake("sdm::write_read_")
 def _write_read_inplace_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, *, validate=True, **options):
-    torch.ops.sdm.check_write_read(*(_hinted(t) for t in (memory, k_idx, k_val, v, beta, g, q_idx, q_val)),
-                                   **options)
+    torch.ops.sdm.check_write_read(_hinted(memory), *(_hinted(t, copied=True) for t in (k_idx, k_val, v, beta, g,
+                                                                                       q_idx, q_val)), **options)
     return v.new_empty(v.shape, dtype=memory.dtype)
 
 
-def _plan(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options) -> tuple[int, torch.dtype]:
-    """(bytes of `saved`, bank-gradient dtype) of the call's plan (C++ sdm::plan_write_read)."""
-    tensors = [_static(t) for t in (memory, k_idx, k_val, v, beta, g, q_idx, q_val)]
+def _plan(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options, memory_copied) -> tuple[int, torch.dtype]:
+    """(bytes of `saved`, bank-gradient dtype) of the call's plan (C++ sdm::plan_write_read).
+    `memory_copied`: the eager kernel works on a contiguous copy of `memory`."""
+    tensors = [_static(memory, memory_copied), *(_static(t, copied=True) for t in (k_idx, k_val, v, beta, g, q_idx,
+                                                                                   q_val))]
     nbytes, bank_grad_bf16 = torch.ops.sdm.write_read_plan(*tensors, device=memory.device, **options)
     return nbytes, torch.bfloat16 if bank_grad_bf16 else torch.float32
 
 
 @torch.library.register_fake("sdm::write_read")
 def _write_read_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, *, validate=True, **options):
-    nbytes, _ = _plan(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options)
+    nbytes, _ = _plan(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options, memory_copied=True)
     readings = v.new_empty(v.shape, dtype=memory.dtype)
     final_bank = memory.new_empty(memory.shape)
     saved = memory.new_empty((nbytes,), dtype=torch.uint8)
@@ -92,7 +102,8 @@ def _grads_like(memory_grad_dtype, memory, k_val, v, beta, g, q_val):
 @torch.library.register_fake("sdm::write_read_backward")
 def _write_read_backward_fake(final_bank, saved, k_idx, k_val, v, beta, g, q_idx, q_val, grad_readings,
                               grad_final_bank, *, validate=True, **options):
-    nbytes, bank_grad_dtype = _plan(final_bank, k_idx, k_val, v, beta, g, q_idx, q_val, options)
+    nbytes, bank_grad_dtype = _plan(final_bank, k_idx, k_val, v, beta, g, q_idx, q_val, options,
+                                    memory_copied=False)
     if saved.dim() != 1 or saved.dtype != torch.uint8 or saved.shape[0] != nbytes:
         raise ValueError(f"saved must be a contiguous 1-D uint8 buffer of {nbytes} bytes (write_read_saved_bytes), "
                          f"got shape {list(saved.shape)} of {saved.dtype}")
@@ -101,8 +112,8 @@ def _write_read_backward_fake(final_bank, saved, k_idx, k_val, v, beta, g, q_idx
 
 @torch.library.register_fake("sdm::decode_step")
 def _decode_step_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, *, validate=True, **options):
-    torch.ops.sdm.check_decode_step(*(_hinted(t) for t in (memory, k_idx, k_val, v, beta, g, q_idx, q_val)),
-                                    **options)
+    torch.ops.sdm.check_decode_step(_hinted(memory), *(_hinted(t, copied=True) for t in (k_idx, k_val, v, beta, g,
+                                                                                         q_idx, q_val)), **options)
     return v.new_empty(v.shape, dtype=memory.dtype)
 
 

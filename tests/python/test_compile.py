@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import sdm
@@ -81,3 +82,112 @@ def test_inplace_ops_compile_with_dynamic_shapes_and_match_eager():
         bank, eager_bank = d.memory.clone(), d.memory.clone()
         assert torch.equal(compiled_decode(bank, *d.inputs()), decode(eager_bank, *d.inputs()))
         assert torch.equal(bank, eager_bank)
+
+
+# ---- compiled and eager accept the same inputs (issue 22: non-contiguous inputs) -----------
+
+
+def _permuted(t: torch.Tensor) -> torch.Tensor:
+    """The same values with permuted strides (leading dims swapped in memory), or with a stride
+    of 2 in the last dim for a 1-D or 2-D tensor: a non-contiguous input the eager ops copy."""
+    if t.dim() >= 3:
+        out = t.transpose(0, 1).contiguous().transpose(0, 1)
+    else:
+        out = torch.stack([t, t], dim=-1)[..., 0]
+    assert torch.equal(out, t) and not out.is_contiguous()
+    return out
+
+
+def _bitwise(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8),
+                                                                     b.contiguous().view(torch.uint8))
+
+
+def test_every_op_compiles_with_non_contiguous_inputs_bitwise_equal_to_eager():
+    """Each op under torch.compile(fullgraph=True) with every input but an in-place bank
+    non-contiguous (the eager kernels copy them; the fake kernels must accept what they accept):
+    write_read with autograd (its backward, write_read_backward, through autograd), write_read
+    without grad (a non-contiguous initial bank too: it is copied), write_read_, decode_step and
+    product_key_topk with its backward. Bitwise equal to eager."""
+    p = make_problem(P=3, T=7, W=3, R=2, hd=5, slots_per_stream=8, G=3, dtype=torch.float32)
+    inputs = [_permuted(t) for t in p.inputs()]
+    options = dict(slots_per_stream=8, chunk_size=3)
+
+    def functional(memory, *inputs):
+        return sdm.write_read(memory, *inputs, **options)
+
+    compiled = torch.compile(functional, fullgraph=True)
+    # Autograd: the saving forward and write_read_backward, from non-contiguous leaves' views.
+    eager_y, eager_bank, eager_grads = _loss_and_grads(functional, [p.memory, *inputs])
+    leaves = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in (p.memory, *p.inputs())]
+    nc_leaves = [leaves[0]] + [_permuted(t) for t in leaves[1:]]
+    y, bank = compiled(*nc_leaves)
+    (y.square().sum() + (bank * 0.5).sum()).backward()
+    assert _bitwise(y, eager_y) and _bitwise(bank, eager_bank)
+    for got, want in zip([t.grad for t in leaves if t.is_floating_point()], eager_grads, strict=True):
+        assert _bitwise(got, want)
+
+    with torch.no_grad():  # clone + write_read_, from a non-contiguous initial bank
+        memory = _permuted(p.memory)
+        assert all(_bitwise(a, b) for a, b in zip(compiled(memory, *inputs), functional(memory, *inputs)))
+
+    def inplace(bank, *inputs):
+        return sdm.write_read_(bank, *inputs, **options)
+
+    bank, eager_bank = p.memory.clone(), p.memory.clone()
+    assert _bitwise(torch.compile(inplace, fullgraph=True)(bank, *inputs), inplace(eager_bank, *inputs))
+    assert _bitwise(bank, eager_bank)
+    # ... and refuse the same: a bank updated in place must be contiguous, eager and compiled.
+    for fn in (inplace, torch.compile(inplace, fullgraph=True)):
+        with pytest.raises(Exception, match="memory must be contiguous"):
+            fn(_permuted(p.memory.clone()), *inputs)
+
+    d = make_problem(P=6, T=1, W=3, R=2, hd=5, slots_per_stream=8, dtype=torch.float32, decode_lead=(2, 3))
+    d_inputs = [_permuted(t) for t in d.inputs()]
+
+    def decode(bank, *inputs):
+        return sdm.decode_step(bank, *inputs, slots_per_stream=0)
+
+    bank, eager_bank = d.memory.clone(), d.memory.clone()
+    assert _bitwise(torch.compile(decode, fullgraph=True)(bank, *d_inputs), decode(eager_bank, *d_inputs))
+    assert _bitwise(bank, eager_bank)
+
+    raw = torch.randn(4, 3, 10)
+
+    def topk(raw):
+        values, slots = sdm.product_key_topk(raw, [4, 6], 5)
+        return values, slots
+
+    results = {}
+    for name, fn in (("eager", topk), ("compiled", torch.compile(topk, fullgraph=True))):
+        leaf = raw.clone().requires_grad_()
+        values, slots = fn(_permuted(leaf))
+        (values * torch.arange(5.0)).sum().backward()
+        results[name] = (values.detach(), slots, leaf.grad)
+    assert all(_bitwise(a, b) for a, b in zip(results["compiled"], results["eager"]))
+
+
+def test_compiled_layer_at_batch_one_matches_eager():
+    """At B = 1 the layer's head split gives non-contiguous op inputs: the compiled layer traces
+    (forward and backward) and matches eager."""
+    torch.manual_seed(0)
+    layer = sdm.SparseDeltaMemory(sdm.SparseDeltaMemoryArgs(
+        dim=32, num_heads=2, slots_per_head=64, num_writes=4, num_reads=4, chunk_size=8, key_weighted_decay=True))
+    x = torch.randn(1, 11, 32)
+    compiled = torch.compile(layer, fullgraph=True)
+
+    def run(module):
+        layer.zero_grad()
+        out, state = module(x)
+        (out.square().mean() + state.memory.sum()).backward()
+        return out.detach(), state.memory.detach(), {n: p.grad.clone() for n, p in layer.named_parameters()}
+
+    eager_out, eager_bank, eager_grads = run(layer)
+    out, bank, grads = run(compiled)
+    assert rel_err(out, eager_out) < 1e-5 and rel_err(bank, eager_bank) < 1e-5
+    for name in eager_grads:
+        assert rel_err(grads[name], eager_grads[name]) < 1e-4, name
+    with torch.no_grad():  # inference: the in-place op, and a decode step from a cache
+        cache, eager_cache = layer.create_kv_cache(1, 0, torch.float32), layer.create_kv_cache(1, 0, torch.float32)
+        assert rel_err(compiled(x, cache=cache)[0], layer(x, cache=eager_cache)[0]) < 1e-5
+        assert rel_err(compiled(x[:, :1], cache=cache)[0], layer(x[:, :1], cache=eager_cache)[0]) < 1e-5
