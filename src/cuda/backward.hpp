@@ -26,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include "chunk_plan.hpp"
+#include "sdm/options.hpp"
 #include "phase1.hpp"
 #include "snapshot_rows.cuh"
 #include "sdm/types.hpp"
@@ -49,7 +50,13 @@ struct AnyFloat {
 // entries' scalars.
 constexpr std::int32_t kSlotNoPartner = -1;
 constexpr std::int32_t kSlotIdle = -2;
-constexpr int kReadSizeShift = 9;  // write groups have at most C <= 256 entries (one per token)
+constexpr int kReadSizeShift = 9;
+// A write group has at most one entry per token of the chunk (a lane repeating an earlier lane's
+// slot is masked by make_write_keys, docs/spec.md §8), so at most C <= 256 entries; a read group
+// may hold every read of the chunk (reads may repeat): C * R <= 65536 entries.
+static_assert(kMaxChunk < (std::int64_t{1} << kReadSizeShift), "a write group's size fits below kReadSizeShift");
+static_assert(kMaxChunk * kMaxWidth <= (std::int64_t{INT32_MAX} >> kReadSizeShift),
+              "a read group's size fits above kReadSizeShift");
 
 struct alignas(16) SlotTask {
   std::int32_t role = kSlotIdle;

@@ -65,6 +65,10 @@ __global__ void __launch_bounds__(kWarps * 32) decode_token(DecodeParams prm) {
     const float k_val = load_input(in.k_val, in.k_val_dtype, s * prm.W + w);
     const float g = load_input(in.g, in.g_dtype, s * prm.G + (prm.G == 1 ? 0 : w));
     if (idx < lo || idx >= hi) return -1;
+    // A lane repeating an earlier lane's slot is masked (docs/spec.md §8; Inputs::distinct_writes).
+    for (std::int64_t e = 0; !in.distinct_writes && e < w; ++e) {
+      if (load_index(in.k_idx, in.k_index64, s * prm.W + e) == idx) return -1;
+    }
     kappa = round_to_bank(k_val, prm.bf16_bank);
     decay = expf(g);
     return idx;
@@ -229,6 +233,7 @@ void decode_step(const WriteReadArgs& args, const TensorRef& readings, const cor
   prm.bank = args.memory.data;
   prm.readings = readings.data;
   prm.in = make_inputs(args);
+  prm.in.distinct_writes = options.validate && !is_capturing(stream);  // else repeats are masked (§8)
   prm.streams = shape.streams, prm.W = shape.W, prm.R = shape.R, prm.G = shape.G, prm.hd = shape.hd;
   prm.S = shape.S, prm.sps = options.slots_per_stream;
   prm.bf16_bank = shape.bank == DType::bf16;

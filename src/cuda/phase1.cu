@@ -58,9 +58,14 @@ __global__ void make_write_keys(Geometry geo, Inputs in, unsigned slices, std::u
   std::int64_t local = geo.sps;  // padding / masked: sorts after every real slot of the chunk
   std::int32_t slot = -1;
   if (at.t < geo.T) {
-    const std::int64_t idx = load_index(in.k_idx, in.k_index64, (at.p * geo.T + at.t) * geo.W + w);
+    const std::int64_t lane0 = (at.p * geo.T + at.t) * geo.W;  // the token's first write lane
+    const std::int64_t idx = load_index(in.k_idx, in.k_index64, lane0 + w);
     const std::int64_t l = idx - at.p * geo.sps;
-    if (l >= 0 && l < geo.sps) {
+    bool repeat = false;  // an earlier lane of the token names the same slot: masked (Inputs::distinct_writes)
+    for (std::int64_t e = 0; !in.distinct_writes && !repeat && e < w; ++e) {
+      repeat = load_index(in.k_idx, in.k_index64, lane0 + e) == idx;
+    }
+    if (l >= 0 && l < geo.sps && !repeat) {
       local = l;
       slot = static_cast<std::int32_t>(idx);
     }

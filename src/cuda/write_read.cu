@@ -68,9 +68,10 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
   const DeviceGuard guard(args.memory.device.index);
   const cudaStream_t stream = stream_of(options.cuda_stream);
   const Geometry geo = make_geometry(shape);
-  const Inputs in = make_inputs(args);
   const bool capturing = is_capturing(stream);
   const bool check = options.validate && !capturing;
+  Inputs in = make_inputs(args);
+  in.distinct_writes = check;  // else repeated write lanes are masked (docs/spec.md §8)
 
   Workspace ws(stream);
   unsigned long long* check_word = nullptr;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/repeated_writes.hpp"
 #include "core/tensor_access.hpp"
 #include "element_io.hpp"
 
@@ -33,6 +34,7 @@ void stage_entries(const WriteReadArgs& args, const core::WriteReadShape& shape,
   for (std::int64_t e = 0; e < writes; ++e) {
     plan.k_row[at(e)] = masked(core::load_index(args.k_idx, token0 * shape.W + e));
   }
+  for (std::int64_t i = 0; i < plan.n; ++i) core::mask_repeated_writes(&plan.k_row[at(i * shape.W)], shape.W, kMaskedRow);
   for (std::int64_t q = 0; q < reads; ++q) {
     plan.q_row[at(q)] = masked(core::load_index(args.q_idx, token0 * shape.R + q));
   }

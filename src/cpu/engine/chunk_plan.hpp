@@ -8,7 +8,8 @@
 //   rho_q   = f32(rnd_E(q_val))
 // An index outside stream p's rows [p*sps, (p+1)*sps) is masked (only reachable with
 // validation off, docs/spec.md §8): the entry gets kMaskedRow, no group, and takes no part in any
-// sum below (no decay, no write, nothing read, zero gradient).
+// sum below (no decay, no write, nothing read, zero gradient). So is a write lane repeating an
+// earlier lane's row within its token (core/repeated_writes.hpp): the first lane writes.
 //
 // Write groups: the valid write entries sorted by (row, token, lane); a group is the run of
 // one row. Within a group (entries in token order), f32 segmented scans (docs/spec.md §2):

@@ -27,12 +27,14 @@
 // traffic, up to the configured count ($SDM_NUM_THREADS or the hardware's).
 // Out-of-range entries (only reachable with validation off, docs/spec.md §8): an index outside
 // the stream's rows (or outside [0, S) when slots_per_stream == 0) is masked: its row is
-// neither decayed nor written and contributes 0 to ret and y. No access leaves the bank.
+// neither decayed nor written and contributes 0 to ret and y. No access leaves the bank. A write
+// lane repeating an earlier lane's row is masked the same way (core/repeated_writes.hpp).
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 
+#include "core/repeated_writes.hpp"
 #include "core/tensor_access.hpp"
 #include "core/validate.hpp"
 #include "decode.hpp"
@@ -78,6 +80,7 @@ void stage_token(const DecodeJob& job, std::int64_t stream, StagedToken& tok) {
     tok.kappa[i] = round_to_bank(sh.bank, load_element(a.k_val, stream * sh.W + w));
     tok.decay[i] = std::exp(load_element(a.g, stream * sh.G + (sh.G == 1 ? 0 : w)));
   }
+  core::mask_repeated_writes(tok.write_row.data(), sh.W, kMaskedRow);
   for (std::int64_t r = 0; r < sh.R; ++r) {
     const auto i = static_cast<std::size_t>(r);
     tok.read_row[i] = checked_row(core::load_index(a.q_idx, stream * sh.R + r));

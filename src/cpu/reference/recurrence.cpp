@@ -19,9 +19,11 @@ std::vector<double> load_as(const TensorRef& t, std::int64_t count, F as_used) {
   return out;
 }
 
-// The [P, T, width] indices of t, each outside its stream's rows replaced by kMasked.
+// The [P, T, width] indices of t, each outside its stream's rows replaced by kMasked; for write
+// slots (`writes`), also each lane that names the same row as an earlier lane of its token (the
+// first lane writes, docs/spec.md §8; only reachable with validate = false).
 std::vector<std::int64_t> load_indices(const TensorRef& t, const core::WriteReadShape& shape,
-                                       std::int64_t width) {
+                                       std::int64_t width, bool writes) {
   std::vector<std::int64_t> out(at(shape.P * shape.T * width));
   for (std::int64_t p = 0; p < shape.P; ++p) {
     const std::int64_t lo = shape.slots_per_stream > 0 ? p * shape.slots_per_stream : 0;
@@ -29,6 +31,13 @@ std::vector<std::int64_t> load_indices(const TensorRef& t, const core::WriteRead
     for (std::int64_t i = p * shape.T * width; i < (p + 1) * shape.T * width; ++i) {
       const std::int64_t slot = core::load_index(t, i);
       out[at(i)] = slot >= lo && slot < hi ? slot : Inputs::kMasked;
+    }
+  }
+  if (!writes) return out;
+  for (std::int64_t token = 0; token < shape.P * shape.T; ++token) {
+    std::int64_t* lanes = &out[at(token * width)];
+    for (std::int64_t w = width - 1; w > 0; --w) {
+      if (std::find(lanes, lanes + w, lanes[w]) != lanes + w) lanes[w] = Inputs::kMasked;
     }
   }
   return out;
@@ -53,8 +62,8 @@ Inputs load_inputs(const WriteReadArgs& args, const core::WriteReadShape& shape)
   in.R = shape.R;
   in.G = shape.G;
   in.hd = shape.hd;
-  in.k_idx = load_indices(args.k_idx, shape, shape.W);
-  in.q_idx = load_indices(args.q_idx, shape, shape.R);
+  in.k_idx = load_indices(args.k_idx, shape, shape.W, true);
+  in.q_idx = load_indices(args.q_idx, shape, shape.R, false);
   in.k_val = load_as(args.k_val, in.tokens * in.W, as_bank);
   in.v = load_as(args.v, in.tokens * in.hd, as_bank);
   in.beta = load_as(args.beta, in.tokens, as_f32);

@@ -23,7 +23,8 @@ void require_cpu(const TensorRef& memory);
 // uses them (docs/spec.md §1): k_val, v and q_val rounded to the bank dtype, beta and g rounded to
 // f32; for an f64 bank nothing is rounded. An index outside its stream's rows (outside the
 // bank when slots_per_stream is 0) is kMasked (reachable only with validation off, docs/spec.md §8):
-// the entry is skipped (no decay, no write, 0 in sums and gradients), as the engines do.
+// the entry is skipped (no decay, no write, 0 in sums and gradients), as the engines do; so is
+// a write lane naming the same row as an earlier lane of its token (the first lane writes).
 struct Inputs {
   static constexpr std::int64_t kMasked = -1;
 

@@ -8,11 +8,16 @@
 // another or a meta device, an input or the readings sharing the bank's bytes, an option at or
 // beyond its limit, NaN / Inf values; for the backward, a gradient output of the wrong dtype or
 // sharing an input. Properties:
+//   * a call is refused exactly when the test's own oracle says the arguments break a rule of
+//     docs/spec.md §8 (expected_refusal: every corruption's rule written out here, and an index
+//     scan of its own, not core::validate's): every corrupted call refused, every valid one
+//     accepted;
 //   * a refused call throws sdm::ValueError / sdm::TypeError whose argument() is named in its
 //     message, and leaves the whole allocation (guard rows and bank) and the readings unchanged;
 //   * an accepted call never writes a guard row;
-//   * an accepted call agrees with the float64 reference run on the same arguments (which masks
-//     out-of-range entries the same way under validate = false), unless inputs are non-finite.
+//   * an accepted call agrees with the float64 reference run on the same arguments with its index
+//     checks off (it masks out-of-range entries and repeated write lanes the way validate = false
+//     specifies), unless inputs are non-finite.
 // The seed is fixed; SDM_FUZZ_EXAMPLES=N runs N cases (default 2000) from a fresh seed, printed
 // on failure (SDM_FUZZ_SEED=S replays it).
 #include <gtest/gtest.h>
@@ -64,6 +69,10 @@ struct Case {
   WriteReadOptions options;
   DecodeOptions decode;
   bool finite = true;  // the result is specified: compared with the reference when accepted
+  // The corruption breaks a rule checked whatever the index values (dtype, shape, device, ...):
+  // set by corrupt(); expected_refusal adds the index rules.
+  bool breaks_static_rule = false;
+  bool breaks_backward_rule = false;  // a gradient output the backward must refuse
 };
 
 // Rows after the bank: guard rows, and room enough that any input placed at the bank's start
@@ -145,10 +154,8 @@ void corrupt(Case& c, std::mt19937_64& rng) {
       const std::int64_t width = writes ? c.pb.spec.W : c.pb.spec.R;
       const std::int64_t token = pick(0, tokens - 1), stream = token / c.pb.spec.T;
       if (c.corruption == Corruption::repeat_write) {
-        // Unchecked (validate = false), a repeated write slot breaks a precondition: the result
-        // is unspecified (but memory-safe), so it is not compared.
+        // Unchecked (validate = false), the repeating lane is masked (docs/spec.md §8): compared.
         if (width >= 2) idx.set(token * width + 1, idx.get(token * width));
-        c.finite = width < 2;
         break;
       }
       const std::int64_t value = c.corruption == Corruption::index_below ? stream * sps - 1
@@ -164,18 +171,27 @@ void corrupt(Case& c, std::mt19937_64& rng) {
       const HostTensor* sources[] = {&c.pb.k_idx, &c.pb.k_val, &c.pb.v, &c.pb.beta, &c.pb.g, &c.pb.q_idx, &c.pb.q_val};
       c.scratch = sources[which]->to(other);
       TensorRef& target = *inputs[which].second;
+      const bool index = which == 0 || which == 5;
+      c.breaks_static_rule = index ? other != DType::i64 : other != DType::f32;
       const TensorRef replaced = c.scratch.ref();
       target.data = replaced.data;
       target.dtype = other;
       break;
     }
     case Corruption::shape:
-      // Smaller views only, so that an accepted call never reads past an allocation.
+      // Smaller views only, so that an accepted call never reads past an allocation. Only g
+      // [1, 1, 2] becomes another valid shape ([1, 1, 1]; with P * T > 1 the view [P, T, 1] keeps
+      // the strides of [P, T, 2], not contiguous).
       if (any_input.sizes[static_cast<std::size_t>(any_input.ndim - 1)] > 0) {
         any_input.sizes[static_cast<std::size_t>(any_input.ndim - 1)] -= 1;
       }
+      c.breaks_static_rule = !(&any_input == &c.args.g && c.pb.spec.G == 2 && c.pb.spec.W == 2 &&
+                               c.pb.spec.P * c.pb.spec.T == 1);
       break;
-    case Corruption::absent: any_input = TensorRef{}; break;
+    case Corruption::absent:
+      any_input = TensorRef{};
+      c.breaks_static_rule = true;
+      break;
     case Corruption::strides: {
       // Every stride doubled over an allocation twice as large: valid memory, not contiguous.
       std::vector<std::int64_t> sizes(any_input.sizes.begin(), any_input.sizes.begin() + any_input.ndim);
@@ -184,41 +200,112 @@ void corrupt(Case& c, std::mt19937_64& rng) {
       const TensorRef wide = c.scratch.ref();
       any_input.data = wide.data;
       for (int d = 0; d < any_input.ndim; ++d) any_input.strides[static_cast<std::size_t>(d)] = 2 * any_input.strides[static_cast<std::size_t>(d)];
+      // Contiguity ignores the strides of size-1 dims: a tensor of one element stays valid.
+      c.breaks_static_rule = any_input.numel() > 1;
       break;
     }
-    case Corruption::device: any_input.device = Device{DeviceType::cuda, 0}; break;
-    case Corruption::meta: any_input.device = Device{DeviceType::meta, 0}; break;
+    case Corruption::device:
+      any_input.device = Device{DeviceType::cuda, 0};
+      c.breaks_static_rule = true;
+      break;
+    case Corruption::meta:
+      any_input.device = Device{DeviceType::meta, 0};
+      c.breaks_static_rule = true;
+      break;
     case Corruption::bank_alias:
       // An input whose bytes start at the bank's first row (its tail lies in the room after it).
       any_input.data = c.args.memory.data;
+      c.breaks_static_rule = true;
       break;
-    case Corruption::readings_alias: c.args.q_val.data = c.readings.ref().data; break;
-    case Corruption::chunk_size: c.options.chunk_size = std::array<std::int64_t, 3>{0, 257, -3}[static_cast<std::size_t>(pick(0, 2))]; break;
+    case Corruption::readings_alias:
+      c.args.q_val.data = c.readings.ref().data;
+      c.breaks_static_rule = true;
+      break;
+    case Corruption::chunk_size:
+      // The decode step takes no chunk size (nor threads, nor a snapshot mode).
+      c.options.chunk_size = std::array<std::int64_t, 3>{0, 257, -3}[static_cast<std::size_t>(pick(0, 2))];
+      c.breaks_static_rule = c.op != Op::decode;
+      break;
     case Corruption::slots_per_stream: {
       const std::int64_t value = std::array<std::int64_t, 4>{-1, std::int64_t{1} << 62, INT64_MAX, sps * 1024}[static_cast<std::size_t>(pick(0, 3))];
       c.options.slots_per_stream = value;
       c.decode.slots_per_stream = value;
+      c.breaks_static_rule = true;  // negative, or more rows than the bank holds
       break;
     }
-    case Corruption::threads: c.options.num_threads = -1; break;
-    case Corruption::snapshot_enum: c.options.snapshot_quant = static_cast<SnapshotQuant>(9); break;
-    case Corruption::readings_dtype: c.readings = c.pb.make_readings(DType::f16); break;
+    case Corruption::threads:
+      c.options.num_threads = -1;
+      c.breaks_static_rule = c.op != Op::decode;
+      break;
+    case Corruption::snapshot_enum:
+      c.options.snapshot_quant = static_cast<SnapshotQuant>(9);
+      c.breaks_static_rule = c.op != Op::decode;
+      break;
+    case Corruption::readings_dtype:
+      c.readings = c.pb.make_readings(DType::f16);
+      c.breaks_static_rule = true;
+      break;
     case Corruption::nonfinite: {
       HostTensor& t = pick(0, 1) ? c.pb.v : c.pb.k_val;
       t.set(pick(0, t.numel() - 1), std::array{NAN, INFINITY, -INFINITY}[static_cast<std::size_t>(pick(0, 2))]);
       c.finite = false;
       break;
     }
-    default: break;  // none, and the backward-only corruptions (applied in run_case)
+    case Corruption::grad_dtype:
+    case Corruption::grad_alias: c.breaks_backward_rule = c.op == Op::saving_backward; break;
+    default: break;  // none (the backward-only corruptions are applied in run_case)
   }
+}
+
+// ---- The oracle: which calls must be refused, decided here, not by core::validate -------
+
+// Element i of an int32 / int64 index tensor (contiguous, or of one element).
+std::int64_t index_at(const TensorRef& t, std::int64_t i) {
+  return t.dtype == DType::i32 ? static_cast<const std::int32_t*>(t.data)[i] : static_cast<const std::int64_t*>(t.data)[i];
+}
+
+// docs/spec.md §8 on the indices as passed: each k_idx / q_idx entry of stream p in its rows
+// ([p*sps, (p+1)*sps), or [0, S) for a decode step with slots_per_stream 0), and the write slots
+// of a token distinct.
+bool indices_follow_the_rules(const Case& c) {
+  const ProblemSpec& sp = c.pb.spec;
+  const bool decode = c.op == Op::decode;
+  const std::int64_t sps = decode ? c.decode.slots_per_stream : c.options.slots_per_stream;
+  const std::int64_t S = c.pb.bank_rows(), W = c.args.k_idx.sizes[2], R = c.args.q_idx.sizes[2];
+  for (std::int64_t token = 0; token < sp.P * sp.T; ++token) {
+    const std::int64_t stream = token / sp.T;  // decode: T = 1, one token per stream
+    const std::int64_t lo = sps >= 1 ? stream * sps : 0, hi = sps >= 1 ? lo + sps : S;
+    for (std::int64_t w = 0; w < W; ++w) {
+      const std::int64_t slot = index_at(c.args.k_idx, token * W + w);
+      if (slot < lo || slot >= hi) return false;
+      for (std::int64_t e = 0; e < w; ++e) {
+        if (index_at(c.args.k_idx, token * W + e) == slot) return false;
+      }
+    }
+    for (std::int64_t r = 0; r < R; ++r) {
+      const std::int64_t slot = index_at(c.args.q_idx, token * R + r);
+      if (slot < lo || slot >= hi) return false;
+    }
+  }
+  return true;
+}
+
+// Whether the call under test (forward, saving forward or decode step) must be refused.
+bool expected_refusal(const Case& c) {
+  if (c.breaks_static_rule) return true;
+  const bool validate = c.op == Op::decode ? c.decode.validate : c.options.validate;
+  return validate && !indices_follow_the_rules(c);
 }
 
 // Runs `call`; returns true if it was refused with a proper error (ValueError / TypeError
 // whose argument is named in the message). Any other exception fails the test.
+std::string last_refusal;  // the message of the latest refusal, for failure reports
+
 bool refused(const std::function<void()>& call, const std::string& what) {
   try {
     call();
   } catch (const std::exception& e) {
+    last_refusal = e.what();
     const auto* error = dynamic_cast<const Error*>(&e);
     EXPECT_NE(error, nullptr) << what << ": not an sdm::Error: " << e.what();
     if (error != nullptr) {
@@ -246,6 +333,8 @@ void expect_close(const HostTensor& got, const HostTensor& want, DType bank, con
 // What the cases did: each kind must occur, or the fuzzing proves little.
 struct Tally {
   std::int64_t refused = 0, compared = 0;
+  // Per corruption: calls refused, and calls accepted (valid, or masked under validate = false).
+  std::array<std::int64_t, static_cast<std::size_t>(Corruption::count)> refused_by{}, accepted_by{};
 };
 
 void run_case(Case& c, std::mt19937_64& rng, std::int64_t index, Tally& tally) {
@@ -258,6 +347,7 @@ void run_case(Case& c, std::mt19937_64& rng, std::int64_t index, Tally& tally) {
                            dtype_name(sp.bank) + " C " + std::to_string(c.options.chunk_size) + " validate " +
                            std::to_string(c.options.validate);
   corrupt(c, rng);
+  const bool must_refuse = expected_refusal(c);
   const HostTensor storage_before = c.storage.to(c.storage.dtype());
   const HostTensor readings_before = c.readings.to(c.readings.dtype());
   const std::int64_t S = c.pb.bank_rows(), hd = c.pb.spec.hd;
@@ -275,23 +365,33 @@ void run_case(Case& c, std::mt19937_64& rng, std::int64_t index, Tally& tally) {
   WriteReadArgs ref_args = c.args;
   ref_args.memory = ref_bank.ref();
   HostTensor ref_readings(DType::f64, c.readings.sizes());
+  // The reference masks what validate = false masks; the oracle above decided the refusals.
+  WriteReadOptions ref_options = c.options;
+  ref_options.validate = false;
+  DecodeOptions ref_decode = c.decode;
+  ref_decode.validate = false;
 
   // The call under test, and the reference on the same arguments.
   HostTensor saved;
   std::function<void()> call = [&] { write_read_forward(c.args, c.readings.ref(), c.options); };
   std::function<void()> reference_call = [&] {
-    reference::write_read_forward(ref_args, ref_readings.ref(), c.options);
+    reference::write_read_forward(ref_args, ref_readings.ref(), ref_options);
   };
   if (c.op == Op::decode) {
     call = [&] { decode_step(c.args, c.readings.ref(), c.decode); };
-    reference_call = [&] { reference::decode_step(ref_args, ref_readings.ref(), c.decode); };
+    reference_call = [&] { reference::decode_step(ref_args, ref_readings.ref(), ref_decode); };
   } else if (c.op == Op::saving_backward) {
     std::int64_t bytes = 16;  // a refused plan: the saving forward must refuse the same arguments
     refused([&] { bytes = static_cast<std::int64_t>(write_read_saved_bytes(c.args, c.options)); }, what);
     saved = HostTensor(DType::u8, {bytes});
     call = [&] { write_read_forward_saving(c.args, c.readings.ref(), saved.ref(), c.options); };
   }
-  if (refused(call, what)) {
+  const bool was_refused = refused(call, what);
+  EXPECT_EQ(was_refused, must_refuse) << what << (must_refuse ? ": a call breaking a rule was accepted"
+                                                              : ": a valid call was refused: " + last_refusal);
+  const auto kind = static_cast<std::size_t>(c.corruption);
+  ++(was_refused ? tally.refused_by : tally.accepted_by)[kind];
+  if (was_refused) {
     ++tally.refused;
     EXPECT_TRUE(c.storage.bitwise_equal(storage_before)) << what;
     EXPECT_TRUE(c.readings.bitwise_equal(readings_before)) << what;
@@ -321,10 +421,12 @@ void run_case(Case& c, std::mt19937_64& rng, std::int64_t index, Tally& tally) {
   }
   const HostTensor bank_before_backward = c.storage.to(c.storage.dtype());
   const HostTensor v_before = c.pb.v.to(c.pb.v.dtype());
-  if (refused([&] { write_read_backward(c.args, saved.ref(), dy.ref(), TensorRef{}, grads, c.options); }, what)) {
+  const bool backward_refused =
+      refused([&] { write_read_backward(c.args, saved.ref(), dy.ref(), TensorRef{}, grads, c.options); }, what);
+  EXPECT_EQ(backward_refused, c.breaks_backward_rule) << what << " (backward)" << (backward_refused ? ": " + last_refusal : "");
+  if (backward_refused) {
     EXPECT_TRUE(c.storage.bitwise_equal(bank_before_backward)) << what;
     EXPECT_TRUE(c.pb.v.bitwise_equal(v_before)) << what;
-    EXPECT_TRUE(c.corruption == Corruption::grad_dtype || c.corruption == Corruption::grad_alias) << what;
     return;
   }
   EXPECT_TRUE(guards_intact()) << what;
@@ -339,7 +441,7 @@ void run_case(Case& c, std::mt19937_64& rng, std::int64_t index, Tally& tally) {
   WriteReadArgs initial = c.args;
   HostTensor initial_bank = c.pb.memory.to(c.pb.memory.dtype());
   initial.memory = initial_bank.ref();
-  reference::write_read_backward(initial, dy.ref(), TensorRef{}, ref_grads, c.options);
+  reference::write_read_backward(initial, dy.ref(), TensorRef{}, ref_grads, ref_options);
   expect_close(grad_v, ref_grad_v, c.pb.spec.bank, what + " grad_v");
   expect_close(grad_bank, ref_grad_bank, c.pb.spec.bank, what + " grad_memory");
 }
@@ -359,6 +461,22 @@ TEST(FuzzEntryPoints, RefuseCleanlyOrMatchTheReference) {
   if (!::testing::Test::HasFailure()) {
     EXPECT_GT(tally.refused, n / 5);
     EXPECT_GT(tally.compared, n / 5);
+    if (n >= 2000) {
+      // Each index corruption is both refused (validate = true) and accepted (validate = false,
+      // masked, compared with the reference), every other corruption refused somewhere.
+      for (std::size_t kind = 1; kind < tally.refused_by.size(); ++kind) {
+        const auto corruption = static_cast<Corruption>(kind);
+        if (corruption == Corruption::grad_dtype || corruption == Corruption::grad_alias ||
+            corruption == Corruption::nonfinite) {
+          continue;  // accepted by the call under test (the backward refuses the first two)
+        }
+        EXPECT_GT(tally.refused_by[kind], 0) << "corruption " << kind;
+      }
+      for (Corruption corruption : {Corruption::index_below, Corruption::index_at_end, Corruption::index_huge,
+                                    Corruption::repeat_write}) {
+        EXPECT_GT(tally.accepted_by[static_cast<std::size_t>(corruption)], 0) << static_cast<int>(corruption);
+      }
+    }
   }
 }
 
