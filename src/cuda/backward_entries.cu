@@ -1,7 +1,8 @@
 // backward_entries.cu - the per-entry gradients of the CUDA backward (docs/spec.md §4: through A,
 // QK, the exponentials and the per-slot scans), batched over all N chunks after the reverse loop. Inputs: Phase 1 (sorted keys, L, kappa, wcoef, k_eff,
 // q_pos, q_rho, q_w, A), the read records, the slot kernel's tasks, and what the steps left: dMs, dQK,
-// rdot, dk_eff, dc, dlambda, dq_w. With da(i, j) = beta_i dMs[i][j] and E(x, y) = exp(x - y). Kernels, in order:
+// rdot, dk_eff, dc, dlambda, dq_w. With da(i, j) = beta_i dMs[i][j] and E(x, y) = expf(f32(x - y)) of the
+// f64 L's (core/log_decay.hpp), exp(x) = expf(f32(x)). Kernels, in order:
 //
 //   write_entry_grads  one thread per sorted write entry e (token i, slot group of e):
 //       dkappa_e = sum_{e' in group, i' < i} da(i, i') kappa_e' E(L_e, L_e')
@@ -27,6 +28,7 @@
 // Groups and reads come from the slot kernel's tasks, with no searches (see write_entry_grads).
 #include "backward.hpp"
 #include "backward_rows.cuh"
+#include "core/log_decay.hpp"
 #include "cuda_check.hpp"
 #include "launch_bounds.cuh"
 
@@ -89,7 +91,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kThreads, 8))
   const EntryPlace at = place(geo, n, i);
   const std::int64_t entry = chunk0 + i * geo.W + w;
   // The entry's own records, issued before its group is known so that their latency overlaps it.
-  float L_e = 0.0f, kappa_e = 0.0f, beta_i = 0.0f, dk_eff = 0.0f, dc = 0.0f, wcoef = 0.0f, k_eff = 0.0f;
+  double L_e = 0.0;
+  float kappa_e = 0.0f, beta_i = 0.0f, dk_eff = 0.0f, dc = 0.0f, wcoef = 0.0f, k_eff = 0.0f;
   if (real) {
     L_e = p1.L[e], kappa_e = p1.kappa[e], beta_i = load_input(in.beta, in.beta_dtype, at.token);
     dk_eff = bb.dk_eff[e], dc = bb.dc[e], wcoef = p1.wcoef[e], k_eff = p1.k_eff[entry];
@@ -124,12 +127,12 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kThreads, 8))
     const std::int64_t j = geo.keys.token(p1.keys[s]);
     if (j < i) {
       const float da = beta_i * dms[i * C + j];
-      const float decay = expf(L_e - p1.L[s]);
+      const float decay = core::decay_factor(L_e - p1.L[s]);
       dkappa += da * p1.kappa[s] * decay;
       dL += da * kappa_e * p1.kappa[s] * decay;
     } else if (j > i) {
       const float da = load_input(in.beta, in.beta_dtype, at.token + (j - i)) * dms[j * C + i];
-      const float decay = expf(p1.L[s] - L_e);
+      const float decay = core::decay_factor(p1.L[s] - L_e);
       dkappa += da * p1.kappa[s] * decay;
       dL -= da * p1.kappa[s] * kappa_e * decay;
     }
@@ -143,13 +146,13 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kThreads, 8))
       if (iq < i) continue;  // a read before token i (the slot's reads ascend by token)
       const std::int64_t read = n * CR + iq * geo.R + rl.lane(read_key);
       const float rho = p1.q_rho[read];
-      const float decay = expf(p1.L[chunk0 + p1.q_pos[read]] - L_e);
+      const float decay = core::decay_factor(p1.L[chunk0 + p1.q_pos[read]] - L_e);
       const float d = dqk[iq * C + i];
       dkappa += d * rho * decay;
       dL -= d * rho * kappa_e * decay;
     }
   }
-  dkappa += expf(L_e) * dk_eff + expf((end - 1 == e ? L_e : p1.L[end - 1]) - L_e) * dc;
+  dkappa += core::decay_factor(L_e) * dk_eff + core::decay_factor((end - 1 == e ? L_e : p1.L[end - 1]) - L_e) * dc;
   dL += k_eff * dk_eff;
   bb.dL[e] = dL;
   bb.dP[e] = wcoef * dc;
@@ -170,12 +173,12 @@ __global__ void read_entry_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers
   float drho = 0.0f, dLq = 0.0f;
   if (slot >= 0) {
     const float dq_w = bb.dq_w[read];
-    float Lq = 0.0f;
+    double Lq = 0.0;
     if (pos >= 0) {
       // Position pos (the latest write of the slot at or before token i) and the one before it,
       // loaded together: the group starts at pos unless that one is of the same slot.
       const std::uint64_t* keys = p1.keys + n * CW;
-      const float* L = p1.L + n * CW;
+      const double* L = p1.L + n * CW;
       const float* kappa = p1.kappa + n * CW;
       const std::uint64_t key = keys[pos], key_before = pos > 0 ? keys[pos - 1] : 0;
       const float kappa_pos = kappa[pos];
@@ -186,16 +189,16 @@ __global__ void read_entry_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers
         for (--begin; begin > 0 && geo.keys.local_slot(keys[begin - 1]) == local;) --begin;
       }
       const float* dqk = bb.dqk + (n * C + i) * C;
-      const auto add = [&](std::uint64_t key_s, float L_s, float kappa_s) {
+      const auto add = [&](std::uint64_t key_s, double L_s, float kappa_s) {
         const float d = dqk[geo.keys.token(key_s)];
-        const float decay = expf(Lq - L_s);
+        const float decay = core::decay_factor(Lq - L_s);
         drho += d * kappa_s * decay;
         dLq += d * rho * kappa_s * decay;
       };
       for (int s = begin; s < pos; ++s) add(keys[s], L[s], kappa[s]);
       add(key, Lq, kappa_pos);
     }
-    drho += expf(Lq) * dq_w;
+    drho += core::decay_factor(Lq) * dq_w;
     dLq += q_w * dq_w;
   }
   bb.dLq[read] = dLq;

@@ -3,8 +3,9 @@
 //
 // Outputs (per chunk n; "sorted" arrays are indexed by n*C*W + q, q the sorted position):
 //   keys      u64 [N*C*W] sorted write keys (chunk_plan.hpp): slot groups in token order
-//   L         f32 sorted   L_e = per-slot inclusive cumulative log-decay (segmented f32 scan);
-//                          0 for padding / masked
+//   L         f64 sorted   L_e = per-slot inclusive cumulative log-decay (segmented f64 scan of the
+//                          floored gammas, core/log_decay.hpp: every factor is expf(f32(.)) of an
+//                          f64 L or difference of two); 0 for padding / masked
 //   kappa     f32 sorted   k_val rounded to the bank dtype; 0 for padding / masked
 //   wcoef     f32 sorted   kappa_e * exp(Lambda_s - L_e)    (write coefficient, coef_e of docs/spec.md §2); 0 for padding / masked
 //   gdecay    f32 sorted   exp(Lambda_s) of the entry's group (total decay of the slot); 0 for padding / masked
@@ -42,7 +43,7 @@ namespace sdm::cuda {
 struct Phase1Buffers {
   // Read by the backward too (plan_phase1_kept / bind_saved_phase1).
   std::uint64_t* keys = nullptr;
-  float* L = nullptr;
+  double* L = nullptr;
   float* kappa = nullptr;
   float* wcoef = nullptr;
   float* gdecay = nullptr;

@@ -7,8 +7,8 @@
 //   delta, residual  f32 [N*C, hd] each                                  written by dual.cu
 //   snapshot         u8 [rows, row_bytes] (row_bytes: the effective mode)  group_writer.cu
 //   scales           f32 [rows], fp8 / int4 only (else empty, no gap)     group_writer.cu
-//   Phase 1          keys u64 [N*C*W]; L, kappa, wcoef, gdecay, inv_pos, k_slot, k_eff 4 bytes
-//                    [N*C*W]; q_slot, q_pos, q_rho, q_w 4 bytes [N*C*R]; A, QK, X f32 [N, C, C]
+//   Phase 1          keys u64 [N*C*W]; L f64 [N*C*W]; kappa, wcoef, gdecay, inv_pos, k_slot, k_eff
+//                    4 bytes [N*C*W]; q_slot, q_pos, q_rho, q_w 4 bytes [N*C*R]; A, QK, X f32 [N, C, C]
 //                                                                        written by phase1.cu
 // Who writes what: Phase 1 writes its arrays whole (0 at padding / masked positions); the dual
 // product writes delta and residual at every chunk-token row (0 for padding tokens); the group
@@ -55,8 +55,9 @@ SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptio
   else layout.scales = end;
   SavedPhase1& p1 = layout.phase1;
   region(p1.keys, write_entries * sizeof(std::uint64_t));
+  region(p1.L, write_entries * sizeof(double));
   constexpr std::size_t word = 4;  // f32 and i32 elements
-  for (std::size_t* offset : {&p1.L, &p1.kappa, &p1.wcoef, &p1.gdecay, &p1.inv_pos, &p1.k_slot, &p1.k_eff}) {
+  for (std::size_t* offset : {&p1.kappa, &p1.wcoef, &p1.gdecay, &p1.inv_pos, &p1.k_slot, &p1.k_eff}) {
     region(*offset, write_entries * word);
   }
   for (std::size_t* offset : {&p1.q_slot, &p1.q_pos, &p1.q_rho, &p1.q_w}) region(*offset, read_entries * word);
@@ -132,7 +133,7 @@ void bind_saved_phase1(const SavedLayout& layout, unsigned char* base, Phase1Buf
   const auto f32 = [base](std::size_t offset) { return reinterpret_cast<float*>(base + offset); };
   const auto i32 = [base](std::size_t offset) { return reinterpret_cast<std::int32_t*>(base + offset); };
   buf.keys = reinterpret_cast<std::uint64_t*>(base + at.keys);
-  buf.L = f32(at.L);
+  buf.L = reinterpret_cast<double*>(base + at.L);
   buf.kappa = f32(at.kappa);
   buf.wcoef = f32(at.wcoef);
   buf.gdecay = f32(at.gdecay);

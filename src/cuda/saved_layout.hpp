@@ -11,17 +11,17 @@
 //                                   row_bytes = core::snapshot_payload_bytes(mode, bank, hd):
 //                                   none hd * sizeof(E), bf16 (f32 bank) 2 hd, fp8 hd, int4 ceil(hd/2)
 //   scales    f32 [rows]            the row's quantiser scale (fp8 / int4 only; else an empty region)
-//   Phase 1   the arrays phase1.hpp lists as read by the backward, in this order: keys u64, L,
+//   Phase 1   the arrays phase1.hpp lists as read by the backward, in this order: keys u64, L f64,
 //             kappa, wcoef, gdecay f32 (sorted, [N*C*W]); inv_pos, k_slot i32, k_eff f32 [N, C, W];
 //             q_slot, q_pos i32, q_rho, q_w f32 [N, C, R]; A, QK, X f32 [N, C, C]
 // Every byte is written by a saving forward (an op output: the same bytes for the same inputs):
 // rows that start no group (and their scales) and L / kappa at padding / masked positions hold 0,
 // and so do the gaps between regions (zero_unwritten_saved).
-// Phase 1 takes 36 bytes per write entry, 16 per read entry and 12 C^2 per chunk (the sizes for the
+// Phase 1 takes 40 bytes per write entry, 16 per read entry and 12 C^2 per chunk (the sizes for the
 // benchmark configurations: docs/performance.md).
 // Alignment: with hd % 8 == 0 a row's lane pieces (8 columns at c0 % 8 == 0) sit at multiples of
 // 16 (none, bf16), 8 (fp8) or 4 (int4) bytes from the region start, so a 16-byte aligned buffer
-// allows the vector accesses; the u64 keys need an 8-byte aligned buffer.
+// allows the vector accesses; the u64 keys and f64 L need an 8-byte aligned buffer.
 #pragma once
 
 #include <cstddef>

@@ -16,8 +16,12 @@
 // the bank the backward restores bitwise equal to the CPU engine's (same codes and scales); the
 // memory / v / beta gradients (which never read restored rows) bitwise equal to "none"'s; two
 // forwards give the same saved bytes, two backwards the same gradients.
+// Extreme log-decays (g = -inf, -1e5 ... -1e30 mixed with normal g; docs/numerics.md): no-grad and
+// saving forward and the backward in every mode, finite and within the tolerances above of the
+// float64 reference.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -26,6 +30,7 @@
 #include "core/validate.hpp"
 #include "device_tensor.hpp"
 #include "engine_run.hpp"
+#include "extreme_decay.hpp"
 #include "gpu_test_harness.hpp"
 #include "host_tensor.hpp"
 #include "problem.hpp"
@@ -371,6 +376,74 @@ void test_snapshot_modes() {
   }
 }
 
+// ---- extreme log-decays (docs/numerics.md, "Decay factors") -------------------------------
+
+// g = -inf and finite g of -1e5 ... -1e30 mixed with normal g (tests/cpp/support/extreme_decay.hpp),
+// hot slots: no-grad forward, saving forward (readings and final bank bitwise equal to the
+// no-grad forward's), backward in every snapshot mode; outputs and gradients finite and within the
+// usual tolerances of the float64 reference (lossy modes: kModeTolerances).
+void extreme_decay_case(const ProblemSpec& spec, std::int64_t C, DecayPattern pattern) {
+  std::printf("  extreme decay %s, %s\n", decay_pattern_name(pattern), describe(spec, C).c_str());
+  Problem pb = make_problem(spec);
+  place_extreme_decays(pb, pattern, C);
+  WriteReadOptions opt;
+  opt.slots_per_stream = spec.slots_per_stream;
+  opt.chunk_size = C;
+  const double tol = tolerance(spec.bank);
+  const ForwardRun want_fwd = reference_forward(pb, opt);
+  HostTensor plain_readings, plain_bank;
+  {
+    DeviceProblem dp(pb);
+    DeviceTensor readings(spec.bank, {spec.P, spec.T, spec.hd});
+    write_read_forward(dp.args(), readings.ref(), opt);
+    sync();
+    plain_readings = readings.to_host();
+    plain_bank = dp.memory.to_host();
+  }
+  expect(all_finite(plain_readings) && all_finite(plain_bank), "no-grad forward: readings and final bank finite");
+  expect_error_at_most(std::max(rel_error(plain_readings, want_fwd.readings), rel_error(plain_bank, want_fwd.final_bank)),
+                       tol, "no-grad forward: readings, final bank vs float64 reference");
+
+  const HostTensor dy = random_tensor({spec.P, spec.T, spec.hd}, 1.0, spec.seed + 100);
+  const HostTensor d_final = random_tensor({pb.bank_rows(), spec.hd}, 1.0, spec.seed + 200);
+  const GradRun want = reference_backward(pb, dy, d_final, opt);
+  for (const ModeTolerance& m : kModeTolerances) {
+    opt.snapshot_quant = m.mode;
+    const std::string mode = std::string("[") + snapshot_quant_name(m.mode) + "] ";
+    const bool exact = m.mode == SnapshotQuant::none || (m.mode == SnapshotQuant::bf16 && spec.bank == DType::bf16);
+    const ModeRun got = run_mode(pb, opt, dy, d_final);
+    expect(got.readings.bitwise_equal(plain_readings) && got.final_bank.bitwise_equal(plain_bank),
+           mode + "saving forward: readings and final bank bitwise equal to the no-grad forward's");
+    double worst = 0.0;
+    bool finite = true;
+    const auto got_v = views(got.grads), want_v = views(want);
+    for (std::size_t k = 0; k < got_v.size(); ++k) {
+      finite = finite && all_finite(got_v[k].tensor);
+      worst = std::max(worst, rel_error(got_v[k].tensor, want_v[k].tensor));
+    }
+    expect(finite, mode + "every gradient finite");
+    expect_error_at_most(worst, exact ? tol : m.grad, mode + "worst gradient vs float64 reference");
+  }
+}
+
+void test_extreme_decay() {
+  for (const DType bank : {DType::f32, DType::bf16}) {
+    for (const std::int64_t G : {1, 2}) {
+      for (const std::int64_t C : {1, 3, 64, 256}) {
+        std::uint64_t seed = 600 + static_cast<std::uint64_t>(C + 10 * G) + (bank == DType::bf16 ? 5000 : 0);
+        for (const DecayPattern pattern : kDecayPatterns) {
+          // hd 5: scalar paths; hd 72: the vector paths (hd % 8 == 0).
+          extreme_decay_case(spec_of(2, 301, 2, 3, C >= 64 ? 72 : 5, 6, G, bank, ++seed), C, pattern);
+        }
+      }
+    }
+    // C * W > 16384: Phase 1's scans and read lookups on global memory (not staged); groups of
+    // ~200 entries.
+    extreme_decay_case(spec_of(1, 300, 80, 8, 8, 100, 80, bank, 690), 256, DecayPattern::mixed);
+    extreme_decay_case(spec_of(1, 300, 80, 8, 8, 100, 1, bank, 691), 256, DecayPattern::each_1e5);
+  }
+}
+
 // ---- validate=True: the device check's error, nothing written ------------------------------
 
 void test_validation() {
@@ -422,6 +495,7 @@ int main(int argc, char** argv) {
       {"backward bitwise: runs, partial, graph replay", test_bitwise_all},
       {"backward device index check", test_validation},
       {"backward snapshot modes", test_snapshot_modes},
+      {"extreme log-decays: forward, saving forward, backward, snapshot modes", test_extreme_decay},
   };
   return run_gpu_tests("sdm_gpu_backward_tests", tests, argc, argv);
 }

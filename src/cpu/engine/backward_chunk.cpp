@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/log_decay.hpp"
 #include "row_kernels.hpp"
 #include "row_math.hpp"
 #include "snapshot_codec.hpp"
@@ -221,7 +222,7 @@ void phase_b(BackwardScratch& ws) {
         const std::int64_t j = plan.token_of_write(static_cast<std::int32_t>(e2));
         if (j >= i) continue;
         const float da = plan.beta[at(i)] * ws.dms[at(i * C + j)];
-        const float decay = std::exp(plan.L[e] - plan.L[e2]);
+        const float decay = core::decay_factor(plan.L[e] - plan.L[e2]);
         ws.dkappa[e] += da * plan.kappa[e2] * decay;
         ws.dkappa[e2] += da * plan.kappa[e] * decay;
         const float dl = da * plan.kappa[e] * plan.kappa[e2] * decay;
@@ -239,7 +240,7 @@ void phase_b(BackwardScratch& ws) {
         const size_t e = at(plan.write_order[at(s)]);
         const std::int64_t j = plan.token_of_write(static_cast<std::int32_t>(e));
         const float d = ws.dqk[at(i * C + j)];
-        const float decay = std::exp(plan.Lq[q] - plan.L[e]);
+        const float decay = core::decay_factor(plan.Lq[q] - plan.L[e]);
         ws.drho[q] += d * plan.kappa[e] * decay;
         ws.dkappa[e] += d * plan.rho[q] * decay;
         const float dl = d * plan.rho[q] * plan.kappa[e] * decay;
@@ -250,13 +251,13 @@ void phase_b(BackwardScratch& ws) {
   }
   for (std::int32_t e : plan.write_order) {
     const size_t x = at(e);
-    ws.dkappa[x] += std::exp(plan.L[x]) * ws.dk_eff[x] + std::exp(plan.P[x]) * ws.dc[x];
+    ws.dkappa[x] += core::decay_factor(plan.L[x]) * ws.dk_eff[x] + core::decay_factor(plan.P[x]) * ws.dc[x];
     ws.dL[x] += plan.k_eff[x] * ws.dk_eff[x];
     ws.dP[x] = plan.coef[x] * ws.dc[x];
   }
   for (std::int32_t q : plan.read_order) {
     const size_t x = at(q);
-    ws.drho[x] += std::exp(plan.Lq[x]) * ws.dq_w[x];
+    ws.drho[x] += core::decay_factor(plan.Lq[x]) * ws.dq_w[x];
     ws.dLq[x] += plan.q_w[x] * ws.dq_w[x];
   }
   for (size_t k = 0; k < plan.groups.size(); ++k) {
