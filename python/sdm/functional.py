@@ -107,7 +107,10 @@ def write_read_(memory: Tensor, k_idx: Tensor, k_val: Tensor, v: Tensor, beta: T
     """In-place chunked op for inference (prefill, caches): updates ``memory`` to the final
     state and returns the readings [P, T, hd] in the bank dtype; saves nothing for a backward.
     Raises RuntimeError naming :func:`sdm.write_read` if autograd would have to record it (grad
-    mode on and an input requires grad). No input may share memory with ``memory``."""
+    mode on and an input requires grad). No input may share memory with ``memory``.
+    Not thread-safe on one bank: like any in-place torch op, calls updating the same ``memory``
+    from several threads at once race (its final state is unspecified); separate banks are
+    independent."""
     options = _chunked_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate)
     return torch.ops.sdm.write_read_(memory, k_idx, k_val, v, beta, g, q_idx, q_val, **options)
 
@@ -132,7 +135,8 @@ def decode_step(memory: Tensor, k_idx: Tensor, k_val: Tensor, v: Tensor, beta: T
         validate          bool (default True): check every index first; with False,
                           out-of-range entries are masked.
     W and R are in 1..256; at most 4 dims per tensor. Returns readings shaped like ``v`` in the
-    bank dtype. Inference only: raises RuntimeError if autograd would have to record it."""
+    bank dtype. Inference only: raises RuntimeError if autograd would have to record it. Not
+    thread-safe on one bank (as :func:`write_read_`)."""
     return torch.ops.sdm.decode_step(memory, k_idx, k_val, v, beta, g, q_idx, q_val,
                                      slots_per_stream=_int_option("slots_per_stream", slots_per_stream),
                                      validate=_bool_option("validate", validate))

@@ -20,6 +20,7 @@ The layer composes torch ops and torch.ops.sdm; it holds no SDM math of its own.
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +38,16 @@ except ImportError:  # torch built without distributed support
     DTensor = ()
 
 _ENGINE_DTYPES = (torch.float32, torch.bfloat16)  # the engine's banks; float64 runs the CPU reference
+
+
+def _count(where: str, name: str, value, low: int, meaning: str) -> int:
+    """`value` as an int >= low; TypeError (not an int) or ValueError (below low) naming it."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{where}: {name} ({meaning}) must be an int >= {low}, got {type(value).__name__} {value!r}")
+    value = operator.index(value)
+    if value < low:
+        raise ValueError(f"{where}: {name} ({meaning}) must be an int >= {low}, got {value}")
+    return value
 
 
 def _check_args(args: SparseDeltaMemoryArgs) -> tuple[int, tuple[int, ...]]:
@@ -123,9 +134,14 @@ class SparseDeltaMemory(nn.Module):
         ``[bsz * H * slots_per_head, hd]`` in ``dtype`` (bfloat16 or float32; float64 on the CPU)
         holding a copy of ``initial_memory`` (e.g. the state's memory after a previous segment),
         else the learned memory replicated per sequence, else zeros."""
+        bsz = _count("create_kv_cache", "bsz", bsz, 1, "sequences")
+        seq_len = _count("create_kv_cache", "seq_len", seq_len, 0, "tokens already consumed")
         if dtype not in (*_ENGINE_DTYPES, torch.float64):
             raise TypeError(f"create_kv_cache: dtype must be torch.bfloat16 or torch.float32 (torch.float64 on the "
                             f"CPU), got {dtype}")
+        if initial_memory is not None and not isinstance(initial_memory, Tensor):
+            raise TypeError(f"create_kv_cache: initial_memory must be a tensor or None, got "
+                            f"{type(initial_memory).__name__}")
         rows = bsz * self.num_heads * self.slots_per_head
         with torch.no_grad():
             if initial_memory is not None:
@@ -155,6 +171,9 @@ class SparseDeltaMemory(nn.Module):
         With a ``cache`` the call starts from ``cache.memory`` and updates the cache, which is
         returned as the state; under autograd (training from a cache) the gradients reach the
         inputs, and the cache then holds the final bank, detached."""
+        if cache is not None and not isinstance(cache, SDMLayerState):
+            raise TypeError(f"SparseDeltaMemory: cache must be an sdm.SDMLayerState (from create_kv_cache or a previous "
+                            f"call's state) or None, got {type(cache).__name__}")
         x3 = self._as_batch_time(x, freqs_cis)
         B, T, _ = x3.shape
         H, hd, sph = self.num_heads, self.head_dim, self.slots_per_head
@@ -213,6 +232,10 @@ class SparseDeltaMemory(nn.Module):
             x = x.view(-1, T, x.shape[-1])
         elif x.dim() != 3:
             raise ValueError(f"SparseDeltaMemory: x must be [B, T, D] or [B*T, D], got shape {tuple(x.shape)}")
+        weight = self.Wv_write.weight
+        if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise TypeError(f"SparseDeltaMemory: x is {x.dtype} but the layer's parameters are {weight.dtype}; pass x "
+                            f"in {weight.dtype} or convert the layer (layer.to({x.dtype})), or run under torch.autocast")
         B, T, D = x.shape
         if D != self.dim:
             raise ValueError(f"SparseDeltaMemory: x's last dimension must be dim = {self.dim}, got x of shape "
@@ -278,6 +301,11 @@ class SparseDeltaMemory(nn.Module):
     def _cached_step(self, cache: SDMLayerState, B: int, T: int,
                      inputs: tuple[Tensor, ...]) -> tuple[Tensor, SDMLayerState]:
         rows = B * self.num_heads * self.slots_per_head
+        if cache.memory.device != inputs[2].device:
+            raise ValueError(f"SparseDeltaMemory: the cache's memory is on {cache.memory.device}, but the layer computes "
+                             f"on {inputs[2].device} (x and the layer's parameters); build the cache there "
+                             f"(create_kv_cache(..., device={str(inputs[2].device)!r})) or move it "
+                             f"(cache.memory = cache.memory.to({str(inputs[2].device)!r}))")
         if tuple(cache.memory.shape) != (rows, self.head_dim):
             raise ValueError(f"SparseDeltaMemory: the cache's memory is {tuple(cache.memory.shape)}, expected "
                              f"({rows}, {self.head_dim}) for batch {B}; build it with create_kv_cache({B}, ...)")

@@ -1,9 +1,11 @@
 """The demo (python -m sdm.demo) at a tiny size: it runs, writes its outputs, and reports
-finite accuracies; the recall task generator is seeded and well-formed."""
+finite accuracies; the recall task generator is seeded and well-formed; a bad option is a usage
+error stating the allowed range, and --help shows every default."""
 
 import json
 import math
 
+import pytest
 import torch
 
 from sdm.demo.__main__ import main
@@ -52,3 +54,49 @@ def test_help_works_without_the_demo_extras():
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "--steps" in run.stdout
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--eval-every", "0"], "argument --eval-every: must be an int >= 1, got 0"),
+    (["--steps", "0"], "argument --steps: must be an int >= 1, got 0"),
+    (["--steps", "x"], "argument --steps: must be an int >= 1, got 'x'"),
+    (["--num-pairs", "0"], "argument --num-pairs: must be an int in 1..64, got 0"),
+    (["--num-pairs", "65"], "argument --num-pairs: must be an int in 1..64, got 65"),
+    (["--small-slots", "15"], "--small-slots must be a perfect square n*n (two product-key factors of n keys), "
+                              "got 15; 9 or 16 would do"),
+    (["--large-slots", "0"], "argument --large-slots: must be an int in 1..2147483647, got 0"),
+    (["--reads-writes", "300"], "argument --reads-writes: must be an int in 1..256, got 300"),
+    (["--batch-size", "0"], "argument --batch-size: must be an int >= 1, got 0"),
+    (["--eval-sequences", "0"], "argument --eval-sequences: must be an int >= 1, got 0"),
+    (["--dim", "0"], "argument --dim: must be an int >= 1, got 0"),
+    (["--layers", "0"], "argument --layers: must be an int >= 1, got 0"),
+    (["--lr", "-1"], "argument --lr: must be a positive number, got '-1'"),
+    (["--lr", "nan"], "argument --lr: must be a positive number, got 'nan'"),
+    (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+    (["--num-pairs", "4", "--seq-len", "9"], "--seq-len must be 2 * num_pairs + 2 * queries"),
+])
+def test_bad_options_are_usage_errors_stating_the_allowed_range(flags, message, tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main([*flags, "--out", str(out)])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a CUDA device")
+def test_device_cuda_without_cuda_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--device", "cuda", "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert "--device cuda: no CUDA device is available" in capsys.readouterr().err
+
+
+def test_help_shows_every_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for default in ("(default: 600)", "(default: 32)", "(default: 128)", "(default: 16)", "(default: 4096)",
+                    "(default: 64)", "(default: 0.003)", "(default: 25)", "(default: 256)", "(default: cpu)",
+                    "(default: out)"):
+        assert default in text, default

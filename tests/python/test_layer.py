@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 import pickle
+import re
 import warnings
 
 import pytest
@@ -451,6 +452,69 @@ def test_args_accept_every_field_of_sparse_delta_memory_2_0_0():
 def test_bad_inputs_name_what_was_passed(x, error, message):
     with pytest.raises(error, match=message):
         _layer()(x)
+
+
+@pytest.mark.parametrize("layer_dtype, x_dtype", [(torch.float32, torch.float64), (torch.float32, torch.bfloat16),
+                                                   (torch.bfloat16, torch.float32), (torch.float32, torch.float16)])
+def test_x_of_another_dtype_than_the_layer_is_refused_by_name(layer_dtype, x_dtype):
+    layer = _layer().to(layer_dtype)
+    message = (f"x is {x_dtype} but the layer's parameters are {layer_dtype}; pass x in {layer_dtype} or convert "
+               f"the layer (layer.to({x_dtype}))")
+    for x in (torch.randn(2, 5, 64, dtype=x_dtype), torch.randn(10, 64, dtype=x_dtype)):
+        with pytest.raises(TypeError, match=re.escape(message)):
+            layer(x, freqs_cis=torch.zeros(5, 1) if x.dim() == 2 else None)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts for the projections: accepted
+        out, _ = _layer()(torch.randn(2, 5, 64))
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("device", ["meta", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))])
+@pytest.mark.parametrize("mode", ["prefill", "decode", "train"])
+def test_a_cache_on_another_device_than_the_layer_is_refused_by_name(device, mode):
+    layer = _layer()
+    cache = layer.create_kv_cache(2, 0, torch.float32, device=device)
+    x = torch.randn(2, 1 if mode == "decode" else 5, 64, requires_grad=mode == "train")
+    with torch.set_grad_enabled(mode == "train"):
+        with pytest.raises(ValueError, match=re.escape(
+                f"the cache's memory is on {device}, but the layer computes on cpu (x and the layer's parameters); "
+                f"build the cache there (create_kv_cache(..., device='cpu')) or move it "
+                f"(cache.memory = cache.memory.to('cpu'))")):
+            layer(x, cache=cache)
+    assert cache.cache_len == 0
+
+
+def test_create_kv_cache_refuses_bad_sizes_by_name():
+    layer = _layer()
+    for bsz, error in ((2.5, TypeError), (True, TypeError), ("2", TypeError), (None, TypeError),
+                       (-1, ValueError), (0, ValueError)):
+        shown = f"{type(bsz).__name__} {bsz!r}" if error is TypeError else str(bsz)
+        with pytest.raises(error, match=re.escape(f"create_kv_cache: bsz (sequences) must be an int >= 1, got {shown}")):
+            layer.create_kv_cache(bsz, 0, torch.float32)
+    for seq_len, error in ((-5, ValueError), (-1, ValueError), (2.5, TypeError), (False, TypeError)):
+        shown = f"{type(seq_len).__name__} {seq_len!r}" if error is TypeError else str(seq_len)
+        with pytest.raises(error, match=re.escape(f"create_kv_cache: seq_len (tokens already consumed) must be an int "
+                                                  f">= 0, got {shown}")):
+            layer.create_kv_cache(2, seq_len, torch.float32)
+    with pytest.raises(TypeError, match="create_kv_cache: initial_memory must be a tensor or None, got list"):
+        layer.create_kv_cache(2, 0, torch.float32, initial_memory=[0.0])
+    assert layer.create_kv_cache(torch.tensor(2), 0, torch.float32).memory.shape == (1024, 32)  # an index-like int
+    with pytest.raises(TypeError, match="cache must be an sdm.SDMLayerState .* got Tensor"):
+        layer(torch.randn(2, 5, 64), cache=torch.zeros(1024, 32))
+
+
+def test_a_state_dict_loads_into_permuted_factor_dims_and_gives_another_model():
+    """Documented, not a bug (docs/layer.md, as in 2.0.0): parameter shapes do not record the
+    factor order, so [5, 6] loads into [6, 5] with strict=True and addresses other slots."""
+    torch.manual_seed(0)
+    saved = sdm.SparseDeltaMemory(_args(slots_per_head=30, num_writes=4, num_reads=4, product_key_factor_dims=[5, 6]))
+    permuted = sdm.SparseDeltaMemory(_args(slots_per_head=30, num_writes=4, num_reads=4,
+                                           product_key_factor_dims=[6, 5]))
+    result = permuted.load_state_dict(saved.state_dict(), strict=True)
+    assert not result.missing_keys and not result.unexpected_keys
+    x = torch.randn(2, 7, 64)
+    with torch.no_grad():
+        assert not torch.allclose(permuted(x)[0], saved(x)[0])
 
 
 def test_layer_pickles_saves_and_deep_copies(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from ..args import SparseDeltaMemoryArgs
+from ..args import MAX_BANK_ROWS, SparseDeltaMemoryArgs
+from ..product_keys import MAX_K
 from .model import RecallModel
 from .recall_task import RecallTask
 
@@ -35,32 +37,77 @@ class RunResult:
     loss: list[float] = field(default_factory=list)
 
 
+def _int_in(low: int, high: int | None = None):
+    """An argparse type: an int in low..high (no upper bound when high is None); anything else is
+    a usage error stating the allowed range."""
+    allowed = f"an int in {low}..{high}" if high is not None else f"an int >= {low}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {value}")
+        return value
+
+    parse.__name__ = allowed  # argparse names the type in its messages
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The demo's options; a bad value is a usage error (exit status 2) that states the allowed
+    range, before anything is built or written."""
     p = argparse.ArgumentParser(prog="python -m sdm.demo", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=600, help="training steps per variant")
-    p.add_argument("--num-pairs", type=int, default=32, help="key-value pairs per sequence")
-    p.add_argument("--seq-len", type=int, default=128,
+                                formatter_class=_HelpFormatter)
+    p.add_argument("--steps", type=_int_in(1), default=600, help="training steps per variant")
+    p.add_argument("--num-pairs", type=_int_in(1, RecallTask.num_keys), default=32,
+                   help="key-value pairs per sequence")
+    p.add_argument("--seq-len", type=_int_in(4), default=128,
                    help="tokens per sequence: 2 * num_pairs context tokens, the rest queries (2 tokens each)")
-    p.add_argument("--small-slots", type=int, default=16, help="slots_per_head of the small-memory variant")
-    p.add_argument("--large-slots", type=int, default=4096, help="slots_per_head of the large-memory variant")
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--layers", type=int, default=1)
-    p.add_argument("--reads-writes", type=int, default=16, help="num_reads = num_writes")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--eval-every", type=int, default=25, help="steps between accuracy points on the plot")
-    p.add_argument("--eval-sequences", type=int, default=256, help="held-out sequences for the final accuracy")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=Path("out"))
+    p.add_argument("--small-slots", type=_int_in(1, MAX_BANK_ROWS), default=16,
+                   help="slots_per_head of the small-memory variant (a perfect square)")
+    p.add_argument("--large-slots", type=_int_in(1, MAX_BANK_ROWS), default=4096,
+                   help="slots_per_head of the large-memory variant (a perfect square)")
+    p.add_argument("--dim", type=_int_in(1), default=64, help="model width")
+    p.add_argument("--layers", type=_int_in(1), default=1, help="SDM blocks")
+    p.add_argument("--reads-writes", type=_int_in(1, MAX_K), default=16, help="num_reads = num_writes")
+    p.add_argument("--batch-size", type=_int_in(1), default=16, help="sequences per training step")
+    p.add_argument("--lr", type=_positive_float, default=3e-3, help="peak learning rate (one-cycle schedule)")
+    p.add_argument("--eval-every", type=_int_in(1), default=25, help="steps between accuracy points on the plot")
+    p.add_argument("--eval-sequences", type=_int_in(1), default=256,
+                   help="held-out sequences for the final accuracy")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to train")
+    p.add_argument("--seed", type=int, default=0, help="seed of the parameters and the data")
+    p.add_argument("--out", type=Path, default=Path("out"), help="directory the results are written to")
     args = p.parse_args(argv)
     queries, odd = divmod(args.seq_len - 2 * args.num_pairs, 2)
     if queries < 1 or odd:
         p.error(f"--seq-len must be 2 * num_pairs + 2 * queries with queries >= 1; got seq_len {args.seq_len} "
                 f"for {args.num_pairs} pairs")
     args.num_queries = queries
+    for flag, slots in (("--small-slots", args.small_slots), ("--large-slots", args.large_slots)):
+        if math.isqrt(slots) ** 2 != slots:
+            side = math.isqrt(slots)
+            p.error(f"{flag} must be a perfect square n*n (two product-key factors of n keys), got {slots}; "
+                    f"{side * side} or {(side + 1) ** 2} would do")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device is available (torch.cuda.is_available() is False); use --device cpu")
     return args
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written, every option's default in its help."""
 
 
 def build_model(args: argparse.Namespace, task: RecallTask, slots: int) -> RecallModel:
