@@ -16,6 +16,7 @@
 #include "phase1.hpp"
 
 #include "chunk_sort.hpp"
+#include "core/log_decay.hpp"
 #include "cuda_check.hpp"
 #include "device_values.cuh"
 #include "launch_bounds.cuh"
@@ -101,8 +102,9 @@ constexpr int kStageItems = 2;  // staged elements per thread loaded before the 
 
 // scan_groups: one CTA of 512 threads per chunk; thread t takes sorted positions t, t + 512, ...
 // (inv_pos and prev_pos of its entry); the first entry of each slot group walks the
-// group in token order: L (f32 running sum of log-decays), k_eff, then
-// wcoef = kappa exp(Lambda - L) and gdecay = exp(Lambda). Chunks of <= 16384
+// group in token order: L (f64 running sum of the floored log-decays, core/log_decay.hpp), k_eff =
+// kappa expf(f32(L)), then wcoef = kappa expf(f32(Lambda - L)) and gdecay = expf(f32(Lambda)).
+// Chunks of <= 16384
 // entries first stage their kappa and gamma (coalesced, in entry order) in shared
 // memory and collect inv_pos / prev_pos / k_eff there (each entry read and then
 // overwritten by its group's walker alone), stored coalesced at the end; larger
@@ -139,13 +141,13 @@ __global__ void __launch_bounds__(kScanThreads, min_blocks(kScanThreads, 2)) sca
         const int u = u0 + b * kScanThreads;
         if (u < staged) {
           coef[u] = round_to_bank(k_in[b], bf16_bank);
-          if (per_lane_gamma) code[u] = __float_as_uint(g_in[b]);
+          if (per_lane_gamma) code[u] = __float_as_uint(core::floor_log_decay(g_in[b]));
         }
       }
     }
     if (!per_lane_gamma) {
       for (int i = tid; i < ct.valid_tokens; i += kScanThreads) {
-        token_gamma[i] = load_input(in.g, in.g_dtype, ct.first_token + i);
+        token_gamma[i] = core::floor_log_decay(load_input(in.g, in.g_dtype, ct.first_token + i));
       }
     }
     __syncthreads();
@@ -157,7 +159,7 @@ __global__ void __launch_bounds__(kScanThreads, min_blocks(kScanThreads, 2)) sca
       kappa = coef[u];
     } else {
       const std::int64_t token = ct.first_token + i;
-      gamma = load_input(in.g, in.g_dtype, per_lane_gamma ? token * geo.W + (u - i * W) : token);
+      gamma = core::floor_log_decay(load_input(in.g, in.g_dtype, per_lane_gamma ? token * geo.W + (u - i * W) : token));
       kappa = round_to_bank(load_input(in.k_val, in.k_val_dtype, token * geo.W + (u - i * W)), bf16_bank);
     }
   };
@@ -186,15 +188,16 @@ __global__ void __launch_bounds__(kScanThreads, min_blocks(kScanThreads, 2)) sca
       place(i * W + static_cast<int>(geo.keys.lane(key)), q, false, 0.0f);
       buf.wcoef[base + q] = 0.0f;
       buf.gdecay[base + q] = 0.0f;
-      buf.L[base + q] = 0.0f;
+      buf.L[base + q] = 0.0;
       buf.kappa[base + q] = 0.0f;
       continue;
     }
     if (q > 0 && geo.keys.local_slot(prev_key) == local) continue;  // its group's first entry places it
 
     // The group's first entry walks it in token order (sorted order).
-    float lambda = 0.0f;  // running Lambda_s(i): f32, token order, this chunk only (segmented scan)
-    float first_L = 0.0f, first_kappa = 0.0f;  // entry q's, kept for the second pass
+    double lambda = 0.0;  // running Lambda_s(i): f64, token order, this chunk only (segmented scan)
+    double first_L = 0.0;  // entry q's, kept for the second pass
+    float first_kappa = 0.0f;
     int end = q;
     for (; end < CW; ++end) {
       const std::uint64_t k = end == q ? key : end == q + 1 ? next_key : keys[end];
@@ -205,13 +208,14 @@ __global__ void __launch_bounds__(kScanThreads, min_blocks(kScanThreads, 2)) sca
       lambda += gamma;
       buf.L[base + end] = lambda;
       buf.kappa[base + end] = kappa;
-      place(u, end, end > q, kappa * expf(lambda));
+      place(u, end, end > q, kappa * core::decay_factor(lambda));
       if (end == q) first_L = lambda, first_kappa = kappa;
     }
-    const float total_decay = expf(lambda);
+    const float total_decay = core::decay_factor(lambda);
     for (int s = q; s < end; ++s) {
-      const float L_s = s == q ? first_L : buf.L[base + s], kappa_s = s == q ? first_kappa : buf.kappa[base + s];
-      buf.wcoef[base + s] = kappa_s * expf(lambda - L_s);
+      const double L_s = s == q ? first_L : buf.L[base + s];
+      const float kappa_s = s == q ? first_kappa : buf.kappa[base + s];
+      buf.wcoef[base + s] = kappa_s * core::decay_factor(lambda - L_s);
       buf.gdecay[base + s] = total_decay;
     }
   }
@@ -231,10 +235,10 @@ constexpr int kReadItems = 2;  // reads per thread whose inputs are loaded befor
 
 // lookup_reads: one CTA of 1024 threads per chunk; thread t takes reads t, t + 1024, ...: binary
 // search of the last write of its slot at or before its token (reads come after the
-// token's writes), Lq and q_w. The inputs of 2 reads are loaded before the first
-// search. Chunks of <= 16384 write entries search their sorted keys (and read L)
+// token's writes), Lq and q_w = rho expf(f32(Lq)). The inputs of 2 reads are loaded before the
+// first search. Chunks of <= 16384 write entries search their sorted keys (and read f32(L))
 // staged in shared memory, larger ones in global memory.
-// Dynamic shared memory (kStaged): the chunk's sorted keys u64 [C*W], then L f32 [C*W] (staged at
+// Dynamic shared memory (kStaged): the chunk's sorted keys u64 [C*W], then f32(L) [C*W] (staged at
 // group positions only: L is written there alone).
 template <bool kStaged>
 __global__ void __launch_bounds__(kChunkThreads, min_blocks(kChunkThreads, 2)) lookup_reads(Geometry geo, Inputs in, bool bf16_bank,
@@ -245,16 +249,16 @@ __global__ void __launch_bounds__(kChunkThreads, min_blocks(kChunkThreads, 2)) l
   const ChunkTokens ct = chunk_tokens(geo, n);
   const int tid = static_cast<int>(threadIdx.x);
   const std::uint64_t* keys = buf.keys + n * CW;
-  const float* L = buf.L + n * CW;
+  const double* L = buf.L + n * CW;
+  float* staged_L = reinterpret_cast<float*>(lookup_keys + CW);  // kStaged only
   if constexpr (kStaged) {
-    float* staged_L = reinterpret_cast<float*>(lookup_keys + CW);
     for (int q = tid; q < CW; q += kChunkThreads) {
       const std::uint64_t key = keys[q];
       lookup_keys[q] = key;
-      if (geo.keys.local_slot(key) != geo.sps) staged_L[q] = L[q];
+      if (geo.keys.local_slot(key) != geo.sps) staged_L[q] = static_cast<float>(L[q]);
     }
     __syncthreads();
-    keys = lookup_keys, L = staged_L;
+    keys = lookup_keys;
   }
   const int valid_reads = ct.valid_tokens * R;  // reads of tokens inside T: the chunk's first ones
   const std::int64_t first = ct.first_token * geo.R;
@@ -290,7 +294,7 @@ __global__ void __launch_bounds__(kChunkThreads, min_blocks(kChunkThreads, 2)) l
         float lq = 0.0f;
         if (lo > 0 && geo.keys.local_slot(keys[lo - 1]) == local) {
           pos = lo - 1;
-          lq = L[pos];
+          lq = kStaged ? staged_L[pos] : static_cast<float>(L[pos]);
         }
         weight = rho * expf(lq);
       }
@@ -311,19 +315,20 @@ constexpr int kPairWarps = 8;  // chunk rows per pair_products CTA
 // One chunk's sorted write records (Phase 1's keys, L, kappa of chunk n).
 struct ChunkRecords {
   const std::uint64_t* keys;
-  const float* L;
+  const double* L;
   const float* kappa;
   KeyLayout layout;
 };
 
 // One lane's walk down a slot group: it visits the entries at sorted positions s, s - 1, ...
 // while they hold slot `local` and adds, for each with token j < limit,
-//   row[j] = fmaf(coef * kappa_s, expf(log_w - L_s), row[j]).
-// The first term (token j, weight = coef * kappa_s, decay = expf(log_w - L_s)) is evaluated when
+//   row[j] = fmaf(coef * kappa_s, expf(f32(log_w - L_s)), row[j])   (log_w, L_s f64).
+// The first term (token j, weight = coef * kappa_s, decay = expf(f32(log_w - L_s))) is evaluated when
 // the walk is gathered; s < 0: no walk.
 struct Walk {
   int s = -1, local = 0, j = 0;  // in-chunk position, local slot (< 2^31: slots are i32), token
-  float coef = 0.0f, log_w = 0.0f, weight = 0.0f, decay = 0.0f;
+  float coef = 0.0f, weight = 0.0f, decay = 0.0f;
+  double log_w = 0.0;
   bool more = false;  // entry s - 1 holds the same slot
 };
 
@@ -361,7 +366,8 @@ __device__ __forceinline__ ItemStart item_start(const Geometry& geo, const Phase
 // its L), a read from its last visible write s itself (coef = rho, log_w = L_s).
 struct WalkRecords {
   std::uint64_t key = 0, key_before = 0;
-  float L = 0.0f, kappa = 0.0f, coef = 0.0f, log_w = 0.0f;
+  double L = 0.0, log_w = 0.0;
+  float kappa = 0.0f, coef = 0.0f;
 };
 
 __device__ __forceinline__ WalkRecords walk_records(const ChunkRecords& rec, const ItemStart& at, bool is_read) {
@@ -384,7 +390,7 @@ __device__ __forceinline__ Walk make_walk(const KeyLayout& layout, int s, const 
   walk.coef = r.coef;
   walk.log_w = r.log_w;
   walk.weight = walk.coef * r.kappa;
-  walk.decay = expf(walk.log_w - r.L);
+  walk.decay = core::decay_factor(walk.log_w - r.L);
   walk.more = s > 0 && layout.local_slot(r.key_before) == walk.local;
   return walk;
 }
@@ -400,7 +406,7 @@ __device__ __forceinline__ void add_walks(const ChunkRecords& rec, const Walk& w
       for (int t = walk.s - 1; walk.more && t >= 0 && rec.layout.local_slot(rec.keys[t]) == walk.local;
            --t) {
         const int jt = static_cast<int>(rec.layout.token(rec.keys[t]));
-        if (jt < limit) row[jt] = fmaf(walk.coef * rec.kappa[t], expf(walk.log_w - rec.L[t]), row[jt]);
+        if (jt < limit) row[jt] = fmaf(walk.coef * rec.kappa[t], core::decay_factor(walk.log_w - rec.L[t]), row[jt]);
       }
     }
     __syncwarp();
@@ -431,9 +437,9 @@ __global__ void __launch_bounds__(kPairWarps * 32, min_blocks(kPairWarps * 32, 4
   __syncwarp();
   const ChunkRecords rec{buf.keys + n * CW, buf.L + n * CW, buf.kappa + n * CW, geo.keys};
 
-  // A[i, j] = sum over slots shared by tokens i > j of kappa_e kappa_e' exp(L_e - L_e'): the write
-  // items, w ascending. QK[i, j] = sum over reads of token i and writes of token j <= i to the
-  // same slot of rho kappa_e' exp(Lq - L_e'): then the read items, r ascending.
+  // A[i, j] = sum over slots shared by tokens i > j of kappa_e kappa_e' expf(f32(L_e - L_e')): the
+  // write items, w ascending. QK[i, j] = sum over reads of token i and writes of token j <= i to
+  // the same slot of rho kappa_e' expf(f32(Lq - L_e')): then the read items, r ascending.
   const int write_items = static_cast<int>((geo.W + 31) / 32);
   const int items = write_items + static_cast<int>((geo.R + 31) / 32);
   for (int first = 0; first < items; first += kPairBatch) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/repeated_writes.hpp"
+#include "core/log_decay.hpp"
 #include "core/tensor_access.hpp"
 #include "element_io.hpp"
 
@@ -19,9 +20,6 @@ inline size_t at(std::int64_t i) { return static_cast<size_t>(i); }
 inline std::size_t row_hash(std::int64_t row, int bits) {
   return static_cast<std::size_t>((static_cast<std::uint64_t>(row) * 0x9e3779b97f4a7c15ull) >> (64 - bits));
 }
-
-// exp(x), with exp(+-0) = 1 taken without the call (expf gives exactly 1 there too).
-inline float exp_or_one(float x) { return x == 0.0f ? 1.0f : std::exp(x); }
 
 // Stages kappa, gamma, rho, beta and the (masked) rows of the chunk's entries. The chunk's
 // tokens are consecutive, so every per-token tensor is one contiguous run of elements.
@@ -46,10 +44,11 @@ void stage_entries(const WriteReadArgs& args, const core::WriteReadShape& shape,
   }
   load_elements(args.beta, token0, plan.n, plan.beta.data());
   if (shape.G == 1) {
-    load_elements(args.g, token0, plan.n, plan.L.data());  // L: scratch until group_writes
-    for (std::int64_t e = 0; e < writes; ++e) plan.gamma[at(e)] = plan.L[at(e / shape.W)];
+    load_elements(args.g, token0, plan.n, plan.P.data());  // P: scratch until group_writes
+    for (std::int64_t e = 0; e < writes; ++e) plan.gamma[at(e)] = core::floor_log_decay(plan.P[at(e / shape.W)]);
   } else {
     load_elements(args.g, token0 * shape.W, writes, plan.gamma.data());
+    for (std::int64_t e = 0; e < writes; ++e) plan.gamma[at(e)] = core::floor_log_decay(plan.gamma[at(e)]);
   }
 }
 
@@ -109,24 +108,19 @@ void group_writes(ChunkPlan& plan) {
     group.end = end;
     group.row = row;
     const auto index = static_cast<std::int32_t>(plan.groups.size());
-    float running = 0.0f;
+    double running = 0.0;
     for (std::int32_t s = group.begin; s < group.end; ++s) {
       const size_t e = at(plan.write_order[at(s)]);
       running += plan.gamma[e];
       plan.L[e] = running;
       plan.k_group[e] = index;
     }
-    group.decay = exp_or_one(running);
-    float after = 0.0f;
-    for (std::int32_t s = group.end - 1; s >= group.begin; --s) {
-      const size_t e = at(plan.write_order[at(s)]);
-      plan.P[e] = after;
-      after += plan.gamma[e];
-    }
+    group.decay = core::decay_factor(running);
     for (std::int32_t s = group.begin; s < group.end; ++s) {
       const size_t e = at(plan.write_order[at(s)]);
-      plan.k_eff[e] = plan.kappa[e] * exp_or_one(plan.L[e]);
-      plan.coef[e] = plan.kappa[e] * exp_or_one(plan.P[e]);
+      plan.P[e] = static_cast<float>(running - plan.L[e]);
+      plan.k_eff[e] = plan.kappa[e] * core::decay_factor(plan.L[e]);
+      plan.coef[e] = plan.kappa[e] * core::decay_factor(plan.P[e]);
     }
     plan.groups.push_back(group);
   };
@@ -165,7 +159,7 @@ void place_reads(ChunkPlan& plan) {
       const size_t q = at(i * plan.R + r);
       plan.q_group[q] = -1;
       plan.q_end[q] = 0;
-      plan.Lq[q] = 0.0f;
+      plan.Lq[q] = 0.0;
       plan.q_w[q] = 0.0f;
       if (plan.q_row[q] == kMaskedRow) continue;
       const std::int32_t g = find_group(plan, plan.q_row[q]);
@@ -181,7 +175,7 @@ void place_reads(ChunkPlan& plan) {
       }
       plan.q_group[q] = g;
       plan.q_end[q] = end;
-      plan.q_w[q] = plan.rho[q] * exp_or_one(plan.Lq[q]);
+      plan.q_w[q] = plan.rho[q] * core::decay_factor(plan.Lq[q]);
     }
   }
 }
@@ -199,7 +193,7 @@ void build_a_and_qk(ChunkPlan& plan) {
         const std::int64_t j = plan.token_of_write(e2);
         if (j >= i) continue;  // a repeated slot within one token (a violated precondition)
         plan.A[at(i * C + j)] +=
-            plan.kappa[at(e)] * plan.kappa[at(e2)] * std::exp(plan.L[at(e)] - plan.L[at(e2)]);
+            plan.kappa[at(e)] * plan.kappa[at(e2)] * core::decay_factor(plan.L[at(e)] - plan.L[at(e2)]);
       }
     }
   }
@@ -211,7 +205,7 @@ void build_a_and_qk(ChunkPlan& plan) {
       for (std::int32_t s = group.begin; s < plan.q_end[q]; ++s) {
         const std::int32_t e = plan.write_order[at(s)];
         const std::int64_t j = plan.token_of_write(e);
-        plan.QK[at(i * C + j)] += plan.rho[q] * plan.kappa[at(e)] * std::exp(plan.Lq[q] - plan.L[at(e)]);
+        plan.QK[at(i * C + j)] += plan.rho[q] * plan.kappa[at(e)] * core::decay_factor(plan.Lq[q] - plan.L[at(e)]);
       }
     }
   }
@@ -247,10 +241,12 @@ void build_chunk_plan(const WriteReadArgs& args, const core::WriteReadShape& sha
   plan.n = std::min(shape.C, shape.T - plan.t0);
 
   const size_t writes = at(shape.C * shape.W), reads = at(shape.C * shape.R);
-  for (auto* v : {&plan.kappa, &plan.gamma, &plan.L, &plan.P, &plan.k_eff, &plan.coef}) v->resize(writes);
+  for (auto* v : {&plan.kappa, &plan.gamma, &plan.P, &plan.k_eff, &plan.coef}) v->resize(writes);
+  plan.L.resize(writes);
   plan.k_row.resize(writes);
   plan.k_group.resize(writes);
-  for (auto* v : {&plan.rho, &plan.Lq, &plan.q_w}) v->resize(reads);
+  for (auto* v : {&plan.rho, &plan.q_w}) v->resize(reads);
+  plan.Lq.resize(reads);
   plan.q_row.resize(reads);
   plan.q_group.resize(reads);
   plan.q_end.resize(reads);

@@ -4,27 +4,30 @@
 // Input: one chunk = tokens [t0, t0 + n) of stream p (n <= C; only the last chunk of a
 // stream is partial). Per write entry e = (i, w), e = i*W + w, and read entry q = (i, r),
 // q = i*R + r, of the chunk:
-//   kappa_e = f32(rnd_E(k_val))   gamma_e = f32(g[., 0 or w])   beta_i = f32(beta)
+//   kappa_e = f32(rnd_E(k_val))   gamma_e = floor_log_decay(f32(g[., 0 or w]))   beta_i = f32(beta)
 //   rho_q   = f32(rnd_E(q_val))
+// (floor_log_decay: max(gamma, -128), core/log_decay.hpp; it changes no f32 result.)
 // An index outside stream p's rows [p*sps, (p+1)*sps) is masked (only reachable with
 // validation off, docs/spec.md §8): the entry gets kMaskedRow, no group, and takes no part in any
 // sum below (no decay, no write, nothing read, zero gradient). So is a write lane repeating an
 // earlier lane's row within its token (core/repeated_writes.hpp): the first lane writes.
 //
 // Write groups: the valid write entries sorted by (row, token, lane); a group is the run of
-// one row. Within a group (entries in token order), f32 segmented scans (docs/spec.md §2):
-//   L_e        = sum of gamma over the group's entries up to and including e   (forward)
-//   P_e        = sum of gamma over the group's entries after e                  (reverse)
-//   Lambda_s   = L of the group's last entry;  decay_s = expf(Lambda_s)
-//   k_eff_e    = kappa_e * expf(L_e)           coef_e = kappa_e * expf(P_e)
+// one row. Within a group (entries in token order), float64 segmented scans from +0
+// (docs/spec.md §2; float64 so that differences of two sums are exact, core/log_decay.hpp):
+//   L_e        = sum of gamma over the group's entries up to and including e   (f64)
+//   Lambda_s   = L of the group's last entry;  decay_s = expf(f32(Lambda_s))
+//   P_e        = f32(Lambda_s - L_e), the sum of gamma over the group's entries after e
+//   k_eff_e    = kappa_e * expf(f32(L_e))      coef_e = kappa_e * expf(P_e)
 // Reads: Lq_q = L of the last entry of the read row's group with token <= i (0 if none:
-// reads come after the token's writes), q_w = rho_q * expf(Lq_q) (one f32 rounding, SPEC
+// reads come after the token's writes), q_w = rho_q * expf(f32(Lq_q)) (one f32 rounding, SPEC
 // B.1). q_end marks that entry: entries [group.begin, q_end) are the writes the read sees.
-// Matrices (C x C, row-major, rows and columns >= n unused), f32, docs/spec.md §2:
-//   A[i][j]  = sum over groups (ascending row) of kappa_e kappa_e' expf(L_e - L_e'),
+// Matrices (C x C, row-major, rows and columns >= n unused), f32, docs/spec.md §2; each decay
+// factor is expf of the float64 difference rounded to f32 (core::decay_factor):
+//   A[i][j]  = sum over groups (ascending row) of kappa_e kappa_e' expf(f32(L_e - L_e')),
 //              e in token i, e' in token j < i
 //   QK[i][j] = sum over the reads of token i (ascending r), then the entries e' <= i of the
-//              read row's group (token order), of rho_q kappa_e' expf(Lq_q - L_e'), j <= i
+//              read row's group (token order), of rho_q kappa_e' expf(f32(Lq_q - L_e')), j <= i
 //   X        = (I + diag(beta) A)^-1, unit lower triangular, by forward substitution
 //              X[i][j] = -beta_i * sum_{k=j}^{i-1} A[i][k] X[k][j] (k ascending), skipping
 //              the terms with A[i][k] = +-0 (tokens i and k share no row): they add +-0 to
@@ -74,7 +77,8 @@ struct ChunkPlan {
   // Write entries e = i*W + w, i < n.
   std::vector<std::int64_t> k_row;   // absolute bank row or kMaskedRow
   std::vector<std::int32_t> k_group;  // index into groups, -1 if masked
-  std::vector<float> kappa, gamma, L, P, k_eff, coef;
+  std::vector<float> kappa, gamma, P, k_eff, coef;
+  std::vector<double> L;  // f64 cumulative log-decays (chunk_plan.hpp's header)
   std::vector<std::int32_t> write_order;  // valid entries sorted by (row, token, lane)
   std::vector<WriteGroup> groups;         // ascending row
 
@@ -82,7 +86,8 @@ struct ChunkPlan {
   std::vector<std::int64_t> q_row;    // absolute bank row or kMaskedRow
   std::vector<std::int32_t> q_group;  // the read row's write group, -1 if none (or masked)
   std::vector<std::int32_t> q_end;    // write_order position after the last write seen
-  std::vector<float> rho, Lq, q_w;
+  std::vector<float> rho, q_w;
+  std::vector<double> Lq;
 
   std::vector<float> beta;   // [n]
   std::vector<float> A, QK, X;  // [C, C]
