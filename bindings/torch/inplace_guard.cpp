@@ -10,6 +10,7 @@
 #include <torch/library.h>
 
 #include <initializer_list>
+#include <string>
 #include <utility>
 
 #include "kernels.hpp"
@@ -25,10 +26,13 @@ struct NamedTensor {
 void refuse_recording(const char* op, const char* instead, std::initializer_list<NamedTensor> inputs) {
   if (!c10::GradMode::is_enabled()) return;
   for (const auto& input : inputs) {
-    TORCH_CHECK(!input.tensor->requires_grad(), op, " updates memory in place and saves nothing for a backward, ",
-                "but autograd would have to record it (grad mode is on and ", input.name,
-                " requires grad); use ", instead, " for training, or call ", op,
-                " under torch.no_grad() / torch.inference_mode()");
+    if (!input.tensor->requires_grad()) continue;
+    // With std::string, not TORCH_CHECK: its message goes through c10::str, an iostream
+    // (docs/cuda.md "The extension's C++ runtime").
+    C10_THROW_ERROR(Error, std::string(op) + " updates memory in place and saves nothing for a backward, "
+                           "but autograd would have to record it (grad mode is on and " + input.name +
+                           " requires grad); use " + instead + " for training, or call " + op +
+                           " under torch.no_grad() / torch.inference_mode()");
   }
 }
 

@@ -13,6 +13,7 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "device_context.hpp"
@@ -47,6 +48,14 @@ std::vector<std::int64_t> with_last(const at::Tensor& t, std::int64_t last) {
   std::vector<std::int64_t> sizes(t.sizes().begin(), t.sizes().end());
   sizes.back() = last;
   return sizes;
+}
+
+// "[2, 5, 3]", with std::to_string: the extension formats no message through an iostream
+// (c10::str, TORCH_CHECK), docs/cuda.md "The extension's C++ runtime".
+std::string shape_of(const at::Tensor& t) {
+  std::string out = "[";
+  for (std::int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
+  return out + "]";
 }
 
 // A data-less [1, last dim] view of t's dtype: what the shape-only checks read.
@@ -94,8 +103,8 @@ at::Tensor product_key_topk_backward(const at::Tensor& slots, const at::Tensor& 
   return translate_errors([&] {
     check_has_columns(slots, "slots");
     if (grad_values.sizes() != slots.sizes()) {
-      throw ValueError("grad_values", "grad_values must have slots' shape " + c10::str(slots.sizes()) + ", got " +
-                                          c10::str(grad_values.sizes()));
+      throw ValueError("grad_values", "grad_values must have slots' shape " + shape_of(slots) + ", got " +
+                                          shape_of(grad_values));
     }
     const DeviceContext context(slots);
     const auto slot_rows = as_rows(slots).contiguous();
