@@ -28,6 +28,7 @@ build-cuda: deps
 
 test-cpp: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	bash scripts/test_install.sh $(BUILD)
 
 # The C++ tests once more under AddressSanitizer + UndefinedBehaviorSanitizer (any report fails
 # the run: -fno-sanitize-recover). CI runs it after `make test`.
