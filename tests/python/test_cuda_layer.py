@@ -82,3 +82,40 @@ def test_bfloat16_layer_and_cache_on_cuda():
     assert rel_err(pieces, full) <= 3e-2
     assert bf16_out.dtype == torch.bfloat16 and bf16_out.shape == x.shape and torch.isfinite(bf16_out).all()
     assert bf16_state.memory.dtype == torch.bfloat16 and bf16_state.cache_len == 30
+
+
+def test_cuda_graph_layer_decode_steps_replay_bitwise_equal_to_eager():
+    """What `cuda_graph` stands for (docs/layer.md): the layer's ops are capture-safe, so the
+    caller captures a layer decode step (a cache, T = 1) with torch.cuda.graph; replays from the
+    same bank give eager's outputs and banks bit for bit, token after token."""
+    layer = _layer(cuda_graph=True, backprop_on_memory=True).cuda().eval()
+    assert layer.args.cuda_graph is True
+    prompt = torch.randn(2, 9, 128, device="cuda")
+    tokens = torch.randn(3, 2, 1, 128, device="cuda")
+    with torch.no_grad():
+        eager_cache = layer.create_kv_cache(2, 0, torch.float32, "cuda")
+        layer(prompt, cache=eager_cache)
+        eager = []
+        for token in tokens:
+            out, _ = layer(token, cache=eager_cache)
+            eager.append((out.clone(), eager_cache.memory.clone()))
+
+        cache = layer.create_kv_cache(2, 0, torch.float32, "cuda")
+        layer(prompt, cache=cache)
+        start = cache.memory.clone()
+        static_x = tokens[0].clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graph asks
+            layer(static_x, cache=sdm.SDMLayerState(start.clone(), 9))
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out, _ = layer(static_x, cache=cache)
+        bank = cache.memory  # the captured decode step updates this bank in place
+        bank.copy_(start)
+        for token, (want_out, want_bank) in zip(tokens, eager):
+            static_x.copy_(token)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert bitwise_equal(static_out, want_out) and bitwise_equal(bank, want_bank)

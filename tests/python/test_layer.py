@@ -380,18 +380,26 @@ def test_other_activations_run(act):
 
 
 def test_snapshot_quant_and_grad_bank_fp32_reach_the_op():
+    """Each option changes what it should and nothing else: fp8 snapshots change the gradients
+    (restored rows approximated) but not the readings; grad_bank_fp32 (bf16 bank, T = 16 over
+    chunks of 4: the bank gradient crosses chunks) changes the memory gradient by rounding only,
+    and not the forward."""
     x = torch.randn(2, 16, 64)
     outs = {}
-    for quant in ("none", "fp8"):
-        layer = _layer(snapshot_quant=quant, grad_bank_fp32=True).bfloat16()
+    for quant, grad_bank_fp32 in (("none", False), ("fp8", False), ("none", True)):
+        layer = _layer(snapshot_quant=quant, grad_bank_fp32=grad_bank_fp32, chunk_size=4).bfloat16()
         out, _ = layer(x.bfloat16())
         out.float().square().sum().backward()
         assert layer.memory.grad.dtype == torch.bfloat16 and torch.isfinite(layer.memory.grad).all()
         # Read weights' gradients use the restored rows (docs/spec.md §4-8), which fp8 approximates.
-        outs[quant] = (out.detach(), layer.Wq_read.weight.grad.clone())
-    assert torch.equal(outs["none"][0], outs["fp8"][0]), "readings never depend on the snapshot mode"
-    assert not torch.equal(outs["none"][1], outs["fp8"][1]), "fp8 snapshots approximate the restored rows"
-    assert rel_err(outs["fp8"][1], outs["none"][1]) < 0.2
+        outs[quant, grad_bank_fp32] = (out.detach(), layer.Wq_read.weight.grad.clone(), layer.memory.grad.clone())
+    plain, fp8, fp32_rows = outs["none", False], outs["fp8", False], outs["none", True]
+    assert torch.equal(plain[0], fp8[0]), "readings never depend on the snapshot mode"
+    assert not torch.equal(plain[1], fp8[1]), "fp8 snapshots approximate the restored rows"
+    assert rel_err(fp8[1], plain[1]) < 0.2
+    assert torch.equal(plain[0], fp32_rows[0]), "grad_bank_fp32 does not change the forward"
+    assert not torch.equal(plain[2], fp32_rows[2]), "grad_bank_fp32 keeps the bank gradient rows in float32"
+    assert rel_err(fp32_rows[2], plain[2]) < 3e-2
 
 
 def test_memory_stats_logging():
@@ -570,14 +578,22 @@ def test_forward_takes_mask_and_freqs_cis_and_returns_the_state():
 
 
 def test_cuda_graph_option_is_accepted_and_changes_nothing():
+    """The flag is kept in the args (2.0.0's field) and the layer computes the same with it, the
+    output, the state and every gradient bitwise; on CUDA the caller captures the layer's step
+    (tests/python/test_cuda_layer.py::test_cuda_graph_layer_decode_steps_replay_bitwise_equal_to_eager)."""
     x = torch.randn(2, 12, 64)
-    outs = []
+    runs = {}
     for cuda_graph in (False, True):
         layer = _layer(seed=5, cuda_graph=cuda_graph)
-        out, _ = layer(x)
-        out.square().sum().backward()
-        outs.append((out.detach(), layer.Wq_read.weight.grad))
-    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+        assert layer.args.cuda_graph is cuda_graph
+        out, state = layer(x)
+        (out.square().sum() + state.memory.sum()).backward()
+        runs[cuda_graph] = (out.detach(), state.memory.detach(), {n: p.grad for n, p in layer.named_parameters()})
+    (out, bank, grads), (graph_out, graph_bank, graph_grads) = runs[False], runs[True]
+    assert torch.equal(out, graph_out) and torch.equal(bank, graph_bank)
+    assert grads.keys() == graph_grads.keys()
+    for name in grads:
+        assert torch.equal(grads[name], graph_grads[name]), name
 
 
 @pytest.mark.parametrize("factors,sph", [([4, 4, 4], 64), ([64], 64), ([2, 8, 2, 2], 64), ([3, 7], 21)])

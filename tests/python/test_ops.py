@@ -167,7 +167,9 @@ def test_rejected_inplace_call_writes_nothing():
 
 
 @pytest.mark.parametrize("G", [1, 4])
-@pytest.mark.parametrize("bank_dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
+# docs/numerics.md's bounds for a decode step (measured on the CPU over 4 shapes x 2 G x 20 seeds:
+# f32 <= 3.7e-7, bf16 <= 5.0e-3).
+@pytest.mark.parametrize("bank_dtype,tol", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)])
 def test_decode_step_matches_reference(G, bank_dtype, tol):
     p = make_problem(P=3, T=1, W=4, R=3, hd=9, slots_per_stream=16, G=G)
     ref_readings, ref_bank = sdm.reference.write_read(*p.tensors(), slots_per_stream=16)
