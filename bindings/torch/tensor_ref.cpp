@@ -6,6 +6,35 @@
 #include "sdm/error.hpp"
 
 namespace sdm::torch_bindings {
+namespace {
+
+// A dtype as Python spells it after "torch." (c10::toString says "Char" for torch.int8).
+std::string torch_dtype_name(at::ScalarType type) {
+  switch (type) {
+    case at::kBool: return "bool";
+    case at::kByte: return "uint8";
+    case at::kChar: return "int8";
+    case at::kShort: return "int16";
+    case at::kInt: return "int32";
+    case at::kLong: return "int64";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kComplexFloat: return "complex64";
+    case at::kComplexDouble: return "complex128";
+    default: return c10::toString(type);
+  }
+}
+
+// The dtypes an index argument takes, or nullptr for the other arguments.
+const char* index_dtypes(const std::string& name) {
+  if (name == "k_idx" || name == "q_idx") return "int32 or int64 (bank row indices)";
+  if (name == "slots") return "int64 (slot ids)";
+  return nullptr;
+}
+
+}  // namespace
 
 DType to_sdm_dtype(at::ScalarType type, const char* name) {
   switch (type) {
@@ -17,7 +46,10 @@ DType to_sdm_dtype(at::ScalarType type, const char* name) {
     case at::kLong: return DType::i64;
     case at::kByte: return DType::u8;
     default:
-      throw TypeError(name, std::string(name) + " has unsupported dtype " + c10::toString(type) +
+      if (const char* index = index_dtypes(name)) {
+        throw TypeError(name, std::string(name) + " must be " + index + ", got " + torch_dtype_name(type));
+      }
+      throw TypeError(name, std::string(name) + " has unsupported dtype " + torch_dtype_name(type) +
                                 " (sdm takes float64, float32, bfloat16, float16, int32, int64, uint8)");
   }
 }
