@@ -30,7 +30,9 @@ struct WriteReadOptions {
   std::int64_t chunk_size = 64;       // C in 1..256; clamped to T
   SnapshotQuant snapshot_quant = SnapshotQuant::none;
   bool grad_bank_fp32 = false;        // bf16 bank: keep bank-gradient rows in f32 (docs/spec.md §4)
-  bool validate = true;               // check index ranges and distinct write slots (docs/spec.md §8)
+  bool validate = true;               // check index ranges and distinct write slots (docs/spec.md §8);
+                                      // false: out-of-range entries and write lanes repeating an
+                                      // earlier lane's slot in their token are masked (no write)
   int num_threads = 0;                // CPU threads; 0 = $SDM_NUM_THREADS, else the hardware's
   void* cuda_stream = nullptr;        // CUDA banks: the cudaStream_t to run on (nullptr: the legacy
                                       // default stream); ignored on the CPU. void*: no CUDA header needed.
@@ -40,7 +42,7 @@ struct DecodeOptions {
   // Rows owned by one stream. 0: indices are only checked against the bank's rows;
   // >= 1: stream p's indices must lie in [p * slots_per_stream, (p + 1) * slots_per_stream).
   std::int64_t slots_per_stream = 0;
-  bool validate = true;
+  bool validate = true;         // as WriteReadOptions::validate
   void* cuda_stream = nullptr;  // as WriteReadOptions::cuda_stream
 };
 

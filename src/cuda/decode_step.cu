@@ -66,8 +66,13 @@ __global__ void __launch_bounds__(kWarps * 32) decode_token(DecodeParams prm) {
     const float g = load_input(in.g, in.g_dtype, s * prm.G + (prm.G == 1 ? 0 : w));
     if (idx < lo || idx >= hi) return -1;
     // A lane repeating an earlier lane's slot is masked (docs/spec.md §8; Inputs::distinct_writes).
-    for (std::int64_t e = 0; !in.distinct_writes && e < w; ++e) {
-      if (load_index(in.k_idx, in.k_index64, s * prm.W + e) == idx) return -1;
+    // No early exit: the unrolled loads (one or two cache lines, already fetched for lane 0) overlap
+    // instead of adding a round trip per lane to the kernel's latency chain.
+    if (!in.distinct_writes) {
+      bool repeat = false;
+#pragma unroll 8
+      for (std::int64_t e = 0; e < w; ++e) repeat |= load_index(in.k_idx, in.k_index64, s * prm.W + e) == idx;
+      if (repeat) return -1;
     }
     kappa = round_to_bank(k_val, prm.bf16_bank);
     decay = expf(g);

@@ -62,9 +62,13 @@ __global__ void make_write_keys(Geometry geo, Inputs in, unsigned slices, std::u
     const std::int64_t lane0 = (at.p * geo.T + at.t) * geo.W;  // the token's first write lane
     const std::int64_t idx = load_index(in.k_idx, in.k_index64, lane0 + w);
     const std::int64_t l = idx - at.p * geo.sps;
-    bool repeat = false;  // an earlier lane of the token names the same slot: masked (Inputs::distinct_writes)
-    for (std::int64_t e = 0; !in.distinct_writes && !repeat && e < w; ++e) {
-      repeat = load_index(in.k_idx, in.k_index64, lane0 + e) == idx;
+    // An earlier lane of the token names the same slot: masked (Inputs::distinct_writes). No early
+    // exit, so the unrolled loads overlap; the W threads of a token load the same addresses
+    // (one broadcast per warp), a few instructions per entry against its row traffic.
+    bool repeat = false;
+    if (!in.distinct_writes) {
+#pragma unroll 4
+      for (std::int64_t e = 0; e < w; ++e) repeat |= load_index(in.k_idx, in.k_index64, lane0 + e) == idx;
     }
     if (l >= 0 && l < geo.sps && !repeat) {
       local = l;
