@@ -156,7 +156,7 @@ if [ "$tests" = 1 ]; then
     "$backward_no_pdl_rc ($(tail -1 "$out/backward_tests_no_pdl.log"))"
   if [ "$torch" = 1 ]; then
     phase "Python GPU tests"
-    PYTHONPATH="$site" PYTHONUNBUFFERED=1 timeout 240 "$python" -m pytest tests/python -m gpu -q -rs -p no:cacheprovider \
+    PYTHONPATH="$site" PYTHONUNBUFFERED=1 timeout 360 "$python" -m pytest tests/python -m gpu -q -rs -p no:cacheprovider \
       --deselect "tests/python/test_fuzz.py::test_every_entry_point_is_safe_on_any_input[cuda]" \
       2>&1 | tee "$out/python_tests.log"
     py_tests_rc=${PIPESTATUS[0]}
