@@ -18,7 +18,7 @@
 // forwards give the same saved bytes, two backwards the same gradients.
 // Extreme log-decays (g = -inf, -1e5 ... -1e30 mixed with normal g; docs/numerics.md): no-grad and
 // saving forward and the backward in every mode, finite and within the tolerances above of the
-// float64 reference.
+// float64 reference (lossy modes: of the CPU engine).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -381,7 +381,9 @@ void test_snapshot_modes() {
 // g = -inf and finite g of -1e5 ... -1e30 mixed with normal g (tests/cpp/support/extreme_decay.hpp),
 // hot slots: no-grad forward, saving forward (readings and final bank bitwise equal to the
 // no-grad forward's), backward in every snapshot mode; outputs and gradients finite and within the
-// usual tolerances of the float64 reference (lossy modes: kModeTolerances).
+// usual tolerances of the float64 reference (lossy modes: of the CPU engine in the same mode,
+// kModeTolerances). The CPU engine measured on these cases against the reference: f32 forward
+// 1.5e-7, gradients 9e-7; bf16 4.7e-3, 9.3e-3.
 void extreme_decay_case(const ProblemSpec& spec, std::int64_t C, DecayPattern pattern) {
   std::printf("  extreme decay %s, %s\n", decay_pattern_name(pattern), describe(spec, C).c_str());
   Problem pb = make_problem(spec);
@@ -414,15 +416,20 @@ void extreme_decay_case(const ProblemSpec& spec, std::int64_t C, DecayPattern pa
     const ModeRun got = run_mode(pb, opt, dy, d_final);
     expect(got.readings.bitwise_equal(plain_readings) && got.final_bank.bitwise_equal(plain_bank),
            mode + "saving forward: readings and final bank bitwise equal to the no-grad forward's");
+    // Exact modes against the reference; lossy ones against the CPU engine in the same mode (the
+    // same quantiser: on these hot slots int4 alone is ~0.4 from the reference on the CPU too).
+    const GradRun cpu = exact ? GradRun{} : engine_backward(pb, engine_forward_saving(pb, opt), dy, d_final, opt,
+                                                            DType::f32);
     double worst = 0.0;
     bool finite = true;
-    const auto got_v = views(got.grads), want_v = views(want);
+    const auto got_v = views(got.grads), want_v = views(exact ? want : cpu);
     for (std::size_t k = 0; k < got_v.size(); ++k) {
       finite = finite && all_finite(got_v[k].tensor);
       worst = std::max(worst, rel_error(got_v[k].tensor, want_v[k].tensor));
     }
     expect(finite, mode + "every gradient finite");
-    expect_error_at_most(worst, exact ? tol : m.grad, mode + "worst gradient vs float64 reference");
+    expect_error_at_most(worst, exact ? tol : m.grad,
+                         mode + (exact ? "worst gradient vs float64 reference" : "worst gradient vs CPU engine"));
   }
 }
 
