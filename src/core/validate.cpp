@@ -222,6 +222,21 @@ void check_k_idx_agrees(const TensorRef& k_idx, const NamedTensors& others, Lead
                                 " with the other tensors' " + what + ", got shape " + k_idx.shape_string());
 }
 
+// k_idx's last dim fixes W for k_val (and for g when g is per write). When k_val and a per-write g
+// agree on another W, k_idx is the odd one out and is blamed (k_val alone against k_idx is a tie:
+// k_idx stays the anchor).
+void check_k_idx_width(const TensorRef& k_idx, const TensorRef& k_val, const TensorRef& g, const char* pattern) {
+  auto last = [](const TensorRef& t) -> std::optional<std::int64_t> {
+    if (!t.defined() || t.ndim < 1 || t.ndim > TensorRef::kMaxDims) return std::nullopt;
+    return t.sizes[static_cast<std::size_t>(t.ndim - 1)];
+  };
+  const std::optional<std::int64_t> W = last(k_idx), k_val_W = last(k_val), g_W = last(g);
+  if (!W || !k_val_W || !g_W || *k_val_W == *W || *g_W != *k_val_W || *g_W == 1) return;
+  throw ValueError("k_idx", "k_idx has W = " + std::to_string(*W) + " writes per token (its last dim) but k_val and g "
+                            "have " + std::to_string(*k_val_W) + ": k_idx must be " + pattern +
+                            " with k_val's W, got shape " + k_idx.shape_string());
+}
+
 // The tensors that share k_idx's leading dims: every input but the bank, and the readings.
 NamedTensors sharing_k_idx_dims(const WriteReadArgs& args, const TensorRef& readings) {
   return {{args.k_val, "k_val"}, {args.v, "v"},         {args.beta, "beta"},       {args.g, "g"},
@@ -422,6 +437,7 @@ WriteReadShape validate_write_read(const WriteReadArgs& args, const TensorRef& r
   check_at_least(s.T, "tokens T (k_idx.shape[1])", "k_idx", 1);
   check_in_range(s.W, "writes per token W (k_idx.shape[2])", "k_idx", 1, kMaxWidth);
   check_k_idx_agrees(args.k_idx, sharing_k_idx_dims(args, readings), first_two_dims, "[P, T]", "[P, T, W]");
+  check_k_idx_width(args.k_idx, args.k_val, args.g, "[P, T, W]");
   check_contiguous(args.k_idx, "k_idx");
 
   check_argument(args.q_idx, "q_idx", kIndexDTypes, device);
@@ -518,6 +534,7 @@ DecodeShape validate_decode(const WriteReadArgs& args, const TensorRef& readings
   check_in_range(s.W, "writes per token W (k_idx.shape[-1])", "k_idx", 1, kMaxWidth);
   check_k_idx_agrees(args.k_idx, sharing_k_idx_dims(args, readings), all_but_last_dim, "leading (stream) dims",
                      "[..., W]");
+  check_k_idx_width(args.k_idx, args.k_val, args.g, "[..., W]");
   check_contiguous(args.k_idx, "k_idx");
   auto with_last = [&lead](std::int64_t last) {
     Dims dims = lead;

@@ -98,6 +98,35 @@ TEST(ShapeBlame, ATieKeepsKIdxAsTheAnchor) {
   expect_rejects<ValueError>(c.validating(TensorRef{}), "q_idx", {"[P, T, R] = [2, 6, 2]"});
 }
 
+// W: k_idx's last dim against k_val's and a per-write g's.
+TEST(ShapeBlame, AWrongWInKIdxIsBlamedOnKIdxWhenKValAndAPerWriteGAgree) {
+  for (const bool decode : {false, true}) {
+    ProblemSpec spec = spec_of(2, decode ? 1 : 5, 3, 2, 4, 16, 3, DType::f32, 43);  // G = W = 3
+    spec.beta_3d = decode;
+    const Problem pb = make_problem(spec);
+    HostTensor readings = pb.make_readings(DType::f32);
+    WriteReadArgs args = pb.args();
+    HostTensor wide(DType::i32, {2, spec.T, 4});
+    args.k_idx = wide.ref();
+    WriteReadOptions options;
+    options.slots_per_stream = 16;
+    auto validating = [&] {
+      if (decode) {
+        core::validate_decode(args, readings.ref(), DecodeOptions{}, BankDTypes::engine);
+      } else {
+        core::validate_write_read(args, readings.ref(), options, BankDTypes::engine);
+      }
+    };
+    expect_rejects<ValueError>(validating, "k_idx",
+                               {"k_idx has W = 4 writes per token (its last dim) but k_val and g have 3",
+                                decode ? "k_idx must be [..., W] with k_val's W" : "k_idx must be [P, T, W] with k_val's W"});
+    // With g per token ([P, T, 1]) only k_val disagrees: a tie, k_val is named.
+    HostTensor g1(DType::f32, {2, spec.T, 1});
+    args.g = g1.ref();
+    expect_rejects<ValueError>(validating, "k_val", {"got [2, " + std::to_string(spec.T) + ", 3]"});
+  }
+}
+
 struct Decode {
   Problem pb;
   HostTensor readings;
