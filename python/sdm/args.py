@@ -45,12 +45,14 @@ class SparseDeltaMemoryArgs:
 
     ``slots_per_head`` bank rows per head: ``side ** 2`` for the default two product-key
     factors of ``side`` columns, or ``prod(product_key_factor_dims)``. ``chunk_size`` is C of the
-    chunked op (a speed knob: results change only through rounding; None: 64);
-    ``memory_block_size`` is its former name (DeprecationWarning; both set and different:
+    chunked op (a speed knob: results change only through rounding; None, kept as None: 64,
+    ``SparseDeltaMemory.chunk_size`` is the effective value); ``memory_block_size`` is its former
+    name (DeprecationWarning; moved to chunk_size and cleared, as in 2.0.0; both set and different:
     ValueError). ``read_act`` / ``write_act``: "Softmax" (softmax of scale * scores over the
-    selected slots), "l2_normalize", or the name of a parameter-free torch.nn activation.
-    ``dt_bias_init`` is accepted and unused (as in 2.0.0). ``cuda_graph`` is accepted and runs
-    the layer eagerly (docs/layer.md says why). ``log_memory_access_stats`` /
+    selected slots), "l2_normalize", or the name of a torch.nn module built without arguments
+    ("ReLU", "Identity", "Dropout", "PReLU": its parameters are the layer's).
+    ``dt_bias_init`` is accepted and unused (as in 2.0.0). ``cuda_graph``: a CUDA layer replays its
+    inference calls (prefill and decode) from CUDA graphs (docs/layer.md). ``log_memory_access_stats`` /
     ``log_memory_norms`` record diagnostics in ``SparseDeltaMemory.memory_stats``.
     """
 
@@ -90,11 +92,20 @@ class SparseDeltaMemoryArgs:
                 raise ValueError(
                     f"SparseDeltaMemoryArgs: chunk_size ({self.chunk_size}) and its deprecated alias "
                     f"memory_block_size ({self.memory_block_size}) are both set and differ; set only chunk_size")
-            if self.chunk_size is None:
-                self.chunk_size = self.memory_block_size
-        if self.chunk_size is None:
-            self.chunk_size = DEFAULT_CHUNK_SIZE
+            # As 2.0.0: the alias moves to chunk_size and is cleared, so asdict / config round-trips
+            # rebuild the same args without a second warning.
+            self.chunk_size, self.memory_block_size = self.memory_block_size, None
         self.validate()
+
+    def __setstate__(self, state: dict) -> None:
+        # Unpickling skips __post_init__: args pickled with memory_block_size map as construction does.
+        self.__dict__.update(state)
+        self.__post_init__()
+
+    @property
+    def effective_chunk_size(self) -> int:
+        """``chunk_size``, or the op's default (64) when it is None."""
+        return DEFAULT_CHUNK_SIZE if self.chunk_size is None else self.chunk_size
 
     def validate(self) -> None:
         """Checks every field; ValueError naming the first bad one."""
@@ -113,7 +124,8 @@ class SparseDeltaMemoryArgs:
             value = getattr(self, field)
             if not _is_int(value) or not 1 <= value <= MAX_K:
                 _fail(field, f"an int in 1..{MAX_K}", value)
-        if not _is_int(self.chunk_size) or not 1 <= self.chunk_size <= MAX_CHUNK_SIZE:
+        if self.chunk_size is not None and (not _is_int(self.chunk_size)
+                                            or not 1 <= self.chunk_size <= MAX_CHUNK_SIZE):
             _fail("chunk_size", f"None or an int in 1..{MAX_CHUNK_SIZE}", self.chunk_size)
         check_activation(self.read_act, "read_act")
         check_activation(self.write_act, "write_act")

@@ -1,11 +1,45 @@
-"""The state of one SparseDeltaMemory layer between calls: its bank and token count."""
+"""The state of one SparseDeltaMemory layer between calls: its bank and token count.
+
+``Cache`` is the abstract base of a layer's state (sparse-delta-memory 2.0.0's ``cache.Cache``:
+a model's full cache is a ``list[Cache]``); ``SDMLayerState`` is the one sdm's layer uses.
+``l2_normalize`` is 2.0.0's helper of the same module."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
+import torch
 from torch import Tensor
 
 
-class SDMLayerState:
+def l2_normalize(x: Tensor, dim: int = -1, eps: float = 1e-12) -> Tensor:
+    """x / (||x||_2 + eps) along ``dim``."""
+    return x / (torch.linalg.vector_norm(x, dim=dim, keepdim=True) + eps)
+
+
+class Cache(ABC):
+    """The state of one layer between calls. Subclasses define indexing (``cache[0]``), the
+    token count ``cache_len``, ``update_`` (in place, returns the cache) and ``reset``."""
+
+    @abstractmethod
+    def __getitem__(self, index: int) -> Tensor | int:
+        ...
+
+    @property
+    @abstractmethod
+    def cache_len(self) -> int:
+        ...
+
+    @abstractmethod
+    def update_(self, *args, **kwargs) -> Cache:
+        ...
+
+    @abstractmethod
+    def reset(self) -> None:
+        ...
+
+
+class SDMLayerState(Cache):
     """The bank ``[B * num_heads * slots_per_head, head_dim]`` and the number of tokens consumed.
 
     Returned by every :meth:`sdm.SparseDeltaMemory.forward` (the state after the call) and by

@@ -19,6 +19,8 @@ The layer composes torch ops and torch.ops.sdm; it holds no SDM math of its own.
 
 from __future__ import annotations
 
+import copy
+import logging
 import math
 import operator
 
@@ -28,8 +30,11 @@ from torch import Tensor, nn
 
 from . import functional, reference
 from .activations import make_activation
-from .args import SparseDeltaMemoryArgs
+from .args import MAX_BANK_ROWS, SparseDeltaMemoryArgs
 from .cache import SDMLayerState
+from .cuda_graph import LayerGraphs, cuda_graphs_suspended
+from .errors import UnsupportedConfigurationError, warn_if_untested
+from .memory_stats import MemoryStatsMixin
 from .product_keys import product_key_topk
 
 try:
@@ -37,7 +42,28 @@ try:
 except ImportError:  # torch built without distributed support
     DTensor = ()
 
+logger = logging.getLogger(__name__)
+
 _ENGINE_DTYPES = (torch.float32, torch.bfloat16)  # the engine's banks; float64 runs the CPU reference
+
+# The args fields a layer reads at every forward (a change is honoured by the next call), and those
+# fixed at construction (parameter shapes, submodules, buffers): a change of one of these is refused
+# by name at the next forward. A_init_range is read by init_weights; dt_bias_init is unused.
+_LIVE_FIELDS = ("num_writes", "num_reads", "chunk_size", "snapshot_quant", "grad_bank_fp32", "key_weighted_decay",
+                "cuda_graph", "log_memory_norms", "A_init_range", "dt_bias_init")
+_FIXED_FIELDS = ("dim", "num_heads", "slots_per_head", "product_key_factor_dims", "backprop_on_memory", "output_gate",
+                 "query_batchnorm", "normalize_readings", "norm_eps", "read_act", "write_act", "read_act_scale",
+                 "write_act_scale", "log_memory_access_stats", "memory_block_size")
+_RANDOM_ACTIVATIONS = (nn.Dropout, nn.AlphaDropout, nn.FeatureAlphaDropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d,
+                       nn.RReLU)
+
+
+def _frozen(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _args_snapshot(args: SparseDeltaMemoryArgs, fields: tuple[str, ...]) -> tuple:
+    return tuple(_frozen(getattr(args, field, None)) for field in fields)
 
 
 def _count(where: str, name: str, value, low: int, meaning: str) -> int:
@@ -61,10 +87,16 @@ def _check_args(args: SparseDeltaMemoryArgs) -> tuple[int, tuple[int, ...]]:
     return args.dim // args.num_heads, args.factor_dims()
 
 
-class SparseDeltaMemory(nn.Module):
+class SparseDeltaMemory(MemoryStatsMixin, nn.Module):
     """Sparse Delta Memory layer. Parameter names and shapes are those of sparse-delta-memory
     2.0.0, so its state dicts load with ``strict=True`` for any factor list. The constructor
-    calls :meth:`init_weights`, so the same seed gives the same parameters."""
+    calls :meth:`init_weights`, so the same seed gives the same parameters.
+
+    ``layer.args`` may be changed between calls in the fields the forward reads (num_writes,
+    num_reads, chunk_size, snapshot_quant, grad_bank_fp32, key_weighted_decay, cuda_graph,
+    log_memory_norms): the next call uses them. A change of a field fixed at construction (dim,
+    num_heads, slots_per_head, the factors, the activations, the optional submodules) raises
+    UnsupportedConfigurationError naming it at the next call. Statistics: sdm.memory_stats."""
 
     def __init__(self, args: SparseDeltaMemoryArgs, layer_id: int = 0) -> None:
         super().__init__()
@@ -72,9 +104,10 @@ class SparseDeltaMemory(nn.Module):
         self.args = args
         self.layer_id = layer_id
         self.dim, self.num_heads, self.slots_per_head = args.dim, args.num_heads, args.slots_per_head
-        self.num_writes = min(args.num_writes, args.slots_per_head)
-        self.num_reads = min(args.num_reads, args.slots_per_head)
-        self.chunk_size = args.chunk_size
+        self._fixed_args = _args_snapshot(args, _FIXED_FIELDS)
+        self._built_product_key_factor_dims = copy.copy(args.product_key_factor_dims)
+        self._args_seen = None
+        self._args_id = None
         self.key_size_per_head = sum(self.product_key_factors)
         self.key_size = key_size = self.num_heads * self.key_size_per_head
         D, H = self.dim, self.num_heads
@@ -102,15 +135,62 @@ class SparseDeltaMemory(nn.Module):
         self.read_act = make_activation(args.read_act, args.read_act_scale, "read_act")
         self.write_act = make_activation(args.write_act, args.write_act_scale, "write_act")
         self.memory_stats: dict[str, Tensor] = {}
+        self._init_stats()
+        self._stats_skip_warned = False
+        self.graph_runner = LayerGraphs()
         self.init_weights()
 
+    # ---- the args: effective values, changes after construction ----------------------------
+
+    @property
+    def num_writes(self) -> int:
+        """Slots written per token and head: ``args.num_writes``, at most ``slots_per_head``."""
+        return min(self.args.num_writes, self.slots_per_head)
+
+    @property
+    def num_reads(self) -> int:
+        """Slots read per token and head: ``args.num_reads``, at most ``slots_per_head``."""
+        return min(self.args.num_reads, self.slots_per_head)
+
+    @property
+    def chunk_size(self) -> int:
+        """The op's chunk size: ``args.chunk_size``, or the default (64) when it is None."""
+        return self.args.effective_chunk_size
+
+    @chunk_size.setter
+    def chunk_size(self, value: int | None) -> None:
+        self.args.chunk_size = value
+
+    def _sync_args(self) -> None:
+        """Checks ``self.args`` when it changed since the last call (a cheap comparison otherwise):
+        UnsupportedConfigurationError naming a field fixed at construction that changed, then the
+        args' own ValueError for a bad value of a field the forward reads."""
+        args = self.args
+        seen = _args_snapshot(args, _LIVE_FIELDS + _FIXED_FIELDS) if isinstance(args, SparseDeltaMemoryArgs) else None
+        if seen is not None and seen == self._args_seen and id(args) == self._args_id:
+            return
+        if not isinstance(args, SparseDeltaMemoryArgs):
+            raise TypeError(f"SparseDeltaMemory: args must be a SparseDeltaMemoryArgs, got {type(args).__name__}")
+        for field, built, now in zip(_FIXED_FIELDS, self._fixed_args, seen[len(_LIVE_FIELDS):]):
+            if now != built:
+                raise UnsupportedConfigurationError(
+                    f"SparseDeltaMemory: args.{field} was changed from {getattr(self, '_built_' + field, built)!r} to "
+                    f"{getattr(args, field, None)!r} after the layer was built; "
+                    f"the layer fixes {field} at construction (parameter shapes, submodules), so it cannot honour the "
+                    f"change: build a new layer with the new args (fields a call honours: {', '.join(_LIVE_FIELDS[:8])})")
+        args.validate()
+        self._args_seen, self._args_id = seen, id(args)
+
     @torch.no_grad()
-    def init_weights(self, init_std: float | None = None, factor: float = 1.0) -> None:
+    def init_weights(self, init_std: float | None = None, factor: float = 1.0,
+                     width_scaling: float | None = None) -> None:
         """Projections trunc-normal(0, sigma, +-3 sigma) with zero bias, sigma =
         (init_std or dim^-1/2) / factor; A ~ U(A_init_range) clamped >= 1e-4, stored as log;
         dt_bias = inv_softplus(dt), dt = exp(U(ln 1e-3, ln 1e-1)) clamped >= 1e-4; memory
-        trunc-normal(0, sigma, +-3 sigma); BatchNorm and LayerNorm reset to (1, 0)."""
-        sigma = (init_std if init_std is not None else self.dim ** -0.5) / factor
+        trunc-normal(0, sigma, +-3 sigma); BatchNorm and LayerNorm reset to (1, 0).
+        ``width_scaling`` is accepted and unused, as in sparse-delta-memory 2.0.0 (its signature);
+        an ``init_std`` of 0 or None means the default, as there."""
+        sigma = (init_std or self.dim ** -0.5) / factor
         for linear in (self.Wq_read, self.Wk_write, self.Wv_write, self.a_proj, self.b_proj, self.Wo, self.Wog):
             if linear is not None:
                 nn.init.trunc_normal_(linear.weight, mean=0.0, std=sigma, a=-3 * sigma, b=3 * sigma)
@@ -174,32 +254,76 @@ class SparseDeltaMemory(nn.Module):
         if cache is not None and not isinstance(cache, SDMLayerState):
             raise TypeError(f"SparseDeltaMemory: cache must be an sdm.SDMLayerState (from create_kv_cache or a previous "
                             f"call's state) or None, got {type(cache).__name__}")
+        self._sync_args()
         x3 = self._as_batch_time(x, freqs_cis)
         B, T, _ = x3.shape
-        H, hd, sph = self.num_heads, self.head_dim, self.slots_per_head
+        rows = B * self.num_heads * self.slots_per_head
+        if rows > MAX_BANK_ROWS:
+            raise UnsupportedConfigurationError(
+                f"SparseDeltaMemory: batch {B} needs a bank of {rows} rows (batch x num_heads x slots_per_head = "
+                f"{B} x {self.num_heads} x {self.slots_per_head}); the op addresses at most {MAX_BANK_ROWS} rows "
+                "(int32 row indices): split the batch")
+        if cache is not None:
+            self._check_cache(cache, x3, B)
+        warn_if_untested(x3.device)
+        record = self._stats_on(x3)
+        keep = record or self.args.log_memory_norms or self.args.log_memory_access_stats
+        bank = None if cache is None else cache.memory
+        if not keep and self._graphed(x3):
+            out, final = self.graph_runner.run(self._graph_key(x, x3, bank), self._graph_pointers(bank), x3, bank,
+                                               lambda xs, b: self._compute(xs, b, tuple(x.shape))[:2])
+            kept = None
+        else:
+            out, final, kept = self._compute(x3, bank, tuple(x.shape), keep=keep, record_initial=record)
+        if cache is not None:
+            state = cache.update_(final, T)
+        else:
+            state = SDMLayerState(final, T)
+        if kept is not None:
+            if cache is None:
+                self._log_stats(final, kept["k_idx_abs"])
+            if record:
+                self._record_forward_stats(kept["g"], kept["beta"], kept["k_idx"], kept["k_val"], kept["q_idx"],
+                                           kept["q_val"], None, final, out.view(B, T, -1))
+        return out, state
 
-        g, beta = self.compute_gates(x3)
+    def _compute(self, x3: Tensor, bank: Tensor | None, out_shape: tuple[int, ...], keep: bool = False,
+                 record_initial: bool = False) -> tuple[Tensor, Tensor, dict | None]:
+        """The layer's computation on x3 [B, T, D] from ``bank`` (a cache's, updated in place
+        without autograd), or from the initial bank when None: (output shaped ``out_shape``, final
+        bank, the intermediates the statistics read when ``keep``). No host synchronisation
+        (capturable), unless ``record_initial`` records the initial bank's norms."""
+        B, T, _ = x3.shape
+        H, hd, sph = self.num_heads, self.head_dim, self.slots_per_head
+        g_tokens, beta_tokens = self.compute_gates(x3)
         v = self._split_heads(self.Wv_write(x3), hd)
-        bank_dtype = self._bank_dtype(v, cache)
+        if bank is None:
+            bank = self._initial_bank(B, self._bank_dtype(v, None), v.device)
+            owned = True
+        else:
+            self._bank_dtype(v, SDMLayerState(bank))
+            owned = False
         k_val, k_idx = product_key_topk(self._addressing(self.Wk_write(x3), self.key_bn), self.product_key_factors,
                                         self.num_writes)
         q_val, q_idx = product_key_topk(self._addressing(self.Wq_read(x3), self.query_bn), self.product_key_factors,
                                         self.num_reads)
         k_val = self.write_act(k_val)
         q_val = self.read_act(q_val)
-        g = self._split_heads(g, 1)
-        beta = self._split_heads(beta, 1)
+        g = self._split_heads(g_tokens, 1)
+        beta = self._split_heads(beta_tokens, 1)
         if self.args.key_weighted_decay:
             g = g * k_val
-        offsets = (torch.arange(B * H, device=x.device, dtype=torch.int32) * sph).view(-1, 1, 1)
+        offsets = (torch.arange(B * H, device=x3.device, dtype=torch.int32) * sph).view(-1, 1, 1)
         inputs = (k_idx.to(torch.int32) + offsets, k_val, v, beta, g, q_idx.to(torch.int32) + offsets, q_val)
+        if record_initial and self.args.log_memory_norms and self._activation_stats is not None:
+            self._record_bank_norms(bank, "")
 
-        if cache is not None:
-            readings, state = self._cached_step(cache, B, T, inputs)
+        recording = functional.records_grad(*inputs[1:5], inputs[6])
+        if not owned and T == 1 and not recording and bank.dtype != torch.float64:
+            readings = functional.decode_step(bank, *inputs, slots_per_stream=sph, validate=False)
+            final = bank
         else:
-            readings, final_bank = self._write_read(self._initial_bank(B, bank_dtype, v.device), T, inputs)
-            state = SDMLayerState(final_bank, T)
-            self._log_stats(final_bank, inputs[0])
+            readings, final = self._write_read(bank, T, inputs)
 
         readings = readings.to(v.dtype)
         if self.readings_norm is not None:
@@ -207,13 +331,60 @@ class SparseDeltaMemory(nn.Module):
         readings = readings.view(B, H, T, hd).transpose(1, 2).reshape(B, T, H * hd)
         if self.Wog is not None:
             readings = torch.sigmoid(self.Wog(x3)) * readings
-        out = self.Wo(readings.view(x.shape))
+        out = self.Wo(readings.view(out_shape))
         # The outputs are never views: FSDP2 hooks the output of a module it wraps, and an
         # in-place op on a view of it (`out += x`) drops that hook and gives wrong gradients.
         # nn.Linear returns a 3-D input's product as a view of a 2-D one: copy it (B*T*D).
         if out._base is not None:
             out = out.clone()
-        return out, state
+        kept = None
+        if keep:
+            kept = dict(g=g_tokens, beta=beta_tokens, k_idx=k_idx, k_val=k_val, q_idx=q_idx, q_val=q_val,
+                        k_idx_abs=inputs[0])
+        return out, final, kept
+
+    # ---- CUDA graphs (sdm.cuda_graph) and statistics ------------------------------------
+
+    def _graphed(self, x3: Tensor) -> bool:
+        """Whether this call replays (or captures) a CUDA graph: cuda_graph on, a CUDA input, no
+        autograd recording, not suspended, not inside a capture, torch.compile or autocast, and no
+        random activation in train mode (sdm.cuda_graph)."""
+        if not (self.args.cuda_graph and x3.is_cuda) or cuda_graphs_suspended():
+            return False
+        if torch.is_grad_enabled() and (x3.requires_grad or any(p.requires_grad for p in self.parameters())):
+            return False
+        if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
+            return False
+        if torch.is_autocast_enabled(x3.device.type):
+            return False
+        return not (self.training and isinstance(self.read_act, _RANDOM_ACTIVATIONS) or
+                    self.training and isinstance(self.write_act, _RANDOM_ACTIVATIONS))
+
+    def _graph_key(self, x: Tensor, x3: Tensor, bank: Tensor | None) -> tuple:
+        bank_key = None if bank is None else (tuple(bank.shape), tuple(bank.stride()), bank.dtype)
+        return (tuple(x.shape), tuple(x3.shape), x.dtype, x.device, bank_key, self.training,
+                torch.is_inference_mode_enabled(), self.num_writes, self.num_reads, self.chunk_size,
+                self.args.key_weighted_decay, torch.backends.cuda.matmul.allow_tf32,
+                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+                torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction, torch.get_float32_matmul_precision())
+
+    def _graph_pointers(self, bank: Tensor | None) -> tuple:
+        """The addresses a graph reads: the cache's bank, the parameters and buffers."""
+        return (None if bank is None else bank.data_ptr(), tuple(p.data_ptr() for p in self.parameters()),
+                tuple(b.data_ptr() for b in self.buffers()))
+
+    def _stats_on(self, x3: Tensor) -> bool:
+        """log_memory_access_stats records in eval mode only, outside a CUDA-graph capture (as
+        2.0.0); one log line the first time it is skipped in train mode."""
+        if not self.args.log_memory_access_stats or self._activation_stats is None:
+            return False
+        if self.training:
+            if not self._stats_skip_warned:
+                self._stats_skip_warned = True
+                logger.warning("SparseDeltaMemory(layer_id=%s): log_memory_access_stats is collected in eval mode "
+                               "only; nothing is recorded while training", self.layer_id)
+            return False
+        return not (x3.is_cuda and torch.cuda.is_current_stream_capturing())
 
     # ---- pieces of the forward ---------------------------------------------------------
 
@@ -298,24 +469,16 @@ class SparseDeltaMemory(nn.Module):
                                          grad_bank_fp32=self.args.grad_bank_fp32, **options)
         return functional.write_read_(bank, *inputs, **options), bank
 
-    def _cached_step(self, cache: SDMLayerState, B: int, T: int,
-                     inputs: tuple[Tensor, ...]) -> tuple[Tensor, SDMLayerState]:
+    def _check_cache(self, cache: SDMLayerState, x3: Tensor, B: int) -> None:
         rows = B * self.num_heads * self.slots_per_head
-        if cache.memory.device != inputs[2].device:
+        if cache.memory.device != x3.device:
             raise ValueError(f"SparseDeltaMemory: the cache's memory is on {cache.memory.device}, but the layer computes "
-                             f"on {inputs[2].device} (x and the layer's parameters); build the cache there "
-                             f"(create_kv_cache(..., device={str(inputs[2].device)!r})) or move it "
-                             f"(cache.memory = cache.memory.to({str(inputs[2].device)!r}))")
+                             f"on {x3.device} (x and the layer's parameters); build the cache there "
+                             f"(create_kv_cache(..., device={str(x3.device)!r})) or move it "
+                             f"(cache.memory = cache.memory.to({str(x3.device)!r}))")
         if tuple(cache.memory.shape) != (rows, self.head_dim):
             raise ValueError(f"SparseDeltaMemory: the cache's memory is {tuple(cache.memory.shape)}, expected "
                              f"({rows}, {self.head_dim}) for batch {B}; build it with create_kv_cache({B}, ...)")
-        bank = cache.memory
-        recording = functional.records_grad(*inputs[1:5], inputs[6])
-        if T == 1 and not recording and bank.dtype != torch.float64:
-            readings = functional.decode_step(bank, *inputs, slots_per_stream=self.slots_per_head, validate=False)
-        else:
-            readings, bank = self._write_read(bank, T, inputs)
-        return readings, cache.update_(bank, T)
 
     def _log_stats(self, final_bank: Tensor, k_idx: Tensor) -> None:
         if self.args.log_memory_norms:

@@ -332,7 +332,8 @@ def test_spec_state_dict_loads_strict(H, output_gate, batchnorm, readings_norm, 
 
 def test_defaults_follow_spec_z9():
     args = sdm.SparseDeltaMemoryArgs()
-    assert (args.num_writes, args.num_reads, args.chunk_size) == (64, 64, 64)
+    assert (args.num_writes, args.num_reads, args.chunk_size) == (64, 64, None)  # None kept, as 2.0.0
+    assert args.effective_chunk_size == 64
     assert args.read_act == args.write_act == "Softmax" and args.snapshot_quant == "none"
     assert args.grad_bank_fp32 is False and args.A_init_range == (0.0, 16.0)
 
@@ -357,7 +358,7 @@ def test_memory_block_size_alias():
     (dict(slots_per_head=200), ValueError, r"slots_per_head \(200\) must be a perfect square"),
     (dict(dim=-1), ValueError, "dim must be set"),
     (dict(read_act="Swishy"), ValueError, r"read_act: unknown activation 'Swishy'"),
-    (dict(write_act="PReLU"), ValueError, r"write_act: activation 'PReLU' has parameters"),
+    (dict(write_act="Linear"), ValueError, r"write_act: torch\.nn\.Linear needs constructor arguments"),
     (dict(slots_per_head=1024, num_writes=300), ValueError, r"num_writes must be an int in 1\.\.256, got 300"),
     (dict(chunk_size=512), ValueError, r"chunk_size must be None or an int in 1\.\.256, got 512"),
 ])
