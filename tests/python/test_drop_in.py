@@ -502,3 +502,33 @@ def test_cuda_graph_is_not_used_on_the_cpu_or_when_recording():
     with torch.no_grad():
         layer(x)
     assert not layer.graph_runner.stats
+
+
+def test_the_layer_graph_plumbing_on_the_cpu(monkeypatch):
+    """The layer's side of cuda_graph (key, addresses, cache bank in place, copies out) with the
+    stand-in graph above forced on the CPU: every call equals eager bitwise, a new cache is
+    captured again, an args change is a new key."""
+    monkeypatch.setattr(sdm.cuda_graph.LayerGraphs, "_capture", _fake_capture)
+    monkeypatch.setattr(sdm.SparseDeltaMemory, "_graphed", lambda self, x3: self.args.cuda_graph)
+    graphed = _layer(seed=8, cuda_graph=True).eval()
+    eager = copy.deepcopy(graphed)
+    eager.args = copy.deepcopy(graphed.args)
+    eager.args.cuda_graph = False
+    prompt, tokens = torch.randn(2, 7, 32), torch.randn(4, 2, 1, 32)
+    with torch.no_grad():
+        for _ in range(2):
+            caches = [layer.create_kv_cache(2, 0, torch.float32) for layer in (graphed, eager)]
+            for piece in (prompt, *tokens):
+                (out, state), (want, want_state) = (layer(piece, cache=c) for layer, c in zip((graphed, eager), caches))
+                assert torch.equal(out, want) and torch.equal(state.memory, want_state.memory)
+                assert state is caches[0] and state.cache_len == want_state.cache_len
+        stats = graphed.graph_runner.stats
+        assert stats["capture"] + stats["recapture"] >= 3 and stats["replay"] == 2 * 3, dict(stats)
+        first, _ = graphed(prompt)
+        second, state = graphed(prompt)
+        assert torch.equal(first, second) and torch.equal(state.memory, eager(prompt)[1].memory)
+        for layer in (graphed, eager):
+            layer.args.num_reads = 3
+        assert torch.equal(graphed(prompt)[0], eager(prompt)[0])
+        assert torch.equal(graphed(prompt)[0], eager(prompt)[0])
+    assert len(graphed.graph_runner.entries) == 4   # prefill, decode, no cache, no cache with num_reads 3
