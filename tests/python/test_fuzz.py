@@ -23,7 +23,7 @@ examples are compared with the reference. A refused call must name the argument 
 touched (as a whole word: "v" does not match "k_val").
 The reference runs on the inputs the engine computes with (k_val, v, q_val rounded to the bank
 dtype). Tolerances are docs/numerics.md's: readings and final bank 1e-4 (f32 bank) / 2e-2 (bf16),
-gradients 1e-4 / 3e-2, with a lossy snapshot the gradients of memory, v and beta its bound (bf16
+gradients 1e-4 / 3e-2 (bf16: 6e-2 for k_val, beta, g, q_val), with a lossy snapshot the gradients of memory, v and beta its bound (bf16
 1e-2, fp8 8e-2, int4 2e-1); and, stated there with the measurements ("The fuzz test's bounds"),
 the decode step 4e-6 / 2e-2 and a lossy snapshot's k_val, g and q_val gradients 2 (sanity only).
 CI runs a fixed, derandomized budget (CI_EXAMPLES over all pairs; the example set is a function of
@@ -60,6 +60,9 @@ GUARD = 2
 FORWARD_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 DECODE_TOLERANCE = {torch.float32: 4e-6, torch.bfloat16: 2e-2}
 GRAD_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
+# bf16 banks: the gradients of k_val, beta, g and q_val have a tail on tiny shapes (the C++ fuzz,
+# tests/cpp/engine/test_fuzz_entry_points.cpp, measured 4.9e-2 once in 100000; this one <= 2.7e-2).
+BF16_TAIL_GRADS, BF16_TAIL_TOLERANCE = ("k_val", "beta", "g", "q_val"), 6e-2
 SNAPSHOT_GRAD_TOLERANCE = {"bf16": 1e-2, "fp8": 8e-2, "int4": 2e-1}
 # The gradients formed as dot products of restored (quantised) rows with other terms.
 ROW_DOT_GRADS = ("k_val", "g", "q_val")
@@ -284,10 +287,13 @@ def _tolerances(op, dtype, options):
     if op != "write_read_grad":
         return forward
     mode = options["snapshot_quant"]
+    exact = [BF16_TAIL_TOLERANCE if dtype == torch.bfloat16 and name in BF16_TAIL_GRADS else GRAD_TOLERANCE[dtype]
+             for name in GRAD_NAMES]
     if mode == "none" or (mode == "bf16" and dtype == torch.bfloat16):  # bf16 on a bf16 bank is none
-        return forward + [GRAD_TOLERANCE[dtype]] * len(GRAD_NAMES)
-    grad = max(GRAD_TOLERANCE[dtype], SNAPSHOT_GRAD_TOLERANCE[mode])
-    return forward + [ROW_DOT_LOSSY_TOLERANCE if name in ROW_DOT_GRADS else grad for name in GRAD_NAMES]
+        return forward + exact
+    lossy = [max(tol, SNAPSHOT_GRAD_TOLERANCE[mode]) for tol in exact]
+    return forward + [ROW_DOT_LOSSY_TOLERANCE if name in ROW_DOT_GRADS else tol
+                      for name, tol in zip(GRAD_NAMES, lossy)]
 
 
 def check_call(device, op, corruption, call):
