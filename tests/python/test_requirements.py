@@ -18,7 +18,7 @@ import sdm
 from sdm import _requirements
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "python" / "sdm"
+PACKAGE = pathlib.Path(sdm.__file__).resolve().parent   # the imported package (an install copies python/sdm)
 
 
 def test_pyproject_declares_the_floors_the_package_checks():
