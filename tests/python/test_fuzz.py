@@ -22,10 +22,12 @@ k_val, v, beta, g, q_val). Uncorrupted calls get four times a corrupted pair's s
 examples are compared with the reference. A refused call must name the argument the corruption
 touched (as a whole word: "v" does not match "k_val").
 The reference runs on the inputs the engine computes with (k_val, v, q_val rounded to the bank
-dtype). Tolerances are docs/numerics.md's: readings and final bank 1e-4 (f32 bank) / 2e-2 (bf16),
-gradients 1e-4 / 3e-2 (bf16: 6e-2 for k_val, beta, g, q_val), with a lossy snapshot the gradients of memory, v and beta its bound (bf16
-1e-2, fp8 8e-2, int4 2e-1); and, stated there with the measurements ("The fuzz test's bounds"),
-the decode step 4e-6 / 2e-2 and a lossy snapshot's k_val, g and q_val gradients 2 (sanity only).
+dtype). Tolerances are docs/numerics.md's ("The fuzz test's bounds" says why and what was
+measured): readings and final bank 1e-4 (f32 bank) / 2e-2 (bf16), the decode step 1e-6 / 1e-2,
+both against max(max|b|, the largest |entry| of the initial bank and v) (tiny sums cancel);
+gradients 1e-4 / 3e-2 (bf16: 6e-2 for k_val, beta, g, q_val), with a lossy snapshot the gradients
+of memory, v and beta its bound (bf16 1e-2, fp8 8e-2, int4 2e-1) and those of k_val, g and q_val
+2 (a sanity bound).
 CI runs a fixed, derandomized budget (CI_EXAMPLES over all pairs; the example set is a function of
 this file and the Hypothesis version, 6.170.17 when written, with no example database);
 SDM_FUZZ_EXAMPLES=N sets the budget (and draws fresh seeds).
@@ -42,7 +44,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import sdm
-from conftest import make_problem, rel_err
+from conftest import make_problem
 from gpu_support import GPU_TEST
 
 EXAMPLES = int(os.environ.get("SDM_FUZZ_EXAMPLES", "0"))
@@ -55,10 +57,11 @@ FLOAT_INPUTS = ("k_val", "v", "beta", "g", "q_val")
 GRAD_NAMES = ("memory", "k_val", "v", "beta", "g", "q_val")
 ROUNDED_ON_ENTRY = ("k_val", "v", "q_val")
 GUARD = 2
-# rel_err against the float64 reference: docs/numerics.md's bounds ("The fuzz test's bounds" there
-# says why the decode step and three gradients of a lossy snapshot get wider ones on these tiny shapes).
+# Against the float64 reference: docs/numerics.md's bounds ("The fuzz test's bounds" there says how
+# the forward outputs are measured on these tiny shapes, and why three gradients of a lossy snapshot
+# get a sanity bound only).
 FORWARD_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
-DECODE_TOLERANCE = {torch.float32: 4e-6, torch.bfloat16: 2e-2}
+DECODE_TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 1e-2}
 GRAD_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 # bf16 banks: the gradients of k_val, beta, g and q_val have a tail on tiny shapes (the C++ fuzz,
 # tests/cpp/engine/test_fuzz_entry_points.cpp, measured 4.9e-2 once in 100000; this one <= 2.7e-2).
@@ -271,12 +274,20 @@ def _bits(t):
     return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
-def _error(got, want) -> float:
-    """rel_err, or the largest |got| when the reference is all zeros."""
+def _error(got, want, floor: float = 0.0) -> float:
+    """max|got - want| / max(max|want|, floor); the largest |got| when both are 0."""
     got, want = got.detach().cpu().double(), want.detach().cpu().double()
-    if want.abs().max().item() == 0:
+    scale = max(want.abs().max().item(), floor)
+    if scale == 0:
         return got.abs().max().item()
-    return rel_err(got, want)
+    return (got - want).abs().max().item() / scale
+
+
+def _forward_floor(problem) -> float:
+    """The scale of the bank rows a call computes with (its initial bank and values): readings and
+    final bank are sums of such rows, and on these tiny shapes they can cancel to far below it,
+    so their rounding errors are measured against it (docs/numerics.md, "The fuzz test's bounds")."""
+    return max(problem.memory.abs().max().item(), problem.v.abs().max().item())
 
 
 def _tolerances(op, dtype, options):
@@ -336,9 +347,10 @@ def check_call(device, op, corruption, call):
     tolerances = _tolerances(op, problem.memory.dtype, options)
     assert len(out) == len(want) == len(tolerances)
     event(f"{op}: compared with the reference")
-    for label, got_t, want_t, tol in zip(labels, out, want, tolerances):
+    floor = _forward_floor(problem)
+    for i, (label, got_t, want_t, tol) in enumerate(zip(labels, out, want, tolerances)):
         assert got_t is not None, label
-        error = _error(got_t, want_t)
+        error = _error(got_t, want_t, floor if i < 2 else 0.0)
         assert error <= tol, (op, label, problem.memory.dtype, options, error, tol)
 
 
