@@ -75,6 +75,20 @@ def test_bf16_bank_gradient_rows_both_ways(grad_bank_fp32):
         assert rel_err(got[name], want[name]) <= 3e-2, name
 
 
+def test_grad_bank_fp32_changes_the_bf16_bank_gradient_on_cuda_as_on_the_cpu():
+    """The flag reaches the CUDA backward: with a bf16 bank and the bank gradient crossing chunks
+    (T = 90, C = 16), float32 gradient rows change the memory gradient (by rounding: within 3e-2),
+    on CUDA as on the CPU engine (where it was checked: rel 3.4e-3 between the two)."""
+    cpu = gpu_problem(P=3, T=90, W=4, R=4, hd=24, slots_per_stream=16, G=4, bank=torch.bfloat16,
+                       inputs=torch.float32, seed=12)
+    for problem in (cpu, cpu.to("cuda")):
+        bf16_rows = _gradients(problem, 16, True, grad_bank_fp32=False)
+        f32_rows = _gradients(problem, 16, True, grad_bank_fp32=True)
+        assert f32_rows["memory"].dtype == torch.bfloat16
+        assert not torch.equal(bf16_rows["memory"], f32_rows["memory"]), problem.memory.device
+        assert rel_err(f32_rows["memory"], bf16_rows["memory"]) <= 3e-2, problem.memory.device
+
+
 def test_two_backward_runs_are_bitwise_equal():
     gpu = gpu_problem(P=2, T=130, W=16, R=16, hd=64, slots_per_stream=128, G=16, bank=torch.bfloat16,
                        seed=13).to("cuda")
