@@ -579,9 +579,8 @@ def test_forward_takes_mask_and_freqs_cis_and_returns_the_state():
 
 
 def test_cuda_graph_option_is_accepted_and_changes_nothing():
-    """The flag is kept in the args (2.0.0's field) and the layer computes the same with it, the
-    output, the state and every gradient bitwise; on CUDA the caller captures the layer's step
-    (tests/python/test_cuda_layer.py::test_cuda_graph_layer_decode_steps_replay_bitwise_equal_to_eager)."""
+    """On the CPU (CUDA graphs are CUDA only) the flag is kept in the args and the layer computes
+    the same with it: the output, the state and every gradient bitwise."""
     x = torch.randn(2, 12, 64)
     runs = {}
     for cuda_graph in (False, True):
