@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -86,6 +87,16 @@ double process_cpu_ms() {
   return ms(usage.ru_utime) + ms(usage.ru_stime);
 }
 
+// FNV-1a over the bytes of the buffers (an empty buffer adds nothing).
+std::uint64_t fnv1a(std::initializer_list<const Buffer*> buffers) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const Buffer* b : buffers) {
+    const auto* p = static_cast<const unsigned char*>(b->data());
+    for (std::size_t i = 0; i < b->bytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
 void restore_bank(const BenchInputs& in, const Buffer& bank) {
   std::memcpy(bank.data(), in.initial_bank.data(), in.initial_bank.bytes());
 }
@@ -163,6 +174,11 @@ PassResult run_pass(const BenchInputs& in, Pass pass, const PassSettings& settin
     }
   }
   result.cpu_per_wall = cpu_ms / wall_ms;
+  if (settings.digest) {
+    std::fprintf(stderr, "digest %s %s threads %d: %016llx\n", c.name.c_str(), pass_name(pass), settings.threads,
+                 static_cast<unsigned long long>(fnv1a({&ws.bank, &ws.readings, &ws.saved, &ws.grad_bank, &ws.grad_k_val,
+                                                        &ws.grad_v, &ws.grad_beta, &ws.grad_g, &ws.grad_q_val})));
+  }
   std::vector<double> sorted = result.ms;
   std::sort(sorted.begin(), sorted.end());
   const std::size_t n = sorted.size();

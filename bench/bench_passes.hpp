@@ -27,6 +27,7 @@ struct PassSettings {
   bool validate = true;  // the index checks of docs/spec.md §8 (part of the timed call)
   int warmup = 1;  // untimed runs before the repeats
   int repeat = 5;
+  bool digest = false;  // print a hash of the last run's outputs (bitwise A/B of engines)
 };
 
 struct PassResult {

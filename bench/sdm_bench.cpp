@@ -3,7 +3,7 @@
 //   sdm_bench [--config tiny|small|mid[,...]] [--pass fwd|fwd_save|fwd_bwd|decode|all[,...]]
 //             [--threads N] [--bank bf16|f32] [--snapshot none|bf16|fp8|int4]
 //             [--validate on|off] [--chunk C] [--repeat N] [--warmup N] [--copy-mib N]
-//             [--json FILE]
+//             [--json FILE] [--digest on|off]
 //
 // Measures the DRAM copy bandwidth with the same thread count first, then times each
 // (config, pass): the median of --repeat runs after --warmup untimed runs. Prints a
@@ -69,7 +69,7 @@ void print_usage() {
       "usage: sdm_bench [--config tiny|small|mid[,...]] [--pass fwd|fwd_save|fwd_bwd|decode|all[,...]]\n"
       "                 [--threads N] [--bank bf16|f32] [--snapshot none|bf16|fp8|int4]\n"
       "                 [--validate on|off] [--chunk C] [--repeat N] [--warmup N] [--copy-mib N]\n"
-      "                 [--json FILE]");
+      "                 [--json FILE] [--digest on|off]");
 }
 
 Cli parse_cli(int argc, char** argv) {
@@ -113,6 +113,9 @@ Cli parse_cli(int argc, char** argv) {
       cli.settings.warmup = parse_positive(flag, value, 0);
     } else if (flag == "--copy-mib") {
       cli.copy_mib = static_cast<std::size_t>(parse_positive(flag, value, 1));
+    } else if (flag == "--digest") {
+      if (value != "on" && value != "off") throw std::invalid_argument("--digest must be on or off, got \"" + value + "\"");
+      cli.settings.digest = value == "on";
     } else if (flag == "--json") {
       cli.json = value;
     } else {

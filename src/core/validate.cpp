@@ -339,6 +339,29 @@ struct EntryPlace {
   }
 };
 
+// Whether two of the `width` (<= kMaxWidth) indices are equal; `empty` is a value none of
+// them has. An open-addressing set (linear probing) of at least 2 * width slots: one pass
+// instead of a sort per token (the whole index check is serial and ran at ~15 % of a small
+// no-grad forward with the sort). Only speeds the answer up: yes or no, as before.
+template <typename Index>
+bool has_repeat(const Index* idx, std::int64_t width, std::int64_t empty) {
+  std::array<std::int64_t, 2 * kMaxWidth> table;
+  std::size_t size = 8;
+  while (size < 2 * static_cast<std::size_t>(width)) size *= 2;
+  const std::size_t mask = size - 1;
+  std::fill(table.begin(), table.begin() + static_cast<std::ptrdiff_t>(size), empty);
+  for (std::int64_t lane = 0; lane < width; ++lane) {
+    const std::int64_t value = idx[lane];
+    std::size_t slot = static_cast<std::size_t>((static_cast<std::uint64_t>(value) * 0x9e3779b97f4a7c15ull) >> 40) & mask;
+    while (table[slot] != empty) {
+      if (table[slot] == value) return true;
+      slot = (slot + 1) & mask;
+    }
+    table[slot] = value;
+  }
+  return false;
+}
+
 // Checks the `width` indices of one token: each in `rows`, and (for write slots) distinct.
 template <typename Index>
 void check_token_indices(const Index* idx, std::int64_t width, const RowRange& rows, bool distinct,
@@ -351,11 +374,7 @@ void check_token_indices(const Index* idx, std::int64_t width, const RowRange& r
                                          std::to_string(rows.hi) + ")");
     }
   }
-  if (!distinct || width < 2) return;
-  std::array<Index, kMaxWidth> sorted{};
-  std::copy(idx, idx + width, sorted.begin());
-  std::sort(sorted.begin(), sorted.begin() + width);
-  if (std::adjacent_find(sorted.begin(), sorted.begin() + width) == sorted.begin() + width) return;
+  if (!distinct || width < 2 || !has_repeat(idx, width, rows.lo - 1)) return;
   // A repeat exists: report the first lane that repeats an earlier lane.
   for (std::int64_t lane = 1; lane < width; ++lane) {
     for (std::int64_t earlier = 0; earlier < lane; ++earlier) {

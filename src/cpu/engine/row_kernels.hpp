@@ -17,9 +17,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "bf16_store.hpp"
 #include "core/float_convert.hpp"
+#include "row_kernels_avx512.hpp"
 #include "row_vectors.hpp"
 
 namespace sdm::cpu {
@@ -70,11 +72,15 @@ inline void store_row(std::uint16_t* out, const float* a, const float* b, std::i
 // out[c] = init(c) + sum_{k < count} weight[k] * f32(rows[k][c]), k ascending, each
 // product and each sum rounded to f32; init(c) = +0 (base == nullptr) or
 // base_weight * f32(base[c]). Rows are read, out is written, once per element; out may be
-// base itself (Elem = float).
+// base itself (Elem = float). Runs on row_kernels_avx512.hpp's path when that is active
+// (the same bits).
 template <typename Elem, typename Src>
 void weighted_rows(const Src* const* rows, const float* weight, std::int64_t count, const Elem* base,
                    float base_weight, float* out, std::int64_t width) {
   using vec::f32x4;
+  if constexpr (!(std::is_same_v<Elem, float> && std::is_same_v<Src, std::uint16_t>)) {
+    if (row_kernels_avx512_active()) return weighted_rows_avx512(rows, weight, count, base, base_weight, out, width);
+  }
   std::int64_t c = 0;
   for (; c + 2 * kStrip <= width; c += 2 * kStrip) {
     f32x4 a0{}, a1{}, a2{}, a3{};

@@ -14,6 +14,7 @@
 #include "core/float_convert.hpp"
 #include "cpu/engine/bf16_store.hpp"
 #include "cpu/engine/row_kernels.hpp"
+#include "cpu/engine/row_kernels_avx512.hpp"
 #include "cpu/engine/row_math.hpp"
 #include "sdm/error.hpp"
 
@@ -197,19 +198,43 @@ TEST(RowKernels, TriangularProductsFollowTheDocumentedOrderBitwise) {
   }
 }
 
-template <typename Elem>
+// Forces a row-kernel path (row_kernels_avx512.hpp) for its lifetime.
+struct ForcedRowPath {
+  explicit ForcedRowPath(RowKernelPath path) { set_row_kernel_path(path); }
+  ~ForcedRowPath() { set_row_kernel_path(RowKernelPath::automatic); }
+  ForcedRowPath(const ForcedRowPath&) = delete;
+  ForcedRowPath& operator=(const ForcedRowPath&) = delete;
+};
+
+// The row-kernel paths this CPU can run (baseline always).
+std::vector<RowKernelPath> row_paths() {
+  std::vector<RowKernelPath> paths{RowKernelPath::baseline};
+  if (row_kernel_path_available(RowKernelPath::avx512)) paths.push_back(RowKernelPath::avx512);
+  return paths;
+}
+
+// Rows of Src, the base row (when used) of Elem: the forward's gathers (Elem rows, no base),
+// its writer (f32 rows, a bank base) and the backward's sums (f32 throughout).
+template <typename Elem, typename Src = Elem>
 void check_weighted_rows(std::int64_t count, std::int64_t width, bool with_base) {
   const auto values = wide_values(static_cast<std::size_t>((count + 1) * width), 5);
-  std::vector<Elem> store(values.size());
-  if constexpr (sizeof(Elem) == 2) {
+  std::vector<Src> store(values.size());
+  std::vector<Elem> base_row(static_cast<std::size_t>(width));
+  if constexpr (sizeof(Src) == 2) {
     store = to_bf16(values);
   } else {
     store = values;
   }
-  std::vector<const Elem*> rows;
+  const auto base_values = wide_values(static_cast<std::size_t>(width), 6);
+  if constexpr (sizeof(Elem) == 2) {
+    base_row = to_bf16(base_values);
+  } else {
+    base_row = base_values;
+  }
+  std::vector<const Src*> rows;
   for (std::int64_t k = 0; k < count; ++k) rows.push_back(store.data() + (k + 1) * width);
   const auto weight = wide_values(static_cast<std::size_t>(count) + 1, 9);
-  const Elem* base = with_base ? store.data() : nullptr;
+  const Elem* base = with_base ? base_row.data() : nullptr;
   std::vector<float> out(static_cast<std::size_t>(width));
   weighted_rows<Elem>(rows.data(), weight.data(), count, base, weight[static_cast<std::size_t>(count)], out.data(),
                       width);
@@ -226,14 +251,27 @@ void check_weighted_rows(std::int64_t count, std::int64_t width, bool with_base)
 }
 
 TEST(RowKernels, WeightedRowsFollowTheDocumentedOrderBitwise) {
-  for (std::int64_t count : {0, 1, 3, 5}) {
-    for (std::int64_t width : {1, 7, 16, 17, 33}) {
-      for (bool with_base : {false, true}) {
-        check_weighted_rows<float>(count, width, with_base);
-        check_weighted_rows<std::uint16_t>(count, width, with_base);
+  for (RowKernelPath path : row_paths()) {
+    const ForcedRowPath forced(path);
+    SCOPED_TRACE(::testing::Message() << "path " << static_cast<int>(path));
+    for (std::int64_t count : {0, 1, 3, 5, 33}) {
+      for (std::int64_t width : {1, 7, 16, 17, 33, 128, 131, 200, 256, 300}) {
+        for (bool with_base : {false, true}) {
+          check_weighted_rows<float>(count, width, with_base);
+          check_weighted_rows<std::uint16_t>(count, width, with_base);
+          check_weighted_rows<std::uint16_t, float>(count, width, with_base);
+        }
       }
     }
   }
+}
+
+// row_math.hpp's order written out: lane l sums the columns c = l (mod 8) in ascending c,
+// then the fixed pairwise tree.
+float dot_in_lane_order(const float* x, const float* y, std::int64_t n) {
+  float lane[8] = {};
+  for (std::int64_t c = 0; c < n; ++c) lane[c % 8] += x[c] * y[c];
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
 TEST(RowKernels, DotRowHasTheBitsOfDotOnTheWidenedRow) {
@@ -244,9 +282,21 @@ TEST(RowKernels, DotRowHasTheBitsOfDotOnTheWidenedRow) {
     std::vector<float> y16_wide(y16.size());
     for (std::size_t c = 0; c < y16.size(); ++c) y16_wide[c] = core::bf16_to_float(y16[c]);
     SCOPED_TRACE(::testing::Message() << "n " << n);
+    EXPECT_EQ(core::float_bits(dot(x.data(), y.data(), n)), core::float_bits(dot_in_lane_order(x.data(), y.data(), n)));
     EXPECT_EQ(core::float_bits(dot_row(x.data(), y.data(), n)), core::float_bits(dot(x.data(), y.data(), n)));
     EXPECT_EQ(core::float_bits(dot_row(x.data(), y16.data(), n)),
               core::float_bits(dot(x.data(), y16_wide.data(), n)));
+  }
+}
+
+TEST(RowKernels, Avx512PathIsRefusedWhereTheCpuLacksIt) {
+  if (row_kernel_path_available(RowKernelPath::avx512)) GTEST_SKIP() << "this CPU has AVX-512 F/BW/VL";
+  try {
+    set_row_kernel_path(RowKernelPath::avx512);
+    ADD_FAILURE() << "forcing AVX-512 on a CPU without it must throw";
+  } catch (const ValueError& e) {
+    EXPECT_EQ(e.argument(), "path");
+    EXPECT_STREQ(e.what(), "AVX-512 is not available on this CPU");
   }
 }
 

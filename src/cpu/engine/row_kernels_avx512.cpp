@@ -1,0 +1,141 @@
+// row_kernels_avx512.cpp - the AVX-512 row kernels; the contract is in row_kernels_avx512.hpp.
+// Compiled with -ffp-contract=off (CMakeLists.txt): every product and sum rounds separately,
+// as on the baseline path.
+#include "row_kernels_avx512.hpp"
+
+#include <atomic>
+
+#include "core/float_convert.hpp"
+#include "sdm/error.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define SDM_ROWS_AVX512 1
+// GCC 12's AVX-512 intrinsics pass a deliberately undefined source operand
+// (_mm512_undefined_*), which -Wmaybe-uninitialized reports at every inlined use.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace sdm::cpu {
+namespace {
+
+#if SDM_ROWS_AVX512
+#define SDM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// Sixteen row elements as f32 (masked lanes read nothing and hold +0).
+SDM_AVX512 inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+SDM_AVX512 inline __m512 load16(const std::uint16_t* p, __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// Columns [0, 16 * (V - 1) + lanes of the last mask) of one column block.
+template <int V, typename Src, typename Base>
+SDM_AVX512 void block(const Src* const* rows, const float* weight, std::int64_t count, const Base* base,
+                      float base_weight, float* out, std::int64_t c0, __mmask16 last) {
+  __m512 acc[V];
+  auto mask = [&](int v) { return v == V - 1 ? last : static_cast<__mmask16>(0xffff); };
+  if (base) {
+    const __m512 d = _mm512_set1_ps(base_weight);
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) acc[v] = _mm512_mul_ps(d, load16(base + c0 + 16 * v, mask(v)));
+  } else {
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps();
+  }
+  for (std::int64_t k = 0; k < count; ++k) {
+    const __m512 w = _mm512_set1_ps(weight[k]);
+    const Src* row = rows[k] + c0;
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(w, load16(row + 16 * v, mask(v))));
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(out + c0 + 16 * v, mask(v), acc[v]);
+}
+// (No explicit _mm256_zeroupper: GCC places a vzeroupper after the last wide instruction of
+// each function; an explicit one can be scheduled before wide register uses, which then leave
+// the upper state dirty and slow every later SSE instruction of the baseline code.)
+
+template <typename Src, typename Base>
+SDM_AVX512 void weighted(const Src* const* rows, const float* weight, std::int64_t count, const Base* base,
+                         float base_weight, float* out, std::int64_t width) {
+  constexpr std::int64_t kBlock = 128;  // 8 zmm accumulators
+  for (std::int64_t c0 = 0; c0 < width; c0 += kBlock) {
+    const std::int64_t cols = width - c0 < kBlock ? width - c0 : kBlock;
+    const int vectors = static_cast<int>((cols + 15) / 16);
+    const int tail = static_cast<int>(cols - 16 * (vectors - 1));
+    const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1u);
+    switch (vectors) {
+      case 1: block<1>(rows, weight, count, base, base_weight, out, c0, last); break;
+      case 2: block<2>(rows, weight, count, base, base_weight, out, c0, last); break;
+      case 3: block<3>(rows, weight, count, base, base_weight, out, c0, last); break;
+      case 4: block<4>(rows, weight, count, base, base_weight, out, c0, last); break;
+      case 5: block<5>(rows, weight, count, base, base_weight, out, c0, last); break;
+      case 6: block<6>(rows, weight, count, base, base_weight, out, c0, last); break;
+      case 7: block<7>(rows, weight, count, base, base_weight, out, c0, last); break;
+      default: block<8>(rows, weight, count, base, base_weight, out, c0, last); break;
+    }
+  }
+}
+
+#endif
+
+bool cpu_has_avx512() {
+#if SDM_ROWS_AVX512
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+RowKernelPath resolve(RowKernelPath path) {
+  if (path == RowKernelPath::automatic) return cpu_has_avx512() ? RowKernelPath::avx512 : RowKernelPath::baseline;
+  return path;
+}
+
+std::atomic<bool>& avx512_flag() {
+  static std::atomic<bool> flag{resolve(RowKernelPath::automatic) == RowKernelPath::avx512};
+  return flag;
+}
+
+}  // namespace
+
+bool row_kernel_path_available(RowKernelPath path) { return path != RowKernelPath::avx512 || cpu_has_avx512(); }
+
+void set_row_kernel_path(RowKernelPath path) {
+  if (!row_kernel_path_available(path)) throw ValueError("path", "AVX-512 is not available on this CPU");
+  avx512_flag().store(resolve(path) == RowKernelPath::avx512, std::memory_order_relaxed);
+}
+
+bool row_kernels_avx512_active() { return avx512_flag().load(std::memory_order_relaxed); }
+
+#if SDM_ROWS_AVX512
+void weighted_rows_avx512(const std::uint16_t* const* rows, const float* weight, std::int64_t count,
+                          const std::uint16_t* base, float base_weight, float* out, std::int64_t width) {
+  weighted(rows, weight, count, base, base_weight, out, width);
+}
+void weighted_rows_avx512(const float* const* rows, const float* weight, std::int64_t count,
+                          const std::uint16_t* base, float base_weight, float* out, std::int64_t width) {
+  weighted(rows, weight, count, base, base_weight, out, width);
+}
+void weighted_rows_avx512(const float* const* rows, const float* weight, std::int64_t count, const float* base,
+                          float base_weight, float* out, std::int64_t width) {
+  weighted(rows, weight, count, base, base_weight, out, width);
+}
+#else
+void weighted_rows_avx512(const std::uint16_t* const*, const float*, std::int64_t, const std::uint16_t*, float,
+                          float*, std::int64_t) {
+  throw ValueError("path", "AVX-512 is not available on this CPU");
+}
+void weighted_rows_avx512(const float* const*, const float*, std::int64_t, const std::uint16_t*, float, float*,
+                          std::int64_t) {
+  throw ValueError("path", "AVX-512 is not available on this CPU");
+}
+void weighted_rows_avx512(const float* const*, const float*, std::int64_t, const float*, float, float*,
+                          std::int64_t) {
+  throw ValueError("path", "AVX-512 is not available on this CPU");
+}
+#endif
+
+}  // namespace sdm::cpu

@@ -1,0 +1,43 @@
+// row_kernels_avx512.hpp - a runtime-dispatched AVX-512 path of the weighted row sum
+// (row_kernels.hpp's weighted_rows).
+//
+// weighted_rows_avx512: out[c] = init(c) + sum_{k < count} weight[k] * f32(rows[k][c]),
+// k ascending, init(c) = +0 or base_weight * f32(base[c]): the same sequence of separately
+// rounded f32 products and sums per element as weighted_rows (no fused multiply-add: this
+// file is compiled with -ffp-contract=off), so the same bits (tested, test_row_kernels and
+// test_engine_isa_paths). Row-blocked: up to 128 columns (8 zmm accumulators) stay in
+// registers while every row of the sum is read once, whole, so a 256-byte bf16 row is one
+// burst of independent loads instead of eight 32-byte visits; columns past the last whole
+// 16-lane vector run in masked lanes (the same per-lane operations).
+// The dot products stay on the baseline path: their fixed 8-lane order is one dependent
+// chain per lane whatever the vector width (measured: an 8-lane ymm version, called out of
+// line, was slower than the inlined 4-wide one at hd 128).
+//
+// Paths: `baseline` (row_kernels.hpp's 4-wide vectors) and `avx512` (taken when the CPU has
+// AVX-512 F, BW and VL); `automatic` picks the fastest available one.
+#pragma once
+
+#include <cstdint>
+
+namespace sdm::cpu {
+
+enum class RowKernelPath { automatic, baseline, avx512 };
+
+// Whether `path` can run on this CPU (automatic and baseline always can).
+bool row_kernel_path_available(RowKernelPath path);
+
+// Forces a path for every later call (tests); automatic = the fastest available one.
+// Throws sdm::ValueError for a path this CPU cannot run.
+void set_row_kernel_path(RowKernelPath path);
+
+// Whether the AVX-512 path is the active one.
+bool row_kernels_avx512_active();
+
+void weighted_rows_avx512(const std::uint16_t* const* rows, const float* weight, std::int64_t count,
+                          const std::uint16_t* base, float base_weight, float* out, std::int64_t width);
+void weighted_rows_avx512(const float* const* rows, const float* weight, std::int64_t count,
+                          const std::uint16_t* base, float base_weight, float* out, std::int64_t width);
+void weighted_rows_avx512(const float* const* rows, const float* weight, std::int64_t count, const float* base,
+                          float base_weight, float* out, std::int64_t width);
+
+}  // namespace sdm::cpu
