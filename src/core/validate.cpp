@@ -485,15 +485,17 @@ WriteReadShape validate_write_read(const WriteReadArgs& args, const TensorRef& r
   return s;
 }
 
-void check_write_read_indices(const WriteReadArgs& args, const WriteReadShape& shape) {
-  for (std::int64_t p = 0; p < shape.P; ++p) {
-    const RowRange rows = stream_rows(p, shape.slots_per_stream);
-    for (std::int64_t t = 0; t < shape.T; ++t) {
-      const std::int64_t token = p * shape.T + t;
-      check_token(args.k_idx, token * shape.W, shape.W, rows, true, {"k_idx", p, t});
-      check_token(args.q_idx, token * shape.R, shape.R, rows, false, {"q_idx", p, t});
-    }
+void check_write_read_indices_of_stream(const WriteReadArgs& args, const WriteReadShape& shape, std::int64_t p) {
+  const RowRange rows = stream_rows(p, shape.slots_per_stream);
+  for (std::int64_t t = 0; t < shape.T; ++t) {
+    const std::int64_t token = p * shape.T + t;
+    check_token(args.k_idx, token * shape.W, shape.W, rows, true, {"k_idx", p, t});
+    check_token(args.q_idx, token * shape.R, shape.R, rows, false, {"q_idx", p, t});
   }
+}
+
+void check_write_read_indices(const WriteReadArgs& args, const WriteReadShape& shape) {
+  for (std::int64_t p = 0; p < shape.P; ++p) check_write_read_indices_of_stream(args, shape, p);
 }
 
 void validate_write_read_backward(const WriteReadArgs& args, const WriteReadShape& shape,

@@ -53,6 +53,10 @@ WriteReadShape validate_write_read(const WriteReadArgs& args, const TensorRef& r
 // k_idx before q_idx within a token, e.g.
 // "k_idx[stream 1, token 4, lane 2] = 37 is outside stream 1's rows [16, 32)".
 void check_write_read_indices(const WriteReadArgs& args, const WriteReadShape& shape);
+// The same check for stream p alone (check_write_read_indices runs p = 0 .. P - 1 in order
+// and so reports the error of the lowest stream; a caller splitting streams over threads
+// reports the lowest stream's error to give the same message).
+void check_write_read_indices_of_stream(const WriteReadArgs& args, const WriteReadShape& shape, std::int64_t p);
 
 // Extra checks of the backward (after validate_write_read): grad_readings [P, T, hd] float;
 // grad_final_bank absent or [S, hd] float; each defined gradient of `grads` shaped like its

@@ -5,12 +5,15 @@
 // options.validate is set, then the CPU engine runs. CUDA banks: the same host checks, then
 // the CUDA engine, which checks index values on the device (docs/spec.md §8).
 #include <cstdint>
+#include <exception>
 #include <string>
+#include <vector>
 
 #include "core/saved_header.hpp"
 #include "core/snapshot_quant.hpp"
 #include "core/validate.hpp"
 #include "cpu/engine/engine.hpp"
+#include "cpu/engine/thread_pool.hpp"
 #include "sdm/error.hpp"
 #include "sdm/ops.hpp"
 #include "sdm/plan.hpp"
@@ -84,6 +87,23 @@ WriteReadPlan plan_for(const WriteReadArgs& args, const TensorRef& readings, con
 #endif
 }
 
+// core::check_write_read_indices with the streams split over the engine's threads: every
+// stream is checked, and the error of the lowest failing stream is thrown, the one the
+// sequential check reports (it stops at the first failing stream, in stream order).
+void check_indices_on_threads(const WriteReadArgs& args, const WriteReadShape& shape, const WriteReadOptions& options) {
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(shape.P));
+  cpu::parallel_for(shape.P, cpu::resolve_num_threads(options.num_threads), [&](std::int64_t p) {
+    try {
+      core::check_write_read_indices_of_stream(args, shape, p);
+    } catch (...) {
+      errors[static_cast<std::size_t>(p)] = std::current_exception();
+    }
+  });
+  for (const std::exception_ptr& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+}
+
 }  // namespace
 
 void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
@@ -91,7 +111,7 @@ void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
   const auto shape = core::validate_write_read(args, readings, options, core::BankDTypes::engine);
   check_runnable(args, {{readings, "readings"}});
   if (on_cpu(args.memory)) {
-    if (options.validate) core::check_write_read_indices(args, shape);
+    if (options.validate) check_indices_on_threads(args, shape, options);
     return cpu::write_read_forward(args, readings, shape, options);
   }
 #if defined(SDM_WITH_CUDA)
@@ -120,7 +140,7 @@ void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readi
   core::check_disjoint({{saved, "saved"}}, others);
   // The stamp first (saved_header.hpp), then the engine's regions after it.
   if (on_cpu(args.memory)) {
-    if (options.validate) core::check_write_read_indices(args, shape);
+    if (options.validate) check_indices_on_threads(args, shape, options);
     core::stamp_saved_on_host(core::make_saved_header(plan, core::SavedEngine::cpu), args, saved);
     return cpu::write_read_forward_saving(args, readings, core::saved_body(saved), shape, options);
   }
@@ -148,7 +168,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
   // With validate, `saved` must carry the stamp of this call (saved_header.hpp).
   if (on_cpu(args.memory)) {
     if (options.validate) {
-      core::check_write_read_indices(args, shape);
+      check_indices_on_threads(args, shape, options);
       core::check_saved_on_host(core::make_saved_header(plan, core::SavedEngine::cpu), args, saved);
     }
     return cpu::write_read_backward(args, core::saved_body(saved), grad_readings, grad_final_bank, grads, shape,

@@ -113,7 +113,6 @@ void save_snapshot(const ForwardJob& job, const ChunkPlan& plan, std::int64_t ti
 template <typename Elem>
 void forward_columns(const ForwardJob& job, const ChunkPlan& plan, std::int64_t col0, std::int64_t nc,
                      ColumnScratch<Elem>& ws) {
-  using B = BankElem<Elem>;
   const auto& sh = job.shape;
   const std::int64_t n = plan.n, hd = sh.hd;
   Elem* bank = job.args.memory.data_as<Elem>();
@@ -158,9 +157,10 @@ void forward_columns(const ForwardJob& job, const ChunkPlan& plan, std::int64_t 
     float* u = tile(ws.u, i);
     const float* ret = tile(ws.ret, i);
     load_elements(job.args.v, (token0 + i) * hd + col0, nc, res);
+    round_row_to_bank(res, nc, static_cast<const Elem*>(nullptr));  // f32(rnd_E(v_i))
     const float beta = plan.beta[at(i)];
     for (std::int64_t c = 0; c < nc; ++c) {
-      res[c] = B::load(B::store(res[c])) - ret[c];
+      res[c] = res[c] - ret[c];
       u[c] = beta * res[c];
     }
   }

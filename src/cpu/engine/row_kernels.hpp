@@ -69,6 +69,18 @@ inline void store_row(std::uint16_t* out, const float* a, const float* b, std::i
   store_bf16_row(out, a, b, width);
 }
 
+// row[c] = f32(rnd_Elem(row[c])), c < width, in place: the bits of load_bank(store_bank(x))
+// (bf16: core::bf16_from_float's rounding in vector lanes, row_vectors.hpp; f32: unchanged).
+inline void round_row_to_bank(float*, std::int64_t, const float*) {}
+inline void round_row_to_bank(float* row, std::int64_t width, const std::uint16_t*) {
+  std::int64_t c = 0;
+  const vec::u32x4 high{0xffff0000u, 0xffff0000u, 0xffff0000u, 0xffff0000u};
+  for (; c + 4 <= width; c += 4) {
+    vec::store4(row + c, reinterpret_cast<vec::f32x4>(vec::bf16_round_high(vec::load4(row + c)) & high));
+  }
+  for (; c < width; ++c) row[c] = core::bf16_to_float(core::bf16_from_float(row[c]));
+}
+
 // out[c] = init(c) + sum_{k < count} weight[k] * f32(rows[k][c]), k ascending, each
 // product and each sum rounded to f32; init(c) = +0 (base == nullptr) or
 // base_weight * f32(base[c]). Rows are read, out is written, once per element; out may be
