@@ -7,8 +7,8 @@
 // absent (zero). Outputs: every defined tensor of `grads` (grad_memory [S, hd]: bank dtype
 // or f32; the others shaped like their inputs). `saved` and every other input are only read.
 //
-// Reverse time steps ti = Nt-1 .. 0; the P chunks of a step run in parallel (streams own
-// disjoint bank and gradient rows, and disjoint token gradients), each chunk on one worker:
+// Streams run in parallel, each on one worker through its time steps ti = Nt-1 .. 0 (streams
+// own disjoint bank and gradient rows, and disjoint token gradients); per chunk:
 // rebuild its Phase-1 plan (bit-identical to the forward's, chunk_plan.hpp), then
 // backward_chunk (backward_chunk.hpp). The gradient bank G (grad_bank.hpp) starts at
 // grad_final_bank and ends as the gradient of the initial bank. Single writer per gradient
@@ -41,13 +41,15 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
 
   const std::int64_t workers = worker_count(shape.P, threads);
   std::vector<BackwardScratch> scratch(static_cast<std::size_t>(workers));
-  for (std::int64_t ti = shape.num_time_chunks() - 1; ti >= 0; --ti) {
-    for_each_item(shape.P, workers, threads, [&](std::int64_t p, std::int64_t worker) {
-      BackwardScratch& ws = scratch[static_cast<std::size_t>(worker)];
+  // One parallel pass: each stream runs its chunks in reverse time order on one worker (no
+  // barrier per time step; a chunk's work does not depend on the other streams').
+  for_each_item(shape.P, workers, threads, [&](std::int64_t p, std::int64_t worker) {
+    BackwardScratch& ws = scratch[static_cast<std::size_t>(worker)];
+    for (std::int64_t ti = shape.num_time_chunks() - 1; ti >= 0; --ti) {
       build_chunk_plan(args, shape, p, ti, ws.plan);
       backward_chunk(job, ti, ws);
-    });
-  }
+    }
+  });
   grad_bank.finish(grad_final_bank, grads.memory, threads);
 }
 

@@ -20,7 +20,9 @@
 //              - one rounding to E per chunk (docs/spec.md §3).
 //   The sums run in the register-blocked kernels of row_kernels.hpp (gathers and writer:
 //   weighted_rows; delta and y: triangular_product), in exactly the orders above.
-// Parallel decomposition: pass 2 over (stream, column tile); the item of a stream's first
+// Parallel decomposition: with at least as many streams as threads, one parallel pass over
+// the streams, each running all its chunks in time order (streams touch disjoint rows).
+// Otherwise per step: pass 2 over (stream, column tile); the item of a stream's first
 // tile then builds the stream's next Phase 1 plan (it reads no bank row; plans are double
 // buffered), so a step is one parallel pass (two when saving: the snapshot pass). Every
 // operation of pass 2 is column-separable (no sum runs across columns), so each element is
@@ -214,6 +216,21 @@ void run_forward(const ForwardJob& job) {
   const std::int64_t terms = std::max({sh.W, sh.R, sh.C * sh.W});  // a group has <= C * W entries
   for (auto& ws : scratch) ws.reserve(sh.C, tiling.width, terms);
 
+  if (tiling.tiles == 1) {
+    // One worker per stream for the whole call: a stream's chunks run in time order on its
+    // worker, exactly the operations of the per-step schedule below, and streams share no
+    // bank row, token or snapshot row, so one parallel pass replaces one (two when saving)
+    // per time step and its barrier.
+    for_each_item(sh.P, workers, job.threads, [&](std::int64_t p, std::int64_t worker) {
+      build_chunk_plan(job.args, sh, p, 0, plan(0, p));
+      for (std::int64_t ti = 0; ti < steps; ++ti) {
+        if (job.layout) save_snapshot(job, plan(ti, p), ti);
+        forward_columns<Elem>(job, plan(ti, p), 0, sh.hd, scratch[at(worker)]);
+        if (ti + 1 < steps) build_chunk_plan(job.args, sh, p, ti + 1, plan(ti + 1, p));
+      }
+    });
+    return;
+  }
   parallel_for(sh.P, job.threads, [&](std::int64_t p) { build_chunk_plan(job.args, sh, p, 0, plan(0, p)); });
   for (std::int64_t ti = 0; ti < steps; ++ti) {
     if (job.layout) {
