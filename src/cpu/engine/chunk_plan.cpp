@@ -115,13 +115,15 @@ void group_writes(ChunkPlan& plan) {
       plan.L[e] = running;
       plan.k_group[e] = index;
     }
-    group.decay = core::decay_factor(running);
     for (std::int32_t s = group.begin; s < group.end; ++s) {
       const size_t e = at(plan.write_order[at(s)]);
       plan.P[e] = static_cast<float>(running - plan.L[e]);
-      plan.k_eff[e] = plan.kappa[e] * core::decay_factor(plan.L[e]);
+      plan.decay_L[e] = core::decay_factor(plan.L[e]);
+      plan.k_eff[e] = plan.kappa[e] * plan.decay_L[e];
       plan.coef[e] = plan.kappa[e] * core::decay_factor(plan.P[e]);
     }
+    // running is the L of the group's last entry: decay_factor(running), already computed.
+    group.decay = plan.decay_L[at(plan.write_order[at(group.end - 1)])];
     plan.groups.push_back(group);
   };
   sort_into_groups(plan.k_row, entries, plan.sort_keys, plan.sort_scratch, plan.write_order, on_group);
@@ -171,11 +173,17 @@ void place_reads(ChunkPlan& plan) {
         const auto after = std::partition_point(first, plan.write_order.begin() + group.end,
                                                 [&](std::int32_t e) { return plan.token_of_write(e) <= i; });
         end = static_cast<std::int32_t>(after - plan.write_order.begin());
-        if (end > group.begin) plan.Lq[q] = plan.L[at(plan.write_order[at(end - 1)])];
       }
       plan.q_group[q] = g;
       plan.q_end[q] = end;
-      plan.q_w[q] = plan.rho[q] * core::decay_factor(plan.Lq[q]);
+      // decay_factor(Lq_q): that of the last entry seen (Lq_q is its L), else of 0, i.e. 1.
+      float decay = 1.0f;
+      if (g >= 0 && end > plan.groups[at(g)].begin) {
+        const size_t last = at(plan.write_order[at(end - 1)]);
+        plan.Lq[q] = plan.L[last];
+        decay = plan.decay_L[last];
+      }
+      plan.q_w[q] = plan.rho[q] * decay;
     }
   }
 }
@@ -241,7 +249,7 @@ void build_chunk_plan(const WriteReadArgs& args, const core::WriteReadShape& sha
   plan.n = std::min(shape.C, shape.T - plan.t0);
 
   const size_t writes = at(shape.C * shape.W), reads = at(shape.C * shape.R);
-  for (auto* v : {&plan.kappa, &plan.gamma, &plan.P, &plan.k_eff, &plan.coef}) v->resize(writes);
+  for (auto* v : {&plan.kappa, &plan.gamma, &plan.P, &plan.k_eff, &plan.coef, &plan.decay_L}) v->resize(writes);
   plan.L.resize(writes);
   plan.k_row.resize(writes);
   plan.k_group.resize(writes);

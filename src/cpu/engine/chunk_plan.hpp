@@ -33,7 +33,9 @@
 //              the terms with A[i][k] = +-0 (tokens i and k share no row): they add +-0 to
 //              a sum that starts at +0 and so is never -0, which changes no bit while X is
 //              finite.
-// exp(0) is taken as exactly 1 without the call (the value expf returns).
+// exp(0) is taken as exactly 1 without the call (the value expf returns). expf(f32(L_e)) is
+// computed once per entry and reused where the same argument recurs (Lambda_s is the L of the
+// group's last entry, Lq_q the L of an entry): the same value, one call.
 //
 // Everything is a deterministic function of the chunk's inputs (sequential, fixed orders),
 // so the backward recomputes a plan bit-identical to the forward's.
@@ -78,6 +80,7 @@ struct ChunkPlan {
   std::vector<std::int64_t> k_row;   // absolute bank row or kMaskedRow
   std::vector<std::int32_t> k_group;  // index into groups, -1 if masked
   std::vector<float> kappa, gamma, P, k_eff, coef;
+  std::vector<float> decay_L;  // expf(f32(L_e)), computed once per entry (k_eff, decay, q_w)
   std::vector<double> L;  // f64 cumulative log-decays (chunk_plan.hpp's header)
   std::vector<std::int32_t> write_order;  // valid entries sorted by (row, token, lane)
   std::vector<WriteGroup> groups;         // ascending row
