@@ -9,15 +9,15 @@
 namespace sdm::core {
 namespace {
 
-// The recorded fields, in order, and how a message names them.
+// The recorded fields: their slots in SavedHeader::fields, and how a message names them (same order).
+enum Field : int { kP, kT, kW, kR, kG, kHd, kS, kSlotsPerStream, kC, kBankField, kSnapshotField, kUsedFields };
 constexpr const char* kFieldNames[] = {
     "streams P",         "tokens T",  "writes per token W", "reads per token R",          "g's last dim G",
     "hd (bank columns)", "bank rows S", "slots_per_stream", "chunk_size (clamped to T)", "bank dtype",
     "snapshot_quant (effective)",
 };
-constexpr int kUsedFields = static_cast<int>(sizeof(kFieldNames) / sizeof(kFieldNames[0]));
+static_assert(sizeof(kFieldNames) / sizeof(kFieldNames[0]) == kUsedFields, "a name per field");
 static_assert(kUsedFields <= kSavedFields);
-constexpr int kBankField = 9, kSnapshotField = 10;
 
 const char* engine_name(std::uint64_t engine) {
   if (engine == static_cast<std::uint64_t>(SavedEngine::cpu)) return "the cpu engine";
@@ -57,10 +57,17 @@ SavedHeader make_saved_header(const WriteReadPlan& plan, SavedEngine engine) {
   h.magic = kSavedMagic;
   h.version = kSavedVersion;
   h.engine = static_cast<std::uint64_t>(engine);
-  const std::int64_t values[kUsedFields] = {s.P,  s.T, s.W, s.R, s.G, s.hd, s.S, s.slots_per_stream, s.C,
-                                            static_cast<std::int64_t>(s.bank),
-                                            static_cast<std::int64_t>(plan.snapshot)};
-  for (int f = 0; f < kUsedFields; ++f) h.fields[f] = values[f];
+  h.fields[kP] = s.P;
+  h.fields[kT] = s.T;
+  h.fields[kW] = s.W;
+  h.fields[kR] = s.R;
+  h.fields[kG] = s.G;
+  h.fields[kHd] = s.hd;
+  h.fields[kS] = s.S;
+  h.fields[kSlotsPerStream] = s.slots_per_stream;
+  h.fields[kC] = s.C;
+  h.fields[kBankField] = static_cast<std::int64_t>(s.bank);
+  h.fields[kSnapshotField] = static_cast<std::int64_t>(plan.snapshot);
   return h;
 }
 
