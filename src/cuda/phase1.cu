@@ -326,13 +326,15 @@ struct ChunkRecords {
 
 // One lane's walk down a slot group: it visits the entries at sorted positions s, s - 1, ...
 // while they hold slot `local` and adds, for each with token j < limit,
-//   row[j] = fmaf(coef * kappa_s, expf(f32(log_w - L_s)), row[j])   (log_w, L_s f64).
+//   row[j] = fmaf(coef * kappa_s, expf(f32(log_w - L_s)), row[j])   (log_w = L[anchor], L_s f64).
 // The first term (token j, weight = coef * kappa_s, decay = expf(f32(log_w - L_s))) is evaluated when
-// the walk is gathered; s < 0: no walk.
+// the walk is gathered; the rest (rare: a slot written again in the chunk) reload log_w from L.
+// Only f32 values and positions are kept per item (no f64 in registers across the batch).
+// s < 0: no walk.
 struct Walk {
   int s = -1, local = 0, j = 0;  // in-chunk position, local slot (< 2^31: slots are i32), token
+  int anchor = 0;                // sorted position whose L is log_w
   float coef = 0.0f, weight = 0.0f, decay = 0.0f;
-  double log_w = 0.0;
   bool more = false;  // entry s - 1 holds the same slot
 };
 
@@ -343,7 +345,7 @@ constexpr int kPairBatch = 4;  // walk items per lane gathered before any of the
 // 32)) + lane (QK: read (i, r) walks its group from its last visible write, q_pos). A walk is
 // gathered in two rounds of loads, each issued for every item of a batch before any result is
 // used: the walk's start s (coalesced; s < 0, the common case: no walk and no further load), then
-// the records of a walking lane (WalkRecords).
+// the records of a walking lane (load_walk).
 struct ItemStart {
   int s = -1;  // sorted position where the walk starts; -1: no walk
   float rho = 0.0f;
@@ -365,37 +367,24 @@ __device__ __forceinline__ ItemStart item_start(const Geometry& geo, const Phase
   return at;
 }
 
-// The records a walk starting at s needs: key, L and kappa at s, the key at s - 1 (0 where
-// absent), and the walk's anchor: a write walks from the entry after s (coef = its kappa, log_w =
-// its L), a read from its last visible write s itself (coef = rho, log_w = L_s).
-struct WalkRecords {
-  std::uint64_t key = 0, key_before = 0;
-  double L = 0.0, log_w = 0.0;
-  float kappa = 0.0f, coef = 0.0f;
-};
-
-__device__ __forceinline__ WalkRecords walk_records(const ChunkRecords& rec, const ItemStart& at, bool is_read) {
-  WalkRecords r;
-  const int s = at.s;
-  if (s < 0) return r;
-  r.key = rec.keys[s], r.L = rec.L[s], r.kappa = rec.kappa[s];
-  if (s > 0) r.key_before = rec.keys[s - 1];
-  if (is_read) r.coef = at.rho, r.log_w = r.L;
-  else r.coef = rec.kappa[s + 1], r.log_w = rec.L[s + 1];
-  return r;
-}
-
-__device__ __forceinline__ Walk make_walk(const KeyLayout& layout, int s, const WalkRecords& r) {
+// The walk of an item starting at s: key and kappa at s, the key at s - 1 (slot test only), and
+// the walk's anchor: a write walks from the entry after s (coef = its kappa, log_w = its L), a
+// read from its last visible write s itself (coef = rho, log_w = L_s). The first term's exponent
+// log_w - L_s is formed in f64 and rounded once to f32 (decay_factor).
+__device__ __forceinline__ Walk load_walk(const ChunkRecords& rec, const ItemStart& at, bool is_read) {
   Walk walk;
+  const int s = at.s;
   if (s < 0) return walk;
+  const std::uint64_t key = rec.keys[s];
+  const std::uint64_t key_before = s > 0 ? rec.keys[s - 1] : 0;
   walk.s = s;
-  walk.local = static_cast<int>(layout.local_slot(r.key));
-  walk.j = static_cast<int>(layout.token(r.key));
-  walk.coef = r.coef;
-  walk.log_w = r.log_w;
-  walk.weight = walk.coef * r.kappa;
-  walk.decay = core::decay_factor(walk.log_w - r.L);
-  walk.more = s > 0 && layout.local_slot(r.key_before) == walk.local;
+  walk.anchor = is_read ? s : s + 1;
+  walk.coef = is_read ? at.rho : rec.kappa[s + 1];
+  walk.weight = walk.coef * rec.kappa[s];
+  walk.decay = core::decay_factor(rec.L[walk.anchor] - rec.L[s]);
+  walk.local = static_cast<int>(rec.layout.local_slot(key));
+  walk.j = static_cast<int>(rec.layout.token(key));
+  walk.more = s > 0 && rec.layout.local_slot(key_before) == walk.local;
   return walk;
 }
 
@@ -407,10 +396,11 @@ __device__ __forceinline__ void add_walks(const ChunkRecords& rec, const Walk& w
   for (unsigned todo = __ballot_sync(kFullMask, walk.s >= 0); todo != 0; todo &= todo - 1) {
     if (lane == __ffs(static_cast<int>(todo)) - 1) {
       if (walk.j < limit) row[walk.j] = fmaf(walk.weight, walk.decay, row[walk.j]);
+      const double log_w = walk.more ? rec.L[walk.anchor] : 0.0;
       for (int t = walk.s - 1; walk.more && t >= 0 && rec.layout.local_slot(rec.keys[t]) == walk.local;
            --t) {
         const int jt = static_cast<int>(rec.layout.token(rec.keys[t]));
-        if (jt < limit) row[jt] = fmaf(walk.coef * rec.kappa[t], core::decay_factor(walk.log_w - rec.L[t]), row[jt]);
+        if (jt < limit) row[jt] = fmaf(walk.coef * rec.kappa[t], core::decay_factor(log_w - rec.L[t]), row[jt]);
       }
     }
     __syncwarp();
@@ -427,7 +417,7 @@ __device__ __forceinline__ void add_walks(const ChunkRecords& rec, const Walk& w
 // of 32) per lane are loaded first, then the first terms of the lanes that walk
 // (few: most entries are alone in their slot within a chunk), each round issued
 // for all items before any result is used (latency, not order).
-// 4 CTAs per SM: 64 registers (8 bytes spilled); a latency-bound kernel, occupancy first.
+// 4 CTAs per SM: 64 registers; a latency-bound kernel, occupancy first.
 __global__ void __launch_bounds__(kPairWarps * 32, min_blocks(kPairWarps * 32, 4)) pair_products(Geometry geo, Phase1Buffers buf) {
   extern __shared__ float pair_rows[];  // per warp: its A row [C], then its QK row [C]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -452,15 +442,14 @@ __global__ void __launch_bounds__(kPairWarps * 32, min_blocks(kPairWarps * 32, 4
     for (int k = 0; k < kPairBatch; ++k) {
       if (first + k < items) at[k] = item_start(geo, buf, row, first + k, write_items, lane);
     }
-    WalkRecords records[kPairBatch];
+    Walk walks[kPairBatch];
 #pragma unroll
-    for (int k = 0; k < kPairBatch; ++k) records[k] = walk_records(rec, at[k], first + k >= write_items);
+    for (int k = 0; k < kPairBatch; ++k) walks[k] = load_walk(rec, at[k], first + k >= write_items);
 #pragma unroll
     for (int k = 0; k < kPairBatch; ++k) {
       if (first + k >= items) break;  // warp-uniform
       const bool is_read = first + k >= write_items;
-      add_walks(rec, make_walk(rec.layout, at[k].s, records[k]), is_read ? i + 1 : i, is_read ? qk_row : a_row,
-                lane);
+      add_walks(rec, walks[k], is_read ? i + 1 : i, is_read ? qk_row : a_row, lane);
     }
   }
   __syncwarp();
