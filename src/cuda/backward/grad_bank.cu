@@ -11,6 +11,7 @@
 #include "cuda/backward/backward.hpp"
 #include "cuda/common/rows.cuh"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/dispatch.hpp"
 
 namespace sdm::cuda {
 namespace {
@@ -52,24 +53,25 @@ void init_grad_bank(const Geometry& geo, const BackwardBuffers& bb, std::int64_t
     check_cuda(cudaMemsetAsync(bb.grad_rows, 0, bytes, stream), "cudaMemsetAsync (gradient bank)");
     return;
   }
-  if (bb.bf16_grad_rows) {
-    init_rows<<<blocks_for(count), kThreads, 0, stream>>>(static_cast<Bf16Bits*>(bb.grad_rows), count, grad_final_bank);
-  } else {
-    init_rows<<<blocks_for(count), kThreads, 0, stream>>>(static_cast<float*>(bb.grad_rows), count, grad_final_bank);
-  }
+  dispatch(
+      [&](auto row) {
+        using Gt = typename decltype(row)::type;
+        init_rows<<<blocks_for(count), kThreads, 0, stream>>>(static_cast<Gt*>(bb.grad_rows), count, grad_final_bank);
+      },
+      Rows{bb.bf16_grad_rows});
   check_launch("init_rows (gradient bank)");
 }
 
 void finish_grad_bank(const Geometry& geo, const BackwardBuffers& bb, std::int64_t bank_rows,
                       AnyFloat grad_final_bank, AnyFloat grad_memory, cudaStream_t stream) {
   const std::int64_t count = bank_rows * geo.hd, stream_count = geo.P * geo.sps * geo.hd;
-  if (bb.bf16_grad_rows) {
-    finish_rows<<<blocks_for(count), kThreads, 0, stream>>>(static_cast<const Bf16Bits*>(bb.grad_rows), stream_count,
-                                                            count, grad_final_bank, grad_memory);
-  } else {
-    finish_rows<<<blocks_for(count), kThreads, 0, stream>>>(static_cast<const float*>(bb.grad_rows), stream_count,
-                                                            count, grad_final_bank, grad_memory);
-  }
+  dispatch(
+      [&](auto row) {
+        using Gt = typename decltype(row)::type;
+        finish_rows<<<blocks_for(count), kThreads, 0, stream>>>(static_cast<const Gt*>(bb.grad_rows), stream_count,
+                                                                count, grad_final_bank, grad_memory);
+      },
+      Rows{bb.bf16_grad_rows});
   check_launch("finish_rows (gradient bank)");
 }
 

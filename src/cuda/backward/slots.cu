@@ -26,6 +26,7 @@
 #include "cuda/common/rows.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dependent_launch.cuh"
+#include "cuda/common/dispatch.hpp"
 #include "cuda/common/launch_bounds.cuh"
 #include "cuda/common/prefetch.cuh"
 
@@ -612,32 +613,17 @@ void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, cons
                    "slot_groups_backward", geo, in, p1, bb, ti);
 }
 
-// The snapshot mode (known on the host) becomes a template parameter: no mode switch in the loop.
-template <typename E, typename Gt, bool kVec>
-void launch_mode(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
-                 std::int64_t ti, cudaStream_t stream) {
-  switch (bb.snapshot.mode) {
-    case SnapshotQuant::none: launch<E, Gt, kVec, SnapshotQuant::none>(geo, in, p1, bb, ti, stream); break;
-    case SnapshotQuant::bf16: launch<E, Gt, kVec, SnapshotQuant::bf16>(geo, in, p1, bb, ti, stream); break;
-    case SnapshotQuant::fp8: launch<E, Gt, kVec, SnapshotQuant::fp8>(geo, in, p1, bb, ti, stream); break;
-    case SnapshotQuant::int4: launch<E, Gt, kVec, SnapshotQuant::int4>(geo, in, p1, bb, ti, stream); break;
-  }
-}
-
-template <typename E, typename Gt>
-void launch_rows(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
-                 std::int64_t ti, cudaStream_t stream) {
-  bb.vec8 ? launch_mode<E, Gt, true>(geo, in, p1, bb, ti, stream)
-          : launch_mode<E, Gt, false>(geo, in, p1, bb, ti, stream);
-}
-
 }  // namespace
 
+// The snapshot mode (known on the host) becomes a template parameter: no mode switch in the loop.
 void launch_slot_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
                       std::int64_t ti, cudaStream_t stream) {
-  if (!bb.bf16_bank) launch_rows<float, float>(geo, in, p1, bb, ti, stream);
-  else if (bb.bf16_grad_rows) launch_rows<Bf16Bits, Bf16Bits>(geo, in, p1, bb, ti, stream);
-  else launch_rows<Bf16Bits, float>(geo, in, p1, bb, ti, stream);
+  dispatch(
+      [&](auto row, auto grad_row, auto vec, auto mode) {
+        launch<typename decltype(row)::type, typename decltype(grad_row)::type, decltype(vec)::value == 8,
+               decltype(mode)::value>(geo, in, p1, bb, ti, stream);
+      },
+      BankRows{bb.bf16_bank, bb.bf16_grad_rows}, VecWidth{bb.vec8}, Snapshot{bb.snapshot.mode});
 }
 
 }  // namespace sdm::cuda

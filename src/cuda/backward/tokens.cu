@@ -27,6 +27,7 @@
 #include "cuda/common/chunk_products.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dependent_launch.cuh"
+#include "cuda/common/dispatch.hpp"
 #include "cuda/common/launch_bounds.cuh"
 #include "cuda/common/step_kernels.hpp"
 
@@ -450,11 +451,8 @@ void launch_token_side(const Geometry& geo, const Inputs& in, const Phase1Buffer
   launch_weighted_gather(geo, bb.grad_rows, bb.bf16_grad_rows, bb.vec8, GatherSide{p1.k_slot, bb.entry_coef, geo.W},
                          GatherSide{}, ti, bb.dw, nullptr, stream);
 
-  switch (chunk::tile_cols(geo.hd, geo.p_count)) {
-    case 32: launch_solve_side<32>(geo, in, p1, bb, grad_v, ti, stream); break;
-    case 16: launch_solve_side<16>(geo, in, p1, bb, grad_v, ti, stream); break;
-    default: launch_solve_side<8>(geo, in, p1, bb, grad_v, ti, stream); break;
-  }
+  dispatch([&](auto cols) { launch_solve_side<decltype(cols)::value>(geo, in, p1, bb, grad_v, ti, stream); },
+           TileCols{chunk::tile_cols(geo.hd, geo.p_count)});
 }
 
 void launch_pair_dots(const Geometry& geo, const BackwardBuffers& bb, cudaStream_t stream) {
@@ -462,12 +460,18 @@ void launch_pair_dots(const Geometry& geo, const BackwardBuffers& bb, cudaStream
   const dim3 grid(static_cast<unsigned>(geo.N), static_cast<unsigned>(tiles * (tiles + 1) / 2));
   const bool vec =
       geo.hd % 4 == 0 && aligned16(bb.dy) && aligned16(bb.du) && aligned16(bb.residual) && aligned16(bb.delta);
-  const auto kernel = vec ? pair_dots<true> : pair_dots<false>;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kPairSmemBytes)),
-             "cudaFuncSetAttribute (pair_dots shared memory)");
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
-             "cudaFuncSetAttribute (pair_dots carveout)");
-  launch_dependent(kernel, grid, dim3(kThreads), kPairSmemBytes, stream, "pair_dots", geo, bb);
+  dispatch(
+      [&](auto vec4) {
+        constexpr auto kernel = pair_dots<decltype(vec4)::value>;
+        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kPairSmemBytes)),
+                   "cudaFuncSetAttribute (pair_dots shared memory)");
+        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared),
+                   "cudaFuncSetAttribute (pair_dots carveout)");
+        launch_dependent(kernel, grid, dim3(kThreads), kPairSmemBytes, stream, "pair_dots", geo, bb);
+      },
+      Flag{vec});
 }
 
 }  // namespace sdm::cuda

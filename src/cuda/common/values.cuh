@@ -11,11 +11,10 @@
 #include <cstdint>
 
 #include "core/float_convert.hpp"
+#include "cuda/common/row_types.hpp"
 #include "sdm/types.hpp"
 
 namespace sdm::cuda {
-
-using Bf16Bits = std::uint16_t;
 
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(Bf16Bits h) { return core::bf16_to_float(h); }

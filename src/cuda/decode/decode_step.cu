@@ -19,6 +19,7 @@
 #include "cuda/engine.hpp"
 #include "cuda/common/alignment.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/dispatch.hpp"
 #include "cuda/common/values.cuh"
 #include "cuda/common/index_check.hpp"
 #include "cuda/common/workspace.hpp"
@@ -253,11 +254,8 @@ void decode_step(const WriteReadArgs& args, const TensorRef& readings, const cor
   }
 
   const bool vec8 = shape.hd % 8 == 0 && aligned16(prm.bank);
-  if (prm.bf16_bank) {
-    vec8 ? launch<Bf16Bits, 8>(prm, stream) : launch<Bf16Bits, 1>(prm, stream);
-  } else {
-    vec8 ? launch<float, 8>(prm, stream) : launch<float, 1>(prm, stream);
-  }
+  dispatch([&](auto row, auto vec) { launch<typename decltype(row)::type, decltype(vec)::value>(prm, stream); },
+           Rows{prm.bf16_bank}, VecWidth{vec8});
 }
 
 }  // namespace sdm::cuda

@@ -24,6 +24,7 @@
 #include "cuda/common/chunk_products.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dependent_launch.cuh"
+#include "cuda/common/dispatch.hpp"
 #include "cuda/common/values.cuh"
 #include "cuda/common/step_kernels.hpp"
 
@@ -187,22 +188,15 @@ void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, cons
   }
 }
 
-template <typename E>
-void launch_tiled(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const StepBuffers& sb,
-                  std::int64_t ti, cudaStream_t stream) {
-  switch (chunk::tile_cols(geo.hd, geo.p_count * ((geo.C + kBlock - 1) / kBlock))) {
-    case 32: launch<E, 32>(geo, in, p1, sb, ti, stream); break;
-    case 16: launch<E, 16>(geo, in, p1, sb, ti, stream); break;
-    default: launch<E, 8>(geo, in, p1, sb, ti, stream); break;
-  }
-}
-
 }  // namespace
 
 void launch_dual(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const StepBuffers& sb,
                  std::int64_t ti, cudaStream_t stream) {
-  if (sb.bf16_bank) launch_tiled<Bf16Bits>(geo, in, p1, sb, ti, stream);
-  else launch_tiled<float>(geo, in, p1, sb, ti, stream);
+  dispatch(
+      [&](auto row, auto cols) {
+        launch<typename decltype(row)::type, decltype(cols)::value>(geo, in, p1, sb, ti, stream);
+      },
+      Rows{sb.bf16_bank}, TileCols{chunk::tile_cols(geo.hd, geo.p_count * ((geo.C + kBlock - 1) / kBlock))});
 }
 
 }  // namespace sdm::cuda

@@ -18,6 +18,7 @@
 //   (slot -1: padding or an index outside the stream's rows) load nothing and add nothing.
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dependent_launch.cuh"
+#include "cuda/common/dispatch.hpp"
 #include "cuda/common/values.cuh"
 #include "cuda/common/launch_bounds.cuh"
 #include "cuda/common/step_kernels.hpp"
@@ -176,13 +177,11 @@ void launch(const Geometry& geo, const void* rows, GatherSide k, GatherSide q, s
 
 void launch_weighted_gather(const Geometry& geo, const void* rows, bool bf16_rows, bool vec8, GatherSide k,
                             GatherSide q, std::int64_t ti, float* k_sums, float* q_sums, cudaStream_t stream) {
-  if (bf16_rows) {
-    vec8 ? launch<Bf16Bits, 8>(geo, rows, k, q, ti, k_sums, q_sums, stream)
-         : launch<Bf16Bits, 1>(geo, rows, k, q, ti, k_sums, q_sums, stream);
-  } else {
-    vec8 ? launch<float, 8>(geo, rows, k, q, ti, k_sums, q_sums, stream)
-         : launch<float, 1>(geo, rows, k, q, ti, k_sums, q_sums, stream);
-  }
+  dispatch(
+      [&](auto row, auto vec) {
+        launch<typename decltype(row)::type, decltype(vec)::value>(geo, rows, k, q, ti, k_sums, q_sums, stream);
+      },
+      Rows{bf16_rows}, VecWidth{vec8});
 }
 
 void launch_gather(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,

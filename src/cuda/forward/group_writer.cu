@@ -20,6 +20,7 @@
 //   deterministic; padding and masked entries (local slot == sps) form no group.
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dependent_launch.cuh"
+#include "cuda/common/dispatch.hpp"
 #include "cuda/common/launch_bounds.cuh"
 #include "cuda/common/prefetch.cuh"
 #include "cuda/common/resident_warps.hpp"
@@ -247,33 +248,15 @@ void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb,
                    sb, ti, ahead);
 }
 
-template <typename E, int kVec>
-void launch_mode(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
-                 cudaStream_t stream) {
-  switch (sb.snapshot_mode) {
-    case SnapshotQuant::fp8: launch<E, kVec, SnapshotQuant::fp8>(geo, p1, sb, ti, stream); return;
-    case SnapshotQuant::int4: launch<E, kVec, SnapshotQuant::int4>(geo, p1, sb, ti, stream); return;
-    case SnapshotQuant::bf16:
-      // The effective mode is never bf16 on a bf16 bank (saved/layout.hpp).
-      if constexpr (sizeof(E) == 4) {
-        launch<E, kVec, SnapshotQuant::bf16>(geo, p1, sb, ti, stream);
-        return;
-      }
-      break;
-    case SnapshotQuant::none: break;
-  }
-  launch<E, kVec, SnapshotQuant::none>(geo, p1, sb, ti, stream);
-}
-
 }  // namespace
 
 void launch_group_writer(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
                          cudaStream_t stream) {
-  if (sb.bf16_bank) {
-    sb.vec8 ? launch_mode<Bf16Bits, 8>(geo, p1, sb, ti, stream) : launch_mode<Bf16Bits, 1>(geo, p1, sb, ti, stream);
-  } else {
-    sb.vec8 ? launch_mode<float, 8>(geo, p1, sb, ti, stream) : launch_mode<float, 1>(geo, p1, sb, ti, stream);
-  }
+  dispatch(
+      [&](auto row, auto vec, auto mode) {
+        launch<typename decltype(row)::type, decltype(vec)::value, decltype(mode)::value>(geo, p1, sb, ti, stream);
+      },
+      Rows{sb.bf16_bank}, VecWidth{sb.vec8}, Snapshot{sb.snapshot_mode});
 }
 
 }  // namespace sdm::cuda
