@@ -30,8 +30,7 @@
 #include "cuda/common/alignment.hpp"
 #include "cuda/backward/backward.hpp"
 #include "cuda/engine.hpp"
-#include "cuda/common/cuda_check.hpp"
-#include "cuda/common/index_check.hpp"
+#include "cuda/common/call.hpp"
 #include "cuda/saved/layout.hpp"
 #include "cuda/common/step_streams.hpp"
 
@@ -67,13 +66,11 @@ void plan_step_and_entry_buffers(const Geometry& geo, Workspace& ws, BackwardBuf
 void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, const TensorRef& grad_readings,
                          const TensorRef& grad_final_bank, const WriteReadGrads& grads,
                          const core::WriteReadShape& shape, const WriteReadOptions& options) {
-  const DeviceGuard guard(args.memory.device.index);
-  const cudaStream_t stream = stream_of(options.cuda_stream);
+  Call call(args.memory, options.cuda_stream, options.validate);
+  const cudaStream_t stream = call.stream();
   const Geometry geo = make_geometry(shape);
-  const Inputs in = make_inputs(args);
+  const Inputs in = call.inputs(args);
   const SavedLayout layout = saved_layout(shape, options);
-  const bool capturing = is_capturing(stream);
-  const bool check = options.validate && !capturing;
 
   BackwardBuffers bb;
   bb.bank = args.memory.data;
@@ -85,9 +82,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   const bool direct = grads.memory.defined() && grads.memory.dtype == row_dtype;
   const std::int64_t grad_rows = direct ? shape.S : geo.P * geo.sps;
 
-  Workspace ws(stream);
-  unsigned long long* check_word = nullptr;
-  if (check) ws.plan(&check_word, 1);
+  Workspace& ws = call.workspace();
   plan_read_records(geo, ws, bb);
   plan_slot_tasks(geo, ws, bb);
   plan_step_and_entry_buffers(geo, ws, bb);
@@ -97,11 +92,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
     ws.plan_bytes(&bb.grad_rows, static_cast<std::size_t>(grad_rows * geo.hd) * dtype_size(row_dtype));
   }
   ws.allocate();
-
-  if (check) {
-    const IndexCheck ic{geo.P, geo.T, geo.W, geo.R, geo.sps, shape.S, true};
-    check_indices_on_device(in, ic, check_word, stream);
-  }
+  call.check_indices(in, IndexCheck{geo.P, geo.T, geo.W, geo.R, geo.sps, shape.S, true});
 
   const auto* base = static_cast<const unsigned char*>(saved.data);
   // The saved Phase 1 arrays; the forward-only fields (keys_unsorted, prev_pos, QX, sort temp)
@@ -129,7 +120,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   launch_entry_coefs(geo, p1, bb, stream);
   init_grad_bank(geo, bb, grad_rows, any_float(grad_final_bank), stream);
   const AnyFloat grad_v = any_float(grads.v);
-  StepStreams steps(geo, stream, !capturing && split_steps(geo, bb.bf16_bank ? 2 : 4));
+  StepStreams steps(geo, stream, split_steps(geo, bb.bf16_bank, call.capturing()));
   for (std::int64_t ti = geo.Nt - 1; ti >= 0; --ti) {
     for (int h = 0; h < steps.count(); ++h) {
       launch_token_side(steps.geometry(h), in, p1, bb, grad_v, ti, steps.stream(h));

@@ -18,11 +18,10 @@
 
 #include "cuda/engine.hpp"
 #include "cuda/common/alignment.hpp"
+#include "cuda/common/call.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dispatch.hpp"
 #include "cuda/common/values.cuh"
-#include "cuda/common/index_check.hpp"
-#include "cuda/common/workspace.hpp"
 
 namespace sdm::cuda {
 namespace {
@@ -233,25 +232,18 @@ void launch(const DecodeParams& prm, cudaStream_t stream) {
 
 void decode_step(const WriteReadArgs& args, const TensorRef& readings, const core::DecodeShape& shape,
                  const DecodeOptions& options) {
-  const DeviceGuard guard(args.memory.device.index);
-  const cudaStream_t stream = stream_of(options.cuda_stream);
+  Call call(args.memory, options.cuda_stream, options.validate);
+  const cudaStream_t stream = call.stream();
   DecodeParams prm;
   prm.bank = args.memory.data;
   prm.readings = readings.data;
-  prm.in = make_inputs(args);
-  prm.in.distinct_writes = options.validate && !is_capturing(stream);  // else repeats are masked (§8)
+  prm.in = call.inputs(args);
   prm.streams = shape.streams, prm.W = shape.W, prm.R = shape.R, prm.G = shape.G, prm.hd = shape.hd;
   prm.S = shape.S, prm.sps = options.slots_per_stream;
   prm.bf16_bank = shape.bank == DType::bf16;
 
-  if (options.validate && !is_capturing(stream)) {
-    Workspace ws(stream);
-    unsigned long long* check_word = nullptr;
-    ws.plan(&check_word, 1);
-    ws.allocate();
-    const IndexCheck ic{shape.streams, 1, shape.W, shape.R, options.slots_per_stream, shape.S, false};
-    check_indices_on_device(prm.in, ic, check_word, stream);
-  }
+  call.workspace().allocate();
+  call.check_indices(prm.in, IndexCheck{shape.streams, 1, shape.W, shape.R, options.slots_per_stream, shape.S, false});
 
   const bool vec8 = shape.hd % 8 == 0 && aligned16(prm.bank);
   dispatch([&](auto row, auto vec) { launch<typename decltype(row)::type, decltype(vec)::value>(prm, stream); },

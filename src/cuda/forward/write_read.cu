@@ -17,14 +17,12 @@
 
 #include "cuda/common/alignment.hpp"
 #include "cuda/engine.hpp"
-#include "cuda/common/cuda_check.hpp"
-#include "cuda/common/index_check.hpp"
+#include "cuda/common/call.hpp"
 #include "cuda/forward/phase1.hpp"
 #include "cuda/saved/layout.hpp"
 #include "cuda/saved/snapshot_rows.cuh"
 #include "cuda/common/step_kernels.hpp"
 #include "cuda/common/step_streams.hpp"
-#include "cuda/common/workspace.hpp"
 
 namespace sdm::cuda {
 
@@ -65,17 +63,11 @@ namespace {
 // `saved` == nullptr: the no-grad forward; else the saving forward into *saved.
 void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorRef* saved,
              const core::WriteReadShape& shape, const WriteReadOptions& options) {
-  const DeviceGuard guard(args.memory.device.index);
-  const cudaStream_t stream = stream_of(options.cuda_stream);
+  Call call(args.memory, options.cuda_stream, options.validate);
+  const cudaStream_t stream = call.stream();
   const Geometry geo = make_geometry(shape);
-  const bool capturing = is_capturing(stream);
-  const bool check = options.validate && !capturing;
-  Inputs in = make_inputs(args);
-  in.distinct_writes = check;  // else repeated write lanes are masked (docs/spec.md §8)
-
-  Workspace ws(stream);
-  unsigned long long* check_word = nullptr;
-  if (check) ws.plan(&check_word, 1);
+  const Inputs in = call.inputs(args);
+  Workspace& ws = call.workspace();
   // Phase 1's arrays the backward reads go to `saved` in a saving call, else to the workspace.
   Phase1Buffers p1;
   SavedLayout layout;
@@ -94,11 +86,7 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
   ws.plan(&sb.inter, step_elems);
   if (saved == nullptr) ws.plan(&sb.delta, step_elems);
   ws.allocate();
-
-  if (check) {
-    const IndexCheck ic{geo.P, geo.T, geo.W, geo.R, geo.sps, shape.S, true};
-    check_indices_on_device(in, ic, check_word, stream);
-  }
+  call.check_indices(in, IndexCheck{geo.P, geo.T, geo.W, geo.R, geo.sps, shape.S, true});
 
   sb.bank = args.memory.data;
   sb.readings = readings.data;
@@ -117,7 +105,7 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
 
   run_phase1(geo, in, sb.bf16_bank, p1, stream);
   if (saved != nullptr) zero_unwritten_saved(geo, layout, p1.keys, saved_base, stream);
-  StepStreams steps(geo, stream, !capturing && split_steps(geo, sb.bf16_bank ? 2 : 4));
+  StepStreams steps(geo, stream, split_steps(geo, sb.bf16_bank, call.capturing()));
   for (std::int64_t ti = 0; ti < geo.Nt; ++ti) {
     for (int h = 0; h < steps.count(); ++h) {
       launch_gather(steps.geometry(h), p1, sb, ti, steps.stream(h));
