@@ -38,7 +38,7 @@ target_link_libraries(sdm_cuda_topk PUBLIC sdm_core CUDA::cudart)
 sdm_set_cuda_warnings(sdm_cuda_topk)
 
 # One folder per job (docs/cuda.md, "Layout"); topk/ is its own part above.
-sdm_add_part(sdm_cuda src/cuda/common/*.cu src/cuda/sort/*.cu src/cuda/forward/*.cu src/cuda/saved/*.cu
+sdm_add_part(sdm_cuda src/cuda/engine.cu src/cuda/common/*.cu src/cuda/sort/*.cu src/cuda/forward/*.cu src/cuda/saved/*.cu
              src/cuda/backward/*.cu src/cuda/decode/*.cu)
 target_link_libraries(sdm_cuda PUBLIC sdm_core sdm_cuda_topk CUDA::cudart)
 sdm_set_cuda_warnings(sdm_cuda)

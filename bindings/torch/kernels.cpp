@@ -104,15 +104,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
     const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
     auto final_bank = private_copy(memory);
     const auto args = make_args(final_bank, in);
-    const WriteReadPlan plan = sdm::plan_write_read(args, options);
+    auto readings = new_readings(memory, in.v);
+    const auto readings_ref = to_ref(readings, "readings");
+    // Planned once: the plan sizes `saved` and is handed to the saving forward.
+    const WriteReadPlan plan = sdm::plan_write_read(args, readings_ref, options);
     // An op's outputs must be a deterministic function of its inputs (opcheck, docs/spec.md §6):
     // the buffer is zeroed only where the engine leaves bytes unwritten (the plan says so; the
     // CUDA engine writes every byte, and zeroing would cost a memset of the whole buffer).
     const auto bytes = static_cast<int64_t>(plan.saved_bytes);
     const auto byte_options = memory.options().dtype(at::kByte);
     auto saved = plan.saved_needs_zeroing ? at::zeros({bytes}, byte_options) : at::empty({bytes}, byte_options);
-    auto readings = new_readings(memory, in.v);
-    sdm::write_read_forward_saving(args, to_ref(readings, "readings"), to_ref(saved, "saved"), options);
+    sdm::write_read_forward_saving(plan, args, readings_ref, to_ref(saved, "saved"), options);
     return std::make_tuple(readings, final_bank, saved);
   });
 }
@@ -168,13 +170,14 @@ GradTuple write_read_backward(const at::Tensor& final_bank, const at::Tensor& sa
     const auto options =
         make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate, context.cuda_stream());
     const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
+    // Planned once: the plan gives the bank gradient's dtype and is handed to the backward.
     const WriteReadPlan plan = sdm::plan_write_read(make_args(final_bank, in), options);
     // The backward restores its bank in place (ops.hpp): give it a private working copy.
     auto working_bank = private_copy(final_bank);
     const auto grads = new_grads(final_bank, to_scalar_type(plan.bank_grad), in);
     const auto dy = grad_readings.contiguous();
     at::Tensor final_grad;
-    sdm::write_read_backward(make_args(working_bank, in), to_ref(saved, "saved"), to_ref(dy, "grad_readings"),
+    sdm::write_read_backward(plan, make_args(working_bank, in), to_ref(saved, "saved"), to_ref(dy, "grad_readings"),
                              optional_ref(grad_final_bank, final_grad, "grad_final_bank"), grads.refs(), options);
     return grads.tuple();
   });

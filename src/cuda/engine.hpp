@@ -1,42 +1,31 @@
-// engine.hpp - the CUDA engine's entry points (built with SDM_ENABLE_CUDA), called by src/ops/dispatch.cpp after
-// host validation (shapes, dtypes, devices); index values are checked on the device (docs/spec.md §8).
-// Contracts are those of the public functions of the same names in include/sdm/ops.hpp. Each call
-// runs on options.cuda_stream (nullptr: the legacy default stream) on the bank's device, with no
-// host sync except the validate=True index check, which is skipped while that stream is being
-// captured into a CUDA graph (out-of-range entries are then masked).
+// engine.hpp - the CUDA engine (built with SDM_ENABLE_CUDA): cuda::engine, the table of
+// core/engine.hpp that src/ops/dispatch.cpp runs CUDA banks through (the only file src/ops
+// includes from here), and the passes engine.cu builds it from. Each pass runs on
+// options.cuda_stream (nullptr: the legacy default stream) on the bank's device with no host sync
+// except, with options.validate, the index check (common/call.hpp) and the backward's stamp check
+// (saved/stamp.cu); both are skipped while the stream is being captured into a CUDA graph
+// (out-of-range entries and repeated write lanes are then masked, docs/spec.md §8). The passes'
+// `saved` is the buffer's body after the stamp (core::saved_body); engine.cu stamps it.
 #pragma once
 
-#include <cstddef>
-
+#include "core/engine.hpp"
 #include "core/saved_header.hpp"
-#include "core/validate.hpp"
-#include "sdm/ops.hpp"
 
 namespace sdm::cuda {
 
-void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
-                        const core::WriteReadShape& shape, const WriteReadOptions& options);
+extern const core::Engine engine;
 
-std::size_t write_read_saved_bytes(const core::WriteReadShape& shape, const WriteReadOptions& options);
+core::engine_fn::SavedBodyBytes write_read_saved_bytes;    // saved/layout.cu
+core::engine_fn::Forward write_read_forward;                // forward/write_read.cu
+core::engine_fn::ForwardSaving write_read_forward_saving;    // forward/write_read.cu
+core::engine_fn::Backward write_read_backward;              // backward/backward.cu
+core::engine_fn::DecodeStep decode_step;                    // decode/decode_step.cu
 
-void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings,
-                               const TensorRef& saved, const core::WriteReadShape& shape,
-                               const WriteReadOptions& options);
-
-// The stamp at the start of a saving forward's `saved` (core/saved_header.hpp; saved/stamp.cu):
-// written by stamp_saved without a sync; checked by check_saved_stamp with one host sync (none,
-// and no check, while the stream is being captured). The engine calls get saved_body(saved).
+// The stamp (saved/stamp.cu): written by stamp_saved without a sync; checked by check_saved_stamp
+// with one host sync (none, and no check, while the stream is being captured).
 void stamp_saved(const core::SavedHeader& header, const WriteReadArgs& args, const TensorRef& saved,
                  const WriteReadOptions& options);
 void check_saved_stamp(const core::SavedHeader& expected, const WriteReadArgs& args, const TensorRef& saved,
                        const WriteReadOptions& options);
-
-void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
-                         const TensorRef& grad_readings, const TensorRef& grad_final_bank,
-                         const WriteReadGrads& grads, const core::WriteReadShape& shape,
-                         const WriteReadOptions& options);
-
-void decode_step(const WriteReadArgs& args, const TensorRef& readings,
-                 const core::DecodeShape& shape, const DecodeOptions& options);
 
 }  // namespace sdm::cuda

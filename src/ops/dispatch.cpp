@@ -1,19 +1,16 @@
-// dispatch.cpp - the public entry points of include/sdm/ops.hpp: validate every argument
-// before any work, then route to the engine of the bank's device.
-//
-// CPU banks: shapes, dtypes and devices are checked here, index values too when
-// options.validate is set, then the CPU engine runs. CUDA banks: the same host checks, then
-// the CUDA engine, which checks index values on the device (docs/spec.md §8).
+// dispatch.cpp - the public entry points of include/sdm/ops.hpp and sdm/plan.hpp: validate every
+// argument and plan the call once (or check the plan the caller made), then run it on the engine
+// of the bank's device (core/engine.hpp: cpu::engine, cuda::engine), which checks index values
+// (options.validate; CPU on the host, CUDA on the device, docs/spec.md §8) and stamps `saved`.
 #include <cstdint>
-#include <exception>
 #include <string>
-#include <vector>
 
+#include "core/engine.hpp"
 #include "core/saved_header.hpp"
 #include "core/snapshot_quant.hpp"
 #include "core/validate.hpp"
 #include "cpu/engine/engine.hpp"
-#include "cpu/engine/thread_pool.hpp"
+#include "plan_source.hpp"
 #include "sdm/error.hpp"
 #include "sdm/ops.hpp"
 #include "sdm/plan.hpp"
@@ -23,8 +20,6 @@
 
 namespace sdm {
 namespace {
-
-bool on_cpu(const TensorRef& memory) { return memory.device.type == DeviceType::cpu; }
 
 // Engines run on data; a meta bank (shapes only) reaches only the shape-only entry points, and
 // so does a data-less view (core::check_engine_data): the inputs and `required`, and the defined
@@ -37,12 +32,16 @@ void check_runnable(const WriteReadArgs& args, core::NamedTensors required, cons
   core::check_engine_data(required, optional);
 }
 
-#if !defined(SDM_WITH_CUDA)
-[[noreturn]] void no_cuda(const TensorRef& memory) {
+// The engine of the bank's device; a meta bank (shape-only planning) is planned as a CPU one.
+const core::Engine& engine_of(const TensorRef& memory) {
+  if (memory.device.type != DeviceType::cuda) return cpu::engine;
+#if defined(SDM_WITH_CUDA)
+  return cuda::engine;
+#else
   throw ValueError("memory", "memory is on " + device_name(memory.device) +
                                  " but this build of sdm has no CUDA support (SDM_ENABLE_CUDA=OFF)");
-}
 #endif
+}
 
 void check_saved(const TensorRef& saved, std::size_t expected, const TensorRef& memory) {
   if (saved.dtype != DType::u8) {
@@ -66,63 +65,59 @@ void check_saved(const TensorRef& saved, std::size_t expected, const TensorRef& 
   }
 }
 
-// The plan of a call (plan.hpp): validation, then the saved layout of the bank's device (a meta
-// bank is planned as a CPU one) and the dtype rules.
+// The plan of a call (plan.hpp): validation, then the saved layout of the bank's engine and the
+// dtype rules.
 WriteReadPlan plan_for(const WriteReadArgs& args, const TensorRef& readings, const WriteReadOptions& options) {
   WriteReadPlan plan;
   plan.shape = core::validate_write_read(args, readings, options, core::BankDTypes::engine);
   plan.snapshot = core::effective_snapshot_mode(options.snapshot_quant, plan.shape.bank);
   plan.bank_grad = core::bank_grad_dtype(plan.shape.bank, options.grad_bank_fp32);
-  if (args.memory.device.type != DeviceType::cuda) {
-    plan.saved_bytes = core::kSavedHeaderBytes + cpu::write_read_saved_bytes(plan.shape, options);
-    plan.saved_needs_zeroing = true;  // the CPU layout's padding bytes are never written
-    return plan;
-  }
-#if defined(SDM_WITH_CUDA)
-  plan.saved_bytes = core::kSavedHeaderBytes + cuda::write_read_saved_bytes(plan.shape, options);
-  plan.saved_needs_zeroing = false;  // the CUDA saving forward writes every byte (saved/layout.hpp)
+  const core::Engine& engine = engine_of(args.memory);
+  plan.saved_bytes = core::kSavedHeaderBytes + engine.saved_body_bytes(plan);
+  plan.saved_needs_zeroing = engine.saved_needs_zeroing;
+  plan.source = plan_source(args, readings, options);
   return plan;
-#else
-  no_cuda(args.memory);
-#endif
 }
 
-// core::check_write_read_indices with the streams split over the engine's threads: every
-// stream is checked, and the error of the lowest failing stream is thrown, the one the
-// sequential check reports (it stops at the first failing stream, in stream order).
-void check_indices_on_threads(const WriteReadArgs& args, const WriteReadShape& shape, const WriteReadOptions& options) {
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(shape.P));
-  cpu::parallel_for(shape.P, cpu::resolve_num_threads(options.num_threads), [&](std::int64_t p) {
-    try {
-      core::check_write_read_indices_of_stream(args, shape, p);
-    } catch (...) {
-      errors[static_cast<std::size_t>(p)] = std::current_exception();
-    }
-  });
-  for (const std::exception_ptr& error : errors) {
-    if (error) std::rethrow_exception(error);
-  }
+void forward_saving(const WriteReadPlan& plan, const WriteReadArgs& args, const TensorRef& readings,
+                    const TensorRef& saved, const WriteReadOptions& options) {
+  check_runnable(args, {{readings, "readings"}, {saved, "saved"}});
+  check_saved(saved, plan.saved_bytes, args.memory);
+  core::NamedTensors others = core::named_args(args);
+  others.push_back({readings, "readings"});
+  core::check_disjoint({{saved, "saved"}}, others);
+  engine_of(args.memory).write_read_forward_saving(args, readings, saved, plan, options);
+}
+
+void backward(const WriteReadPlan& plan, const WriteReadArgs& args, const TensorRef& saved,
+              const TensorRef& grad_readings, const TensorRef& grad_final_bank, const WriteReadGrads& grads,
+              const WriteReadOptions& options) {
+  core::validate_write_read_backward(args, plan.shape, grad_readings, grad_final_bank, grads);
+  check_runnable(args, {{grad_readings, "grad_readings"}, {saved, "saved"}},
+                 {{grad_final_bank, "grad_final_bank"}, {grads.memory, "grad_memory"}, {grads.k_val, "grad_k_val"},
+                  {grads.v, "grad_v"}, {grads.beta, "grad_beta"}, {grads.g, "grad_g"}, {grads.q_val, "grad_q_val"}});
+  check_saved(saved, plan.saved_bytes, args.memory);
+  core::NamedTensors written = {{args.memory, "memory"}};
+  for (const core::NamedTensor& grad : core::named_grads(grads)) written.push_back(grad);
+  core::check_disjoint(written, {{saved, "saved"}});
+  engine_of(args.memory).write_read_backward(args, saved, grad_readings, grad_final_bank, grads, plan, options);
 }
 
 }  // namespace
 
 void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
                         const WriteReadOptions& options) {
-  const auto shape = core::validate_write_read(args, readings, options, core::BankDTypes::engine);
+  const WriteReadPlan plan = plan_for(args, readings, options);
   check_runnable(args, {{readings, "readings"}});
-  if (on_cpu(args.memory)) {
-    if (options.validate) check_indices_on_threads(args, shape, options);
-    return cpu::write_read_forward(args, readings, shape, options);
-  }
-#if defined(SDM_WITH_CUDA)
-  return cuda::write_read_forward(args, readings, shape, options);
-#else
-  no_cuda(args.memory);
-#endif
+  engine_of(args.memory).write_read_forward(args, readings, plan, options);
 }
 
 WriteReadPlan plan_write_read(const WriteReadArgs& args, const WriteReadOptions& options) {
   return plan_for(args, TensorRef{}, options);
+}
+
+WriteReadPlan plan_write_read(const WriteReadArgs& args, const TensorRef& readings, const WriteReadOptions& options) {
+  return plan_for(args, readings, options);
 }
 
 std::size_t write_read_saved_bytes(const WriteReadArgs& args, const WriteReadOptions& options) {
@@ -131,70 +126,32 @@ std::size_t write_read_saved_bytes(const WriteReadArgs& args, const WriteReadOpt
 
 void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings,
                                const TensorRef& saved, const WriteReadOptions& options) {
-  const WriteReadPlan plan = plan_for(args, readings, options);
-  const WriteReadShape& shape = plan.shape;
-  check_runnable(args, {{readings, "readings"}, {saved, "saved"}});
-  check_saved(saved, plan.saved_bytes, args.memory);
-  core::NamedTensors others = core::named_args(args);
-  others.push_back({readings, "readings"});
-  core::check_disjoint({{saved, "saved"}}, others);
-  // The stamp first (saved_header.hpp), then the engine's regions after it.
-  if (on_cpu(args.memory)) {
-    if (options.validate) check_indices_on_threads(args, shape, options);
-    core::stamp_saved_on_host(core::make_saved_header(plan, core::SavedEngine::cpu), args, saved);
-    return cpu::write_read_forward_saving(args, readings, core::saved_body(saved), shape, options);
-  }
-#if defined(SDM_WITH_CUDA)
-  cuda::stamp_saved(core::make_saved_header(plan, core::SavedEngine::cuda), args, saved, options);
-  return cuda::write_read_forward_saving(args, readings, core::saved_body(saved), shape, options);
-#else
-  no_cuda(args.memory);
-#endif
+  forward_saving(plan_for(args, readings, options), args, readings, saved, options);
+}
+
+void write_read_forward_saving(const WriteReadPlan& plan, const WriteReadArgs& args, const TensorRef& readings,
+                               const TensorRef& saved, const WriteReadOptions& options) {
+  check_plan_source(plan, args, &readings, options);
+  forward_saving(plan, args, readings, saved, options);
 }
 
 void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
                          const TensorRef& grad_readings, const TensorRef& grad_final_bank,
                          const WriteReadGrads& grads, const WriteReadOptions& options) {
-  const WriteReadPlan plan = plan_for(args, TensorRef{}, options);
-  const WriteReadShape& shape = plan.shape;
-  core::validate_write_read_backward(args, shape, grad_readings, grad_final_bank, grads);
-  check_runnable(args, {{grad_readings, "grad_readings"}, {saved, "saved"}},
-                 {{grad_final_bank, "grad_final_bank"}, {grads.memory, "grad_memory"}, {grads.k_val, "grad_k_val"},
-                  {grads.v, "grad_v"}, {grads.beta, "grad_beta"}, {grads.g, "grad_g"}, {grads.q_val, "grad_q_val"}});
-  check_saved(saved, plan.saved_bytes, args.memory);
-  core::NamedTensors written = {{args.memory, "memory"}};
-  for (const core::NamedTensor& grad : core::named_grads(grads)) written.push_back(grad);
-  core::check_disjoint(written, {{saved, "saved"}});
-  // With validate, `saved` must carry the stamp of this call (saved_header.hpp).
-  if (on_cpu(args.memory)) {
-    if (options.validate) {
-      check_indices_on_threads(args, shape, options);
-      core::check_saved_on_host(core::make_saved_header(plan, core::SavedEngine::cpu), args, saved);
-    }
-    return cpu::write_read_backward(args, core::saved_body(saved), grad_readings, grad_final_bank, grads, shape,
-                                    options);
-  }
-#if defined(SDM_WITH_CUDA)
-  if (options.validate) cuda::check_saved_stamp(core::make_saved_header(plan, core::SavedEngine::cuda), args, saved, options);
-  return cuda::write_read_backward(args, core::saved_body(saved), grad_readings, grad_final_bank, grads, shape,
-                                   options);
-#else
-  no_cuda(args.memory);
-#endif
+  backward(plan_for(args, TensorRef{}, options), args, saved, grad_readings, grad_final_bank, grads, options);
+}
+
+void write_read_backward(const WriteReadPlan& plan, const WriteReadArgs& args, const TensorRef& saved,
+                         const TensorRef& grad_readings, const TensorRef& grad_final_bank,
+                         const WriteReadGrads& grads, const WriteReadOptions& options) {
+  check_plan_source(plan, args, nullptr, options);
+  backward(plan, args, saved, grad_readings, grad_final_bank, grads, options);
 }
 
 void decode_step(const WriteReadArgs& args, const TensorRef& readings, const DecodeOptions& options) {
   const auto shape = core::validate_decode(args, readings, options, core::BankDTypes::engine);
   check_runnable(args, {{readings, "readings"}});
-  if (on_cpu(args.memory)) {
-    if (options.validate) core::check_decode_indices(args, shape, options);
-    return cpu::decode_step(args, readings, shape, options);
-  }
-#if defined(SDM_WITH_CUDA)
-  return cuda::decode_step(args, readings, shape, options);
-#else
-  no_cuda(args.memory);
-#endif
+  engine_of(args.memory).decode_step(args, readings, shape, options);
 }
 
 void check_write_read(const WriteReadArgs& args, const TensorRef& readings, const WriteReadOptions& options) {

@@ -25,11 +25,12 @@
 namespace sdm::cpu {
 
 void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, const TensorRef& grad_readings,
-                         const TensorRef& grad_final_bank, const WriteReadGrads& grads,
-                         const core::WriteReadShape& shape, const WriteReadOptions& options) {
+                         const TensorRef& grad_final_bank, const WriteReadGrads& grads, const WriteReadPlan& plan,
+                         const WriteReadOptions& options) {
+  const core::WriteReadShape& shape = plan.shape;
   const int threads = resolve_num_threads(options.num_threads);
-  const SavedLayout layout = saved_layout(shape, options);
-  const GradBank grad_bank(shape, options, grad_final_bank, grads.memory, threads);
+  const SavedLayout layout = saved_layout(plan);
+  const GradBank grad_bank(shape, plan.bank_grad, grad_final_bank, grads.memory, threads);
   const BackwardJob job{args,
                         grad_readings,
                         grads,

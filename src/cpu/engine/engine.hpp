@@ -1,30 +1,20 @@
-// engine.hpp - the CPU engine's entry points, called by src/ops/dispatch.cpp after
-// validation (shapes, dtypes, devices and, with options.validate, index values).
-// Contracts are those of the public functions of the same names in include/sdm/ops.hpp.
+// engine.hpp - the CPU engine: cpu::engine, the table of core/engine.hpp that src/ops/dispatch.cpp
+// runs CPU (and meta, for planning) banks through, and the passes engine.cpp builds it from.
+// engine.cpp adds, with options.validate, the host index check (streams split over the threads)
+// before any write and the stamp of `saved` (core/saved_header.hpp); the passes below run on
+// checked arguments, their `saved` the buffer's body after the stamp (core::saved_body).
 #pragma once
 
-#include <cstddef>
-
-#include "core/validate.hpp"
-#include "sdm/ops.hpp"
+#include "core/engine.hpp"
 
 namespace sdm::cpu {
 
-void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
-                        const core::WriteReadShape& shape, const WriteReadOptions& options);
+extern const core::Engine engine;
 
-std::size_t write_read_saved_bytes(const core::WriteReadShape& shape, const WriteReadOptions& options);
-
-void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings,
-                               const TensorRef& saved, const core::WriteReadShape& shape,
-                               const WriteReadOptions& options);
-
-void write_read_backward(const WriteReadArgs& args, const TensorRef& saved,
-                         const TensorRef& grad_readings, const TensorRef& grad_final_bank,
-                         const WriteReadGrads& grads, const core::WriteReadShape& shape,
-                         const WriteReadOptions& options);
-
-void decode_step(const WriteReadArgs& args, const TensorRef& readings,
-                 const core::DecodeShape& shape, const DecodeOptions& options);
+core::engine_fn::SavedBodyBytes write_read_saved_bytes;  // saved_layout.cpp
+core::engine_fn::Forward write_read_forward;              // forward.cpp
+core::engine_fn::ForwardSaving write_read_forward_saving;  // forward.cpp
+core::engine_fn::Backward write_read_backward;            // backward.cpp
+core::engine_fn::DecodeStep decode_step;                  // decode.cpp
 
 }  // namespace sdm::cpu

@@ -256,15 +256,15 @@ void dispatch_forward(const ForwardJob& job) {
 
 }  // namespace
 
-void write_read_forward(const WriteReadArgs& args, const TensorRef& readings, const core::WriteReadShape& shape,
+void write_read_forward(const WriteReadArgs& args, const TensorRef& readings, const WriteReadPlan& plan,
                         const WriteReadOptions& options) {
-  dispatch_forward({args, readings, shape, nullptr, nullptr, resolve_num_threads(options.num_threads)});
+  dispatch_forward({args, readings, plan.shape, nullptr, nullptr, resolve_num_threads(options.num_threads)});
 }
 
 void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings, const TensorRef& saved,
-                               const core::WriteReadShape& shape, const WriteReadOptions& options) {
-  const SavedLayout layout = saved_layout(shape, options);
-  dispatch_forward({args, readings, shape, &layout, saved.data_as<unsigned char>(),
+                               const WriteReadPlan& plan, const WriteReadOptions& options) {
+  const SavedLayout layout = saved_layout(plan);
+  dispatch_forward({args, readings, plan.shape, &layout, saved.data_as<unsigned char>(),
                     resolve_num_threads(options.num_threads)});
 }
 

@@ -30,9 +30,8 @@ void load_final_row(const TensorRef& grad_final_bank, std::int64_t row, std::int
 
 }  // namespace
 
-GradBank::GradBank(const core::WriteReadShape& shape, const WriteReadOptions& options,
-                   const TensorRef& grad_final_bank, const TensorRef& grad_memory, int threads) {
-  const DType row_dtype = core::bank_grad_dtype(shape.bank, options.grad_bank_fp32);
+GradBank::GradBank(const core::WriteReadShape& shape, DType row_dtype, const TensorRef& grad_final_bank,
+                   const TensorRef& grad_memory, int threads) {
   stream_rows_ = shape.P * shape.slots_per_stream;
   direct_ = grad_memory.defined() && grad_memory.dtype == row_dtype;
   std::int64_t rows = shape.S;

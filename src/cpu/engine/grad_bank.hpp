@@ -20,7 +20,8 @@ namespace sdm::cpu {
 
 class GradBank {
  public:
-  GradBank(const core::WriteReadShape& shape, const WriteReadOptions& options, const TensorRef& grad_final_bank,
+  // row_dtype: the plan's bank_grad.
+  GradBank(const core::WriteReadShape& shape, DType row_dtype, const TensorRef& grad_final_bank,
            const TensorRef& grad_memory, int threads);
 
   // The rows G[row] (absolute bank rows of the streams), bf16 or f32.

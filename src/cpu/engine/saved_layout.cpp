@@ -10,9 +10,10 @@ std::size_t align_up(std::size_t bytes) { return (bytes + kSavedAlign - 1) / kSa
 
 }  // namespace
 
-SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptions& options) {
+SavedLayout saved_layout(const WriteReadPlan& plan) {
+  const core::WriteReadShape& shape = plan.shape;
   SavedLayout layout;
-  layout.snapshot = snapshot_format(shape.bank, options.snapshot_quant, shape.hd);
+  layout.snapshot = snapshot_format(shape.bank, plan.snapshot, shape.hd);
   layout.rows_per_chunk = shape.C * shape.W;
   const std::int64_t chunks = shape.num_time_chunks() * shape.P;  // N
   const auto snapshot_rows = static_cast<std::size_t>(chunks * layout.rows_per_chunk);
@@ -26,8 +27,6 @@ SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptio
   return layout;
 }
 
-std::size_t write_read_saved_bytes(const core::WriteReadShape& shape, const WriteReadOptions& options) {
-  return saved_layout(shape, options).total;
-}
+std::size_t write_read_saved_bytes(const WriteReadPlan& plan) { return saved_layout(plan).total; }
 
 }  // namespace sdm::cpu

@@ -1,5 +1,5 @@
 // saved_layout.hpp - the byte layout of the saving forward's buffer (`saved`, u8), a
-// function of the shape and the options only (write_read_saved_bytes).
+// function of the plan only (its shape and effective snapshot mode; write_read_saved_bytes).
 //
 // Regions, each starting at a multiple of kSavedAlign bytes from the buffer start (every
 // access goes through memcpy, so the buffer itself needs no alignment):
@@ -46,6 +46,7 @@ struct SavedLayout {
   }
 };
 
-SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptions& options);
+// Of the plan's shape and effective snapshot mode.
+SavedLayout saved_layout(const WriteReadPlan& plan);
 
 }  // namespace sdm::cpu

@@ -21,7 +21,7 @@ SnapshotFormat snapshot_format(DType bank, SnapshotQuant mode, std::int64_t hd) 
   SnapshotFormat f;
   f.bank = bank;
   f.hd = hd;
-  f.mode = core::effective_snapshot_mode(mode, bank);
+  f.mode = mode;
   f.row_bytes = core::snapshot_payload_bytes(f.mode, bank, hd);
   f.has_scale = core::snapshot_scale_bytes(f.mode) > 0;
   return f;

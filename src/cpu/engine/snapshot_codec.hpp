@@ -28,6 +28,7 @@ struct SnapshotFormat {
   bool has_scale = false;     // one f32 scale per row (fp8 / int4)
 };
 
+// mode: the effective snapshot mode (the plan's).
 SnapshotFormat snapshot_format(DType bank, SnapshotQuant mode, std::int64_t hd);
 
 // Encodes the bank row `row` (hd elements of format.bank) into `payload` (row_bytes) and,

@@ -64,18 +64,19 @@ void plan_step_and_entry_buffers(const Geometry& geo, Workspace& ws, BackwardBuf
 }  // namespace
 
 void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, const TensorRef& grad_readings,
-                         const TensorRef& grad_final_bank, const WriteReadGrads& grads,
-                         const core::WriteReadShape& shape, const WriteReadOptions& options) {
+                         const TensorRef& grad_final_bank, const WriteReadGrads& grads, const WriteReadPlan& plan,
+                         const WriteReadOptions& options) {
+  const core::WriteReadShape& shape = plan.shape;
   Call call(args.memory, options.cuda_stream, options.validate);
   const cudaStream_t stream = call.stream();
   const Geometry geo = make_geometry(shape);
   const Inputs in = call.inputs(args);
-  const SavedLayout layout = saved_layout(shape, options);
+  const SavedLayout layout = saved_layout(plan);
 
   BackwardBuffers bb;
   bb.bank = args.memory.data;
   bb.bf16_bank = shape.bank == DType::bf16;
-  const DType row_dtype = core::bank_grad_dtype(shape.bank, options.grad_bank_fp32);
+  const DType row_dtype = plan.bank_grad;
   bb.bf16_grad_rows = row_dtype == DType::bf16;
   // G lives in grad_memory when that has the row dtype (all S rows), else in the workspace
   // (the P*sps stream rows; finish_grad_bank converts them).

@@ -61,8 +61,9 @@ Inputs make_inputs(const WriteReadArgs& args) {
 namespace {
 
 // `saved` == nullptr: the no-grad forward; else the saving forward into *saved.
-void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorRef* saved,
-             const core::WriteReadShape& shape, const WriteReadOptions& options) {
+void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorRef* saved, const WriteReadPlan& plan,
+             const WriteReadOptions& options) {
+  const core::WriteReadShape& shape = plan.shape;
   Call call(args.memory, options.cuda_stream, options.validate);
   const cudaStream_t stream = call.stream();
   const Geometry geo = make_geometry(shape);
@@ -73,7 +74,7 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
   SavedLayout layout;
   unsigned char* saved_base = nullptr;
   if (saved != nullptr) {
-    layout = saved_layout(shape, options);
+    layout = saved_layout(plan);
     saved_base = static_cast<unsigned char*>(saved->data);
     bind_saved_phase1(layout, saved_base, p1);
   } else {
@@ -118,18 +119,14 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
 
 }  // namespace
 
-void write_read_forward(const WriteReadArgs& args, const TensorRef& readings, const core::WriteReadShape& shape,
+void write_read_forward(const WriteReadArgs& args, const TensorRef& readings, const WriteReadPlan& plan,
                         const WriteReadOptions& options) {
-  forward(args, readings, nullptr, shape, options);
-}
-
-std::size_t write_read_saved_bytes(const core::WriteReadShape& shape, const WriteReadOptions& options) {
-  return saved_layout(shape, options).total;
+  forward(args, readings, nullptr, plan, options);
 }
 
 void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings, const TensorRef& saved,
-                               const core::WriteReadShape& shape, const WriteReadOptions& options) {
-  forward(args, readings, &saved, shape, options);
+                               const WriteReadPlan& plan, const WriteReadOptions& options) {
+  forward(args, readings, &saved, plan, options);
 }
 
 }  // namespace sdm::cuda

@@ -25,10 +25,12 @@
 #include "cuda/common/alignment.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "core/snapshot_quant.hpp"
+#include "cuda/engine.hpp"
 
 namespace sdm::cuda {
 
-SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptions& options) {
+SavedLayout saved_layout(const WriteReadPlan& plan) {
+  const core::WriteReadShape& shape = plan.shape;
   const std::size_t chunks = static_cast<std::size_t>(shape.num_time_chunks() * shape.P);
   const std::size_t C = static_cast<std::size_t>(shape.C), hd = static_cast<std::size_t>(shape.hd);
   const std::size_t token_rows = chunks * C;
@@ -36,7 +38,7 @@ SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptio
   const std::size_t read_entries = token_rows * static_cast<std::size_t>(shape.R);
   const std::size_t chunk_matrix = chunks * C * C;  // elements of one [N, C, C] array
   SavedLayout layout;
-  layout.mode = core::effective_snapshot_mode(options.snapshot_quant, shape.bank);
+  layout.mode = plan.snapshot;
   layout.row_bytes = core::snapshot_payload_bytes(layout.mode, shape.bank, shape.hd);
   layout.has_scales = core::snapshot_scale_bytes(layout.mode) > 0;
   // Each region starts at the next multiple of 256 bytes after the previous one's end; the bytes
@@ -65,6 +67,8 @@ SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptio
   layout.total = end;
   return layout;
 }
+
+std::size_t write_read_saved_bytes(const WriteReadPlan& plan) { return saved_layout(plan).total; }
 
 namespace {
 

@@ -32,6 +32,7 @@
 #include "cuda/common/geometry.hpp"
 #include "cuda/forward/phase1.hpp"
 #include "sdm/options.hpp"
+#include "sdm/plan.hpp"
 
 namespace sdm::cuda {
 
@@ -58,7 +59,8 @@ struct SavedLayout {
   bool has_scales = false;                   // fp8 / int4
 };
 
-SavedLayout saved_layout(const core::WriteReadShape& shape, const WriteReadOptions& options);
+// Of the plan's shape and effective snapshot mode.
+SavedLayout saved_layout(const WriteReadPlan& plan);
 
 // The bytes of the saved buffer at `base` that no kernel of the saving forward writes, zeroed on
 // `stream`: the gaps between regions, and the snapshot rows (with their scales) of the sorted write

@@ -1,0 +1,27 @@
+// engine.cu - cuda::engine (engine.hpp): the CUDA passes, the saving forward's stamp written
+// before it and, with options.validate, the backward's stamp checked before it.
+#include "cuda/engine.hpp"
+
+namespace sdm::cuda {
+namespace {
+
+void stamped_forward_saving(const WriteReadArgs& args, const TensorRef& readings, const TensorRef& saved,
+                            const WriteReadPlan& plan, const WriteReadOptions& options) {
+  stamp_saved(core::make_saved_header(plan, core::SavedEngine::cuda), args, saved, options);
+  write_read_forward_saving(args, readings, core::saved_body(saved), plan, options);
+}
+
+void checked_backward(const WriteReadArgs& args, const TensorRef& saved, const TensorRef& grad_readings,
+                      const TensorRef& grad_final_bank, const WriteReadGrads& grads, const WriteReadPlan& plan,
+                      const WriteReadOptions& options) {
+  if (options.validate) check_saved_stamp(core::make_saved_header(plan, core::SavedEngine::cuda), args, saved, options);
+  write_read_backward(args, core::saved_body(saved), grad_readings, grad_final_bank, grads, plan, options);
+}
+
+}  // namespace
+
+// The CUDA saving forward writes every byte of `saved` (saved/layout.hpp): no zeroing.
+const core::Engine engine{write_read_saved_bytes, false, write_read_forward, stamped_forward_saving,
+                          checked_backward, decode_step};
+
+}  // namespace sdm::cuda
