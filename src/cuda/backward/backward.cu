@@ -1,30 +1,19 @@
 // backward.cu - the CUDA backward of the chunked op: cuda::write_read_backward (engine.hpp; the
 // contract is sdm::write_read_backward's in include/sdm/ops.hpp, the math docs/spec.md §4).
-//
-// On entry args.memory holds the FINAL bank; it is the working bank, restored in place chunk by
-// chunk to the initial bank (exactly for snapshot "none", a bit copy; for bf16 / fp8 / int4 to
-// the decoded snapshot rows, snapshot_rows.cuh, so gradients see an approximate past, docs/spec.md §5).
-// `saved` comes from the CUDA saving forward with the same args and options (saved/layout.hpp);
-// it and every other input are only read. The backward relies on that precondition (ops.hpp): it
-// runs no Phase 1 of its own; the Phase 1 arrays it reads (sorted keys, slots, positions, L,
-// kappa, k_eff, wcoef, gdecay, rho, q_w, A, QK, X; phase1.hpp) are the saving forward's, in
-// `saved`. Their slots and positions drive the bank and G addressing, so a `saved` not made by the
-// forward of these args (other indices, or garbage) can address rows outside the streams' rows:
-// the index check below checks the args, not `saved`. One call:
-//   [device index check + one host sync, if options.validate and the stream is not capturing]
-//   the read records (backward/reads.cu), the slot kernel's warp tasks (backward/slot_tasks.cu)
-//     and the GWR weights in entry order (backward/tokens.cu), from the saved Phase 1 arrays
-//   G = grad_final_bank or 0 (backward/grad_bank.cu)
-//   for ti = Nt-1 .. 0: token side (backward/tokens.cu), then slot side (backward/slots.cu: one
-//     kernel; a slot written and read in the chunk is finished by one warp, G' kept in registers),
-//     for a large call, half of the P streams on a side stream (step_streams.hpp)
-//   the C x C dots of all chunks (pair_dots: off the loop's dependency chain, so one launch), then
-//   the per-entry gradients of all chunks (backward/entries.cu); grad_memory from G
-// Every launch goes to options.cuda_stream (or, for the steps of a large call, to the side stream
-// forked from it and joined back) with no host sync after the optional check, so the call can be
-// captured in a CUDA graph (then on one stream). Deterministic by construction: one writer per gradient
-// element and per G / bank row, every f32 sum in an order fixed by the shape (the kernel headers
-// state them), no atomics; results do not depend on the SM count or on pointer alignment.
+// args.memory holds the FINAL bank on entry; it is the working bank, restored in place chunk by
+// chunk to the initial bank (a bit copy for snapshot "none", else the decoded snapshot rows).
+// `saved` (the saving forward's, saved/layout.hpp) and the other inputs are only read; no Phase 1
+// runs here: its arrays come from `saved`, whose slots and positions drive the addressing, so the
+// engine relies on the stamp check (engine.cu) for a `saved` of other args. One call:
+//   [index check + one host sync, if checking (common/call.hpp)]
+//   read records (reads.cu), slot-kernel tasks (slot_tasks.cu), GWR weights (tokens.cu)
+//   G = grad_final_bank or 0 (grad_bank.cu)
+//   for ti = Nt-1 .. 0: token side (tokens.cu), then slot side (slots.cu), half of the P streams
+//     on a side stream for a large call (step_streams.hpp)
+//   pair_dots of all chunks, then the per-entry gradients (entries.cu); grad_memory from G
+// No host sync after the check, so the call can be captured in a CUDA graph (on one stream).
+// Deterministic: one writer per gradient element and per G / bank row, every f32 sum in an order
+// fixed by the shape, no atomics; nothing depends on the SM count or pointer alignment.
 #include <cstdint>
 
 #include "cuda/common/alignment.hpp"

@@ -1,26 +1,17 @@
-// tokens.cu - the token side of one reverse step of the CUDA backward (docs/spec.md §4:
-// D_w, dU = X^T (D_w + QK^T dy), grad_v), for the chunks n = ti*P + p of step ti, p in
-// [geo.p_first, geo.p_first + geo.p_count). Kernels, in launch order:
-//
-//   GWR           D_w[p*C+i] = sum_w coef_(i,w) G[s_(i,w)] (coef = kappa exp(Lambda - L) of the entry,
-//                 0 for masked entries): the forward's gather kernel (gather.cu, launch_weighted_gather)
-//                 on the G rows with the k side only; its order: warp k sums w = k, k+8, ... in that
-//                 order, then the 8 warp partials in warp order. The coefficients in entry order come
-//                 from entry_coefs, once per call before the loop.
-//   solve_side    dy = grad_readings of the step as f32 rows (any dtype; 0 for padding tokens), stored
-//                 into bb.dy [N*C, hd] at the chunk's rows (slot_groups_backward and pair_dots read it);
-//                 ddelta_j = D_w[j] + (sum_{i>=j} QK[i][j] dy_i);  dU_j = sum_{i>=j} X[i][j] ddelta_i;
-//                 stores dU (bb.du [N*C, hd], the chunk's rows) and grad_v = beta dU (valid tokens, if
-//                 requested).
-//                 Grid (column tiles, P); each sum one fmaf chain over i = j .. C-1 ascending
-//                 (details above the kernel).
-//   pair_dots     once after the reverse loop, for every chunk (nothing in the loop reads its output; its
-//                 inputs dy, dU, delta, residual are kept for all chunks): dQK[i][j] = <dy_i, delta_j> (j <= i),
-//                 dMs[i][j] = -<dU_i, delta_j> (j < i), rdot[i] = <res_i, dU_i>; nothing is written for j > i.
-//                 Grid (chunk n, 64 x 64 tile of the lower triangle); every value one fmaf
-//                 chain over k ascending from +0 (details above the kernel).
-// Numerics: f32 throughout; every order above is fixed by the shape (C, hd) only, never by the tile
-// width, the SM count or the access path. No atomics; each output element has exactly one writer.
+// tokens.cu - the token side of one reverse step of the CUDA backward (docs/spec.md §4: D_w,
+// dU = X^T (D_w + QK^T dy), grad_v), chunks n = ti*P + p of step ti. Kernels, in launch order:
+//   GWR          D_w[p*C+i] = sum_w coef_(i,w) G[s_(i,w)], coef = kappa exp(Lambda - L) (0 when
+//                masked, entry_coefs once per call): the forward's gather (gather.cu) on G, k side.
+//   solve_side   dy = grad_readings as f32 rows (0 for padding) into bb.dy [N*C, hd];
+//                ddelta_j = D_w[j] + sum_{i>=j} QK[i][j] dy_i;  dU_j = sum_{i>=j} X[i][j] ddelta_i;
+//                stores dU (bb.du) and grad_v = beta dU (valid tokens, if requested). Grid
+//                (column tiles, P).
+//   pair_dots    once after the reverse loop, all chunks: dQK[i][j] = <dy_i, delta_j> (j <= i),
+//                dMs[i][j] = -<dU_i, delta_j> (j < i), rdot[i] = <res_i, dU_i>. Grid (chunk,
+//                64 x 64 tile of the lower triangle).
+// Numerics: f32; every sum one fmaf chain in an order fixed by (C, hd) only (ascending i from j,
+//   or k from +0; details above each kernel), never by the tile width, SM count or access path.
+//   No atomics; each output element has exactly one writer.
 #include "cuda/common/alignment.hpp"
 #include "cuda/backward/backward.hpp"
 #include "cuda/common/rows.cuh"

@@ -5,22 +5,14 @@
 // Outputs: delta f32 (step rows, or chunk-token rows n*C + i in a saving call), readings E
 //          [P, T, hd] (valid tokens only), residual f32 [N*C, hd] (saving calls only).
 // Math:    res = rnd_E(v) - retrieved;  U = beta * res;  delta = X U;  readings = rnd_E(inter + QX U).
-// Parallel decomposition (chunk_products.cuh): grid (column tiles of kCols, 64-row blocks of the
-//   chunk, P); thread t owns column t % kCols and the 4 rows 4 (t / kCols) .. +3 of the CTA's row
-//   block R0 .. R0+63, with delta and QX U of those rows in registers. For each 64-column slice
-//   jt = 0, 64, .., R0 of X / QX (rows of the block) the CTA stages the two matrix blocks and
-//   U[jt .. jt+63] of its columns (computed from v, retrieved and beta; a CTA also computes the U
-//   rows of earlier slices, the same values as their own CTA's) into shared memory; slices below
-//   the block are full products, the slice jt = R0 is triangular. Padding tokens have U = 0.
-//   kCols (32, 16 or 8) is the widest giving about one wave of CTAs (chunk::tile_cols).
-//   C <= 64 (dual_product_small, one slice): the CTA issues all its global loads before its only
-//   __syncthreads - X and QX whole by cp.async, then v / retrieved / beta of its U rows (thread t:
-//   rows t / kCols + k * row_groups(C), k < 4, as raw bits) and inter of its 4 output rows - so one
-//   global round trip precedes the products, which then read shared memory only.
+// Decomposition (chunk_products.cuh): grid (column tiles of kCols, 64-row blocks, P); thread t owns
+//   column t % kCols and 4 rows of the block, delta and QX U of them in registers; 64-column slices
+//   of X / QX and the matching U rows are staged in shared memory (the diagonal slice triangular).
+//   kCols (32, 16 or 8): the widest giving about one wave of CTAs (chunk::tile_cols). C <= 64 takes
+//   dual_product_small (one slice, every global load issued before its only barrier).
 // Numerics: f32; delta[i] and (QX U)[i] are each one fmaf chain over j = 0 .. i ascending,
-//   independent of kCols; readings = rnd(inter + QX U).
-//   The arithmetic of readings is identical in no-grad and saving calls (the saving call only
-//   stores more: residual, delta per chunk), so their readings are bitwise equal.
+//   independent of kCols; readings = rnd(inter + QX U), the same arithmetic in no-grad and saving
+//   calls (the saving call only stores more), so their readings are bitwise equal.
 #include "cuda/common/chunk_products.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dependent_launch.cuh"
