@@ -1,24 +1,16 @@
-// backward.cpp - sdm::reference::write_read_backward: exact reverse-mode gradients of the
-// token recurrence (docs/spec.md §1, §4) in float64, token by token.
-//
-// Loss L = <readings, grad_readings> + <final bank, grad_final_bank> (absent: 0). Gradients
-// are taken with respect to the inputs as used (after the rounding of docs/spec.md §1, which counts
-// as the identity): initial bank [S, hd], k_val [P, T, W], v [P, T, hd], beta, g (G = 1: the
-// sum over the token's W writes), q_val [P, T, R]; each is stored once, rounded to its
+// backward.cpp - sdm::reference::write_read_backward: exact reverse-mode gradients of the token
+// recurrence (docs/spec.md §1, §4) in float64, token by token.
+// Loss L = <readings, grad_readings> + <final bank, grad_final_bank> (absent: 0); gradients with
+// respect to the inputs as used (the rounding of §1 counts as the identity): initial bank, k_val,
+// v, beta, g (G = 1: summed over the token's W writes), q_val, each stored once rounded to its
 // tensor's dtype. args.memory is the initial bank and is not modified.
-//
-// Method: recompute the forward keeping each token's pre-write rows m_w, retrieved and delta;
-// then walk the tokens in reverse, carrying dL/dM (the bank gradient after the token) and a
-// float64 copy of the bank that is rolled back one token at a time (undo the token's writes),
-// so that each token's read sees the rows it read in the forward. Per token, in reverse order
-// of the forward steps, with d_w = exp(gamma_w) and r_w = d_w m_w:
+// Method: recompute the forward keeping each token's pre-write rows m_w, retrieved and delta; walk
+// the tokens in reverse carrying dM (the bank gradient after the token) and a float64 bank rolled
+// back one token at a time. Per token, in reverse order of its steps (d_w = exp(gamma_w), r_w = d_w m_w):
 //   read      y = sum_r rho_r M[q_r]         d rho_r = <dy, M[q_r]>;  dM[q_r] += rho_r dy
-//   write     M[s_w] = r_w + kappa_w delta   d kappa_w = <dM[s_w], delta>;
-//                                            d delta = sum_w kappa_w dM[s_w]
-//   delta     delta = beta (v - ret)         d beta = <d delta, v - ret>;  dv = beta d delta;
-//                                            d ret = -beta d delta
-//   retrieve  ret = sum_w kappa_w r_w        d kappa_w += <d ret, r_w>;
-//                                            d r_w = dM[s_w] + kappa_w d ret
+//   write     M[s_w] = r_w + kappa_w delta   d kappa_w = <dM[s_w], delta>;  d delta = sum_w kappa_w dM[s_w]
+//   delta     delta = beta (v - ret)         d beta = <d delta, v - ret>;  dv = beta d delta;  d ret = -beta d delta
+//   retrieve  ret = sum_w kappa_w r_w        d kappa_w += <d ret, r_w>;  d r_w = dM[s_w] + kappa_w d ret
 //   decay     r_w = d_w m_w                  d gamma_w = <d r_w, r_w>;  dM[s_w] = d_w d r_w
 #include <algorithm>
 #include <cmath>
