@@ -16,11 +16,6 @@ using std::size_t;
 
 inline size_t at(std::int64_t i) { return static_cast<size_t>(i); }
 
-// Multiplicative (Fibonacci) hash of a bank row to `bits` bits.
-inline std::size_t row_hash(std::int64_t row, int bits) {
-  return static_cast<std::size_t>((static_cast<std::uint64_t>(row) * 0x9e3779b97f4a7c15ull) >> (64 - bits));
-}
-
 // Stages kappa, gamma, rho, beta and the (masked) rows of the chunk's entries. The chunk's
 // tokens are consecutive, so every per-token tensor is one contiguous run of elements.
 void stage_entries(const WriteReadArgs& args, const core::WriteReadShape& shape, ChunkPlan& plan) {
@@ -129,30 +124,28 @@ void group_writes(ChunkPlan& plan) {
   sort_into_groups(plan.k_row, entries, plan.sort_keys, plan.sort_scratch, plan.write_order, on_group);
 }
 
-// Fills plan.row_table, an open-addressing hash table (linear probing) from bank row to
-// write group. It only speeds up find_group: which group a row maps to does not depend on
-// the table's layout, so nothing downstream does either.
-void build_row_table(ChunkPlan& plan) {
-  int bits = 4;
-  while ((std::size_t{1} << bits) < 2 * plan.groups.size()) ++bits;
-  plan.row_table_bits = bits;
-  plan.row_table.assign(std::size_t{1} << bits, -1);
-  const std::size_t mask = plan.row_table.size() - 1;
+// plan.row_group: the write group of each row of the stream, -1 for a row no valid entry
+// writes. A dense table of slots_per_stream entries, so a lookup is one load; between
+// chunks only the previous chunk's groups are reset (plan.groups still holds them here), so
+// a chunk costs O(its groups), not O(slots_per_stream). Which group a row maps to is a
+// function of the groups alone, so nothing downstream depends on the table.
+void reset_row_groups(const core::WriteReadShape& shape, ChunkPlan& plan) {
+  if (plan.row_group.size() != at(shape.slots_per_stream)) {
+    plan.row_group.assign(at(shape.slots_per_stream), -1);
+  } else {
+    for (const WriteGroup& group : plan.groups) plan.row_group[at(group.row - plan.row_group_base)] = -1;
+  }
+  plan.row_group_base = plan.stream * shape.slots_per_stream;
+}
+
+void fill_row_groups(ChunkPlan& plan) {
   for (std::size_t k = 0; k < plan.groups.size(); ++k) {
-    std::size_t slot = row_hash(plan.groups[k].row, bits);
-    while (plan.row_table[slot] >= 0) slot = (slot + 1) & mask;
-    plan.row_table[slot] = static_cast<std::int32_t>(k);
+    plan.row_group[at(plan.groups[k].row - plan.row_group_base)] = static_cast<std::int32_t>(k);
   }
 }
 
-// The write group of `row`, or -1.
-std::int32_t find_group(const ChunkPlan& plan, std::int64_t row) {
-  const std::size_t mask = plan.row_table.size() - 1;
-  for (std::size_t slot = row_hash(row, plan.row_table_bits);; slot = (slot + 1) & mask) {
-    const std::int32_t k = plan.row_table[slot];
-    if (k < 0 || plan.groups[at(k)].row == row) return k;
-  }
-}
+// The write group of `row` (a row of the plan's stream), or -1.
+std::int32_t find_group(const ChunkPlan& plan, std::int64_t row) { return plan.row_group[at(row - plan.row_group_base)]; }
 
 // Lq, q_w and the visible write range of every read (reads follow the token's writes).
 void place_reads(ChunkPlan& plan) {
@@ -264,8 +257,9 @@ void build_chunk_plan(const WriteReadArgs& args, const core::WriteReadShape& sha
   plan.read_groups.clear();
 
   stage_entries(args, shape, plan);
+  reset_row_groups(shape, plan);
   group_writes(plan);
-  build_row_table(plan);
+  fill_row_groups(plan);
   place_reads(plan);
   build_a_and_qk(plan);
   solve_unit_lower(plan);
