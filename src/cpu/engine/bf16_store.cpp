@@ -10,6 +10,9 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define SDM_BF16_STORE_AVX2 1
+// GCC 12's AVX-512 intrinsics pass a deliberately undefined source operand
+// (_mm512_undefined_*), which -Wmaybe-uninitialized reports at every inlined use.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace sdm::cpu {
@@ -60,7 +63,45 @@ __attribute__((target("avx2"))) void store_avx2(std::uint16_t* out, const float*
   _mm256_zeroupper();
   store_baseline(out + c, a + c, b ? b + c : nullptr, width - c);
 }
+
+#define SDM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+// Sixteen lanes of core::bf16_from_float: round_avx2's integer steps on 16 lanes, the NaN
+// choice by mask; vpmovdw keeps each lane's low 16 bits (the bf16 bits after the shift).
+SDM_AVX512 inline __m256i round16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+  const __m512i magnitude = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(magnitude, _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(u, _mm512_set1_epi32(0x00400000));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_mask_blend_epi32(is_nan, rounded, quiet), 16));
+}
+
+SDM_AVX512 void store_avx512(std::uint16_t* out, const float* a, const float* b, std::int64_t width) {
+  std::int64_t c = 0;
+  for (; c + 16 <= width; c += 16) {
+    __m512 x = _mm512_loadu_ps(a + c);
+    if (b) x = _mm512_add_ps(x, _mm512_loadu_ps(b + c));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), round16(x));
+  }
+  if (c < width) {
+    const auto m = static_cast<__mmask16>((1u << (width - c)) - 1u);
+    __m512 x = _mm512_maskz_loadu_ps(m, a + c);
+    if (b) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, b + c));
+    _mm256_mask_storeu_epi16(out + c, m, round16(x));
+  }
+}
+#undef SDM_AVX512
 #endif
+
+bool cpu_has_avx512() {
+#if SDM_BF16_STORE_AVX2
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
 
 bool cpu_has_avx2() {
 #if SDM_BF16_STORE_AVX2
@@ -71,7 +112,10 @@ bool cpu_has_avx2() {
 }
 
 Bf16StorePath resolve(Bf16StorePath path) {
-  if (path == Bf16StorePath::automatic) return cpu_has_avx2() ? Bf16StorePath::avx2 : Bf16StorePath::baseline;
+  if (path == Bf16StorePath::automatic) {
+    if (cpu_has_avx512()) return Bf16StorePath::avx512;
+    return cpu_has_avx2() ? Bf16StorePath::avx2 : Bf16StorePath::baseline;
+  }
   return path;
 }
 
@@ -84,15 +128,23 @@ std::atomic<Bf16StorePath>& active_path() {
 
 void store_bf16_row(std::uint16_t* out, const float* a, const float* b, std::int64_t width) {
 #if SDM_BF16_STORE_AVX2
-  if (active_path().load(std::memory_order_relaxed) == Bf16StorePath::avx2) return store_avx2(out, a, b, width);
+  const Bf16StorePath path = active_path().load(std::memory_order_relaxed);
+  if (path == Bf16StorePath::avx512) return store_avx512(out, a, b, width);
+  if (path == Bf16StorePath::avx2) return store_avx2(out, a, b, width);
 #endif
   store_baseline(out, a, b, width);
 }
 
-bool bf16_store_path_available(Bf16StorePath path) { return path != Bf16StorePath::avx2 || cpu_has_avx2(); }
+bool bf16_store_path_available(Bf16StorePath path) {
+  if (path == Bf16StorePath::avx512) return cpu_has_avx512();
+  return path != Bf16StorePath::avx2 || cpu_has_avx2();
+}
 
 void set_bf16_store_path(Bf16StorePath path) {
-  if (!bf16_store_path_available(path)) throw ValueError("path", "AVX2 is not available on this CPU");
+  if (!bf16_store_path_available(path)) {
+    throw ValueError("path", path == Bf16StorePath::avx512 ? "AVX-512 F/BW/VL is not available on this CPU"
+                                                           : "AVX2 is not available on this CPU");
+  }
   active_path().store(resolve(path), std::memory_order_relaxed);
 }
 

@@ -95,6 +95,20 @@ TEST(RowKernels, Bf16StoreAvx2PathMatchesScalarRounding) {
   check_bf16_store_path(Bf16StorePath::avx2);
 }
 
+TEST(RowKernels, Bf16StoreAvx512PathMatchesScalarRounding) {
+  if (!bf16_store_path_available(Bf16StorePath::avx512)) {
+    try {
+      set_bf16_store_path(Bf16StorePath::avx512);
+      ADD_FAILURE() << "forcing AVX-512 on a CPU without it must throw";
+    } catch (const ValueError& e) {
+      EXPECT_EQ(e.argument(), "path");
+      EXPECT_STREQ(e.what(), "AVX-512 F/BW/VL is not available on this CPU");
+    }
+    GTEST_SKIP() << "this CPU has no AVX-512 F/BW/VL: only the refusal was checked";
+  }
+  check_bf16_store_path(Bf16StorePath::avx512);
+}
+
 // round_row_to_bank: f32(bf16(x)) in vector lanes and scalar tails, on every bf16 high half
 // with the rounding-boundary low halves (ties, NaN payloads, overflow to inf).
 TEST(RowKernels, RoundRowToBf16MatchesScalarRounding) {
