@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/repeated_writes.hpp"
 #include "core/log_decay.hpp"
 #include "core/tensor_access.hpp"
 #include "element_io.hpp"
@@ -16,18 +15,55 @@ using std::size_t;
 
 inline size_t at(std::int64_t i) { return static_cast<size_t>(i); }
 
+// plan.row_group: the write group of each row of the stream, -1 for a row no valid entry
+// writes. A dense table of slots_per_stream entries, so a lookup is one load; between
+// chunks only the previous chunk's groups are reset (plan.groups still holds them here), so
+// a chunk costs O(its groups), not O(slots_per_stream). Which group a row maps to is a
+// function of the groups alone, so nothing downstream depends on the table.
+void reset_row_groups(const core::WriteReadShape& shape, ChunkPlan& plan) {
+  if (plan.row_group.size() != at(shape.slots_per_stream)) {
+    plan.row_group.assign(at(shape.slots_per_stream), -1);
+  } else {
+    for (const WriteGroup& group : plan.groups) plan.row_group[at(group.row - plan.row_group_base)] = -1;
+  }
+  plan.row_group_base = plan.stream * shape.slots_per_stream;
+}
+
+void fill_row_groups(ChunkPlan& plan) {
+  for (std::size_t k = 0; k < plan.groups.size(); ++k) {
+    plan.row_group[at(plan.groups[k].row - plan.row_group_base)] = static_cast<std::int32_t>(k);
+  }
+}
+
 // Stages kappa, gamma, rho, beta and the (masked) rows of the chunk's entries. The chunk's
 // tokens are consecutive, so every per-token tensor is one contiguous run of elements.
+// A write lane repeating an earlier lane's row within its token is masked (the rule of
+// core/repeated_writes.hpp, found here through plan.row_group, reset on entry: a lane marks
+// its row with -2 - i, token i's mark, so a later lane of token i finding that mark repeats
+// it. Every marked row is an unmasked write row, hence a group row after group_writes, so
+// fill_row_groups overwrites every mark.)
 void stage_entries(const WriteReadArgs& args, const core::WriteReadShape& shape, ChunkPlan& plan) {
   const std::int64_t lo = plan.stream * shape.slots_per_stream;
   const std::int64_t hi = lo + shape.slots_per_stream;
   auto masked = [&](std::int64_t row) { return row >= lo && row < hi ? row : kMaskedRow; };
   const std::int64_t token0 = plan.stream * shape.T + plan.t0;  // flat token of i = 0
   const std::int64_t writes = plan.n * shape.W, reads = plan.n * shape.R;
-  for (std::int64_t e = 0; e < writes; ++e) {
-    plan.k_row[at(e)] = masked(core::load_index(args.k_idx, token0 * shape.W + e));
+  for (std::int64_t i = 0; i < plan.n; ++i) {
+    const auto mark = static_cast<std::int32_t>(-2 - i);
+    for (std::int64_t w = 0; w < shape.W; ++w) {
+      const std::int64_t e = i * shape.W + w;
+      std::int64_t row = masked(core::load_index(args.k_idx, token0 * shape.W + e));
+      if (row != kMaskedRow) {
+        std::int32_t& seen = plan.row_group[at(row - lo)];
+        if (seen == mark) {
+          row = kMaskedRow;
+        } else {
+          seen = mark;
+        }
+      }
+      plan.k_row[at(e)] = row;
+    }
   }
-  for (std::int64_t i = 0; i < plan.n; ++i) core::mask_repeated_writes(&plan.k_row[at(i * shape.W)], shape.W, kMaskedRow);
   for (std::int64_t q = 0; q < reads; ++q) {
     plan.q_row[at(q)] = masked(core::load_index(args.q_idx, token0 * shape.R + q));
   }
@@ -40,7 +76,10 @@ void stage_entries(const WriteReadArgs& args, const core::WriteReadShape& shape,
   load_elements(args.beta, token0, plan.n, plan.beta.data());
   if (shape.G == 1) {
     load_elements(args.g, token0, plan.n, plan.P.data());  // P: scratch until group_writes
-    for (std::int64_t e = 0; e < writes; ++e) plan.gamma[at(e)] = core::floor_log_decay(plan.P[at(e / shape.W)]);
+    for (std::int64_t i = 0; i < plan.n; ++i) {
+      const float gamma = core::floor_log_decay(plan.P[at(i)]);
+      std::fill_n(&plan.gamma[at(i * shape.W)], shape.W, gamma);
+    }
   } else {
     load_elements(args.g, token0 * shape.W, writes, plan.gamma.data());
     for (std::int64_t e = 0; e < writes; ++e) plan.gamma[at(e)] = core::floor_log_decay(plan.gamma[at(e)]);
@@ -122,26 +161,6 @@ void group_writes(ChunkPlan& plan) {
     plan.groups.push_back(group);
   };
   sort_into_groups(plan.k_row, entries, plan.sort_keys, plan.sort_scratch, plan.write_order, on_group);
-}
-
-// plan.row_group: the write group of each row of the stream, -1 for a row no valid entry
-// writes. A dense table of slots_per_stream entries, so a lookup is one load; between
-// chunks only the previous chunk's groups are reset (plan.groups still holds them here), so
-// a chunk costs O(its groups), not O(slots_per_stream). Which group a row maps to is a
-// function of the groups alone, so nothing downstream depends on the table.
-void reset_row_groups(const core::WriteReadShape& shape, ChunkPlan& plan) {
-  if (plan.row_group.size() != at(shape.slots_per_stream)) {
-    plan.row_group.assign(at(shape.slots_per_stream), -1);
-  } else {
-    for (const WriteGroup& group : plan.groups) plan.row_group[at(group.row - plan.row_group_base)] = -1;
-  }
-  plan.row_group_base = plan.stream * shape.slots_per_stream;
-}
-
-void fill_row_groups(ChunkPlan& plan) {
-  for (std::size_t k = 0; k < plan.groups.size(); ++k) {
-    plan.row_group[at(plan.groups[k].row - plan.row_group_base)] = static_cast<std::int32_t>(k);
-  }
 }
 
 // The write group of `row` (a row of the plan's stream), or -1.
@@ -256,8 +275,8 @@ void build_chunk_plan(const WriteReadArgs& args, const core::WriteReadShape& sha
   plan.read_order.clear();
   plan.read_groups.clear();
 
-  stage_entries(args, shape, plan);
   reset_row_groups(shape, plan);
+  stage_entries(args, shape, plan);
   group_writes(plan);
   fill_row_groups(plan);
   place_reads(plan);
