@@ -13,6 +13,7 @@
 // GCC 12's AVX-512 intrinsics pass a deliberately undefined source operand
 // (_mm512_undefined_*), which -Wmaybe-uninitialized reports at every inlined use.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "bf16_round_avx512.hpp"
 #endif
 
 namespace sdm::cpu {
@@ -65,30 +66,18 @@ __attribute__((target("avx2"))) void store_avx2(std::uint16_t* out, const float*
 }
 
 #define SDM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-// Sixteen lanes of core::bf16_from_float: round_avx2's integer steps on 16 lanes, the NaN
-// choice by mask; vpmovdw keeps each lane's low 16 bits (the bf16 bits after the shift).
-SDM_AVX512 inline __m256i round16(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
-  const __m512i magnitude = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(magnitude, _mm512_set1_epi32(0x7f800000));
-  const __m512i quiet = _mm512_or_si512(u, _mm512_set1_epi32(0x00400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_mask_blend_epi32(is_nan, rounded, quiet), 16));
-}
-
 SDM_AVX512 void store_avx512(std::uint16_t* out, const float* a, const float* b, std::int64_t width) {
   std::int64_t c = 0;
   for (; c + 16 <= width; c += 16) {
     __m512 x = _mm512_loadu_ps(a + c);
     if (b) x = _mm512_add_ps(x, _mm512_loadu_ps(b + c));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), round16(x));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), bf16_round16(x));
   }
   if (c < width) {
     const auto m = static_cast<__mmask16>((1u << (width - c)) - 1u);
     __m512 x = _mm512_maskz_loadu_ps(m, a + c);
     if (b) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, b + c));
-    _mm256_mask_storeu_epi16(out + c, m, round16(x));
+    _mm256_mask_storeu_epi16(out + c, m, bf16_round16(x));
   }
 }
 #undef SDM_AVX512

@@ -188,8 +188,7 @@ void forward_columns(const ForwardJob& job, const ChunkPlan& plan, std::int64_t 
       ws.token_rows[at(terms)] = tile(ws.delta, plan.token_of_write(e));
       ws.weights[at(terms++)] = plan.coef[at(e)];
     }
-    weighted_rows<Elem>(ws.token_rows.data(), ws.weights.data(), terms, m, group.decay, acc, nc);
-    store_row(m, acc, nullptr, nc);
+    weighted_rows_into_row<Elem>(ws.token_rows.data(), ws.weights.data(), terms, m, group.decay, acc, nc);
   }
 
   if (job.layout) {

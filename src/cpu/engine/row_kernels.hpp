@@ -119,6 +119,21 @@ void weighted_rows(const Src* const* rows, const float* weight, std::int64_t cou
   }
 }
 
+// row[c] = rnd_Elem(base_weight * f32(row[c]) + sum_{k < count} weight[k] * rows[k][c]): the
+// weighted_rows sum with `row` as its base, rounded once and stored back into `row` (the
+// group writer's update). scratch: width f32. With a bf16 row and the AVX-512 path active,
+// the rounding runs in registers (weighted_rows_to_bf16_avx512); otherwise weighted_rows into
+// scratch, then store_row: the same sum, the same rounding, the same bits.
+template <typename Elem>
+void weighted_rows_into_row(const float* const* rows, const float* weight, std::int64_t count, Elem* row,
+                            float base_weight, float* scratch, std::int64_t width) {
+  if constexpr (std::is_same_v<Elem, std::uint16_t>) {
+    if (row_kernels_avx512_active()) return weighted_rows_to_bf16_avx512(rows, weight, count, row, base_weight, row, width);
+  }
+  weighted_rows<Elem>(rows, weight, count, row, base_weight, scratch, width);
+  store_row(row, scratch, nullptr, width);
+}
+
 // sum_c x[c] * f32(y[c]) in row_math.hpp's dot order (8 lanes, lane l taking the columns
 // c = l mod 8 in ascending c, then the fixed pairwise tree): the bits of dot(x, f32(y), n),
 // without widening y into a scratch row first.

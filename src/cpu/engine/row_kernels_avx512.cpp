@@ -12,8 +12,11 @@
 #include <immintrin.h>
 #define SDM_ROWS_AVX512 1
 // GCC 12's AVX-512 intrinsics pass a deliberately undefined source operand
-// (_mm512_undefined_*), which -Wmaybe-uninitialized reports at every inlined use.
+// (_mm512_undefined_*), which -Wmaybe-uninitialized reports at every inlined use (and, for
+// the shifts of bf16_round16 inlined here, -Wuninitialized).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include "bf16_round_avx512.hpp"
 #endif
 
 namespace sdm::cpu {
@@ -29,10 +32,17 @@ SDM_AVX512 inline __m512 load16(const std::uint16_t* p, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-// Columns [0, 16 * (V - 1) + lanes of the last mask) of one column block.
-template <int V, typename Src, typename Base>
+// The sums' results: f32 as they are, or rounded to bf16 (bf16_round_avx512.hpp).
+SDM_AVX512 inline void store16(float* p, __mmask16 m, __m512 x) { _mm512_mask_storeu_ps(p, m, x); }
+SDM_AVX512 inline void store16(std::uint16_t* p, __mmask16 m, __m512 x) {
+  _mm256_mask_storeu_epi16(p, m, bf16_round16(x));
+}
+
+// Columns [0, 16 * (V - 1) + lanes of the last mask) of one column block. `out` may be
+// `base`: the block reads its base columns before it stores them.
+template <int V, typename Src, typename Base, typename Out>
 SDM_AVX512 void block(const Src* const* rows, const float* weight, std::int64_t count, const Base* base,
-                      float base_weight, float* out, std::int64_t c0, __mmask16 last) {
+                      float base_weight, Out* out, std::int64_t c0, __mmask16 last) {
   __m512 acc[V];
   auto mask = [&](int v) { return v == V - 1 ? last : static_cast<__mmask16>(0xffff); };
   if (base) {
@@ -50,15 +60,15 @@ SDM_AVX512 void block(const Src* const* rows, const float* weight, std::int64_t 
     for (int v = 0; v < V; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(w, load16(row + 16 * v, mask(v))));
   }
 #pragma GCC unroll 8
-  for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(out + c0 + 16 * v, mask(v), acc[v]);
+  for (int v = 0; v < V; ++v) store16(out + c0 + 16 * v, mask(v), acc[v]);
 }
 // (No explicit _mm256_zeroupper: GCC places a vzeroupper after the last wide instruction of
 // each function; an explicit one can be scheduled before wide register uses, which then leave
 // the upper state dirty and slow every later SSE instruction of the baseline code.)
 
-template <typename Src, typename Base>
+template <typename Src, typename Base, typename Out>
 SDM_AVX512 void weighted(const Src* const* rows, const float* weight, std::int64_t count, const Base* base,
-                         float base_weight, float* out, std::int64_t width) {
+                         float base_weight, Out* out, std::int64_t width) {
   constexpr std::int64_t kBlock = 128;  // 8 zmm accumulators
   for (std::int64_t c0 = 0; c0 < width; c0 += kBlock) {
     const std::int64_t cols = width - c0 < kBlock ? width - c0 : kBlock;
@@ -123,6 +133,11 @@ void weighted_rows_avx512(const float* const* rows, const float* weight, std::in
                           float base_weight, float* out, std::int64_t width) {
   weighted(rows, weight, count, base, base_weight, out, width);
 }
+void weighted_rows_to_bf16_avx512(const float* const* rows, const float* weight, std::int64_t count,
+                                  const std::uint16_t* base, float base_weight, std::uint16_t* out,
+                                  std::int64_t width) {
+  weighted(rows, weight, count, base, base_weight, out, width);
+}
 #else
 void weighted_rows_avx512(const std::uint16_t* const*, const float*, std::int64_t, const std::uint16_t*, float,
                           float*, std::int64_t) {
@@ -134,6 +149,10 @@ void weighted_rows_avx512(const float* const*, const float*, std::int64_t, const
 }
 void weighted_rows_avx512(const float* const*, const float*, std::int64_t, const float*, float, float*,
                           std::int64_t) {
+  throw ValueError("path", "AVX-512 is not available on this CPU");
+}
+void weighted_rows_to_bf16_avx512(const float* const*, const float*, std::int64_t, const std::uint16_t*, float,
+                                  std::uint16_t*, std::int64_t) {
   throw ValueError("path", "AVX-512 is not available on this CPU");
 }
 #endif

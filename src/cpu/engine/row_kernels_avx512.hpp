@@ -40,4 +40,11 @@ void weighted_rows_avx512(const float* const* rows, const float* weight, std::in
 void weighted_rows_avx512(const float* const* rows, const float* weight, std::int64_t count, const float* base,
                           float base_weight, float* out, std::int64_t width);
 
+// The same sum rounded once to bf16 in registers (bf16_round_avx512.hpp: core::bf16_from_float's
+// bits) and stored into `out`, which may be `base` (each column block reads its base columns
+// before storing them): the bits of weighted_rows_avx512 then store_bf16_row, without the f32 row.
+void weighted_rows_to_bf16_avx512(const float* const* rows, const float* weight, std::int64_t count,
+                                  const std::uint16_t* base, float base_weight, std::uint16_t* out,
+                                  std::int64_t width);
+
 }  // namespace sdm::cpu

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
@@ -297,6 +298,57 @@ TEST(RowKernels, WeightedRowsFollowTheDocumentedOrderBitwise) {
           check_weighted_rows<std::uint16_t>(count, width, with_base);
           check_weighted_rows<std::uint16_t, float>(count, width, with_base);
         }
+      }
+    }
+  }
+}
+
+// weighted_rows_into_row (the group writer's update, in place): the documented sum with the row
+// as its base, rounded once to the row's dtype, on each row-kernel path (the AVX-512 one rounds
+// bf16 rows in registers). The row holds some special bf16 patterns (NaN quiet and signalling,
+// +-inf, a subnormal, -0) so the rounding's NaN and edge lanes run in the fused store too.
+template <typename Elem>
+void check_weighted_rows_into_row(std::int64_t count, std::int64_t width) {
+  const auto values = wide_values(static_cast<std::size_t>(count * width), 7);
+  std::vector<float> store = values;
+  std::vector<const float*> rows;
+  for (std::int64_t k = 0; k < count; ++k) rows.push_back(store.data() + k * width);
+  const auto base_values = wide_values(static_cast<std::size_t>(width), 8);
+  std::vector<Elem> row(static_cast<std::size_t>(width));
+  if constexpr (sizeof(Elem) == 2) {
+    row = to_bf16(base_values);
+    const std::uint16_t specials[] = {0x7fc1u, 0x7f81u, 0x7f80u, 0xff80u, 0x0001u, 0x8000u};
+    for (std::size_t c = 0; c < std::size(specials) && c < row.size(); ++c) row[(c * 5) % row.size()] = specials[c];
+  } else {
+    row = base_values;
+  }
+  const auto weight = wide_values(static_cast<std::size_t>(count) + 1, 10);
+  const float base_weight = count == 0 ? 1.0f : weight[static_cast<std::size_t>(count)];
+  std::vector<Elem> want(row.size());
+  for (std::int64_t c = 0; c < width; ++c) {
+    float acc = base_weight * load_bank(row[static_cast<std::size_t>(c)]);
+    for (std::int64_t k = 0; k < count; ++k) acc += weight[static_cast<std::size_t>(k)] * rows[static_cast<std::size_t>(k)][c];
+    store_bank(want[static_cast<std::size_t>(c)], acc);
+  }
+  std::vector<float> scratch(static_cast<std::size_t>(width));
+  weighted_rows_into_row<Elem>(rows.data(), weight.data(), count, row.data(), base_weight, scratch.data(), width);
+  SCOPED_TRACE(::testing::Message() << "count " << count << " width " << width);
+  for (std::size_t c = 0; c < row.size(); ++c) {
+    std::uint32_t got_bits = 0, want_bits = 0;
+    std::memcpy(&got_bits, &row[c], sizeof(Elem));
+    std::memcpy(&want_bits, &want[c], sizeof(Elem));
+    EXPECT_EQ(got_bits, want_bits) << "column " << c;
+  }
+}
+
+TEST(RowKernels, WeightedRowsIntoRowRoundOnceInPlaceBitwise) {
+  for (RowKernelPath path : row_paths()) {
+    const ForcedRowPath forced(path);
+    SCOPED_TRACE(::testing::Message() << "path " << static_cast<int>(path));
+    for (std::int64_t count : {0, 1, 3, 33}) {
+      for (std::int64_t width : {1, 7, 16, 17, 128, 131, 256, 300}) {
+        check_weighted_rows_into_row<float>(count, width);
+        check_weighted_rows_into_row<std::uint16_t>(count, width);
       }
     }
   }
