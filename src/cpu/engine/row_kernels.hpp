@@ -166,7 +166,9 @@ float dot_row(const float* x, const Elem* y, std::int64_t n) {
 // at +0 is never -0, so adding +-0 leaves it unchanged (with in_k inf or NaN the skipped term
 // would have made the sum NaN). The rule depends on the rows only, never on the column, so
 // the column split still changes no bit. A and QK are sparse (tokens of a chunk rarely share
-// a row), so X and QK mostly are too; the kept terms are listed once per row block.
+// a row), so X and QK mostly are too; the kept terms are listed once per row block. With
+// row_kernels_avx512.hpp's path active, each block's (and leftover row's) column sweep runs
+// there (16-lane vectors, the same terms in the same order: the same bits).
 inline constexpr std::int64_t kMaxChunkRows = 256;
 
 template <bool Lower>
@@ -185,6 +187,10 @@ void triangular_product(const float* coef, std::int64_t ldc, const float* in, fl
         std::int64_t count = 0;
         for (std::int64_t k = Lower ? 0 : r; k <= (Lower ? r : n - 1); ++k) {
           if (cf(r, k) != 0.0f) kept[count++] = static_cast<std::int32_t>(k);
+        }
+        if (row_kernels_avx512_active()) {
+          triangular_rows_avx512(Lower, coef, ldc, in, out, r, 1, kept, count, width);
+          continue;
         }
         std::int64_t c = 0;
         for (; c + kStrip <= width; c += kStrip) {
@@ -218,6 +224,10 @@ void triangular_product(const float* coef, std::int64_t ldc, const float* in, fl
       for (std::int64_t k = 0; k < r0; ++k) keep_shared(k);
     } else {
       for (std::int64_t k = r0 + kRows; k < n; ++k) keep_shared(k);
+    }
+    if (row_kernels_avx512_active()) {
+      triangular_rows_avx512(Lower, coef, ldc, in, out, r0, kRows, kept, count, width);
+      continue;
     }
     // Row r of the block takes triangle term r0 + t when t <= r (Lower) or t >= r (upper).
     auto in_triangle = [](std::int64_t r, std::int64_t t) { return Lower ? t <= r : t >= r; };

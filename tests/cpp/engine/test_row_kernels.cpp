@@ -142,6 +142,21 @@ TEST(RowKernels, Bf16LoadMatchesScalar) {
   }
 }
 
+// Forces a row-kernel path (row_kernels_avx512.hpp) for its lifetime.
+struct ForcedRowPath {
+  explicit ForcedRowPath(RowKernelPath path) { set_row_kernel_path(path); }
+  ~ForcedRowPath() { set_row_kernel_path(RowKernelPath::automatic); }
+  ForcedRowPath(const ForcedRowPath&) = delete;
+  ForcedRowPath& operator=(const ForcedRowPath&) = delete;
+};
+
+// The row-kernel paths this CPU can run (baseline always).
+std::vector<RowKernelPath> row_paths() {
+  std::vector<RowKernelPath> paths{RowKernelPath::baseline};
+  if (row_kernel_path_available(RowKernelPath::avx512)) paths.push_back(RowKernelPath::avx512);
+  return paths;
+}
+
 // The documented orders, one element at a time.
 template <bool Lower>
 std::vector<float> triangular_reference(const std::vector<float>& coef, std::int64_t ldc, const std::vector<float>& in,
@@ -220,34 +235,27 @@ void check_column_split(std::int64_t n) {
 }
 
 TEST(RowKernels, TriangularProductBitsDoNotDependOnTheColumnSplit) {
-  for (std::int64_t n : {3, 4, 9, 14}) {
-    check_column_split<true>(n);
-    check_column_split<false>(n);
-  }
-}
-
-TEST(RowKernels, TriangularProductsFollowTheDocumentedOrderBitwise) {
-  for (std::int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 13}) {
-    for (std::int64_t width : {1, 3, 8, 9, 16, 19}) {
-      check_triangular<true>(n, width);
-      check_triangular<false>(n, width);
+  for (RowKernelPath path : row_paths()) {
+    const ForcedRowPath forced(path);
+    SCOPED_TRACE(::testing::Message() << "path " << static_cast<int>(path));
+    for (std::int64_t n : {3, 4, 9, 14}) {
+      check_column_split<true>(n);
+      check_column_split<false>(n);
     }
   }
 }
 
-// Forces a row-kernel path (row_kernels_avx512.hpp) for its lifetime.
-struct ForcedRowPath {
-  explicit ForcedRowPath(RowKernelPath path) { set_row_kernel_path(path); }
-  ~ForcedRowPath() { set_row_kernel_path(RowKernelPath::automatic); }
-  ForcedRowPath(const ForcedRowPath&) = delete;
-  ForcedRowPath& operator=(const ForcedRowPath&) = delete;
-};
-
-// The row-kernel paths this CPU can run (baseline always).
-std::vector<RowKernelPath> row_paths() {
-  std::vector<RowKernelPath> paths{RowKernelPath::baseline};
-  if (row_kernel_path_available(RowKernelPath::avx512)) paths.push_back(RowKernelPath::avx512);
-  return paths;
+TEST(RowKernels, TriangularProductsFollowTheDocumentedOrderBitwise) {
+  for (RowKernelPath path : row_paths()) {
+    const ForcedRowPath forced(path);
+    SCOPED_TRACE(::testing::Message() << "path " << static_cast<int>(path));
+    for (std::int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 13}) {
+      for (std::int64_t width : {1, 3, 8, 9, 16, 19, 64, 67, 130}) {
+        check_triangular<true>(n, width);
+        check_triangular<false>(n, width);
+      }
+    }
+  }
 }
 
 // Rows of Src, the base row (when used) of Elem: the forward's gathers (Elem rows, no base),
