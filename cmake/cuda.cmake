@@ -1,6 +1,6 @@
 # cuda.cmake - the CUDA engine (included by the top-level CMakeLists.txt when SDM_ENABLE_CUDA=ON).
 #
-#   sdm_cuda         static library part from src/cuda (kernels + host launchers)
+#   sdm_cuda         static library part from src/cuda/<job>/ (kernels + host launchers)
 #   sdm_cuda_topk    the product-key top-k kernels (src/cuda/topk), linked by sdm_cuda
 #   tests/gpu        GPU tests and, in bench/cuda, the GPU benchmark (SDM_BUILD_GPU_TESTS, default
 #                    ON); they need no GoogleTest and exit 0 with a message where no GPU exists.
@@ -37,7 +37,9 @@ sdm_add_part(sdm_cuda_topk src/cuda/topk/*.cu)
 target_link_libraries(sdm_cuda_topk PUBLIC sdm_core CUDA::cudart)
 sdm_set_cuda_warnings(sdm_cuda_topk)
 
-sdm_add_part(sdm_cuda src/cuda/*.cu src/cuda/*.cpp)
+# One folder per job (docs/cuda.md, "Layout"); topk/ is its own part above.
+sdm_add_part(sdm_cuda src/cuda/common/*.cu src/cuda/sort/*.cu src/cuda/forward/*.cu src/cuda/saved/*.cu
+             src/cuda/backward/*.cu src/cuda/decode/*.cu)
 target_link_libraries(sdm_cuda PUBLIC sdm_core sdm_cuda_topk CUDA::cudart)
 sdm_set_cuda_warnings(sdm_cuda)
 

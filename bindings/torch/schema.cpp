@@ -2,7 +2,8 @@
 //
 //   write_read_             in-place no-grad chunked forward (inference, prefill, caches)
 //   write_read              functional saving forward -> (readings, final_bank, saved)
-//   limits                  the op's size limits (W, R; chunk size; bank rows), for the layer's checks
+//   limits                  every limit and default of the ops (sdm/options.hpp, sdm/product_key_topk.hpp)
+//                           as a {name: value} dict: the Python package's only source for them
 //   write_read_plan         shape-only plan of a call: size of `saved`, bank-gradient dtype (bf16?)
 //                           (used by the fake kernels)
 //   check_write_read, check_decode_step
@@ -16,41 +17,57 @@
 // the in-place ops get an Autograd kernel that refuses to be recorded (inplace_guard.cpp).
 #include <torch/library.h>
 
-#include <tuple>
+#include <ATen/core/Dict.h>
+
+#include <cstdint>
+#include <string>
 
 #include "sdm/options.hpp"
-
-#define SDM_OP_INPUTS \
-  "Tensor k_idx, Tensor k_val, Tensor v, Tensor beta, Tensor g, Tensor q_idx, Tensor q_val"
-#define SDM_OP_OPTIONS \
-  "int slots_per_stream, int chunk_size=64, str snapshot_quant=\"none\", bool grad_bank_fp32=False"
-#define SDM_GRADS \
-  "(Tensor grad_memory, Tensor grad_k_val, Tensor grad_v, Tensor grad_beta, Tensor grad_g, Tensor grad_q_val)"
+#include "sdm/product_key_topk.hpp"
+#include "sdm/types.hpp"
 
 namespace {
 
-std::tuple<int64_t, int64_t, int64_t> limits() {
-  return {sdm::kMaxWidth, sdm::kMaxChunk, sdm::kMaxBankRows};
+// Each key is its C++ constant's name in snake case, without the k.
+c10::Dict<std::string, int64_t> limits() {
+  c10::Dict<std::string, int64_t> out;
+  out.insert("max_width", sdm::kMaxWidth);
+  out.insert("max_chunk", sdm::kMaxChunk);
+  out.insert("max_bank_rows", sdm::kMaxBankRows);
+  out.insert("max_elements", sdm::kMaxElements);
+  out.insert("max_dims", sdm::TensorRef::kMaxDims);  // TensorRef::kMaxDims: dimensions of a tensor
+  out.insert("default_chunk", sdm::kDefaultChunk);
+  out.insert("max_product_key_factors", sdm::kMaxProductKeyFactors);
+  out.insert("max_product_key_k", sdm::kMaxProductKeyK);
+  out.insert("max_product_key_slots", sdm::kMaxProductKeySlots);
+  return out;
 }
 
 }  // namespace
 
 TORCH_LIBRARY(sdm, m) {
-  m.def("limits() -> (int max_width, int max_chunk, int max_bank_rows)", &limits);
-  m.def("write_read_(Tensor(a!) memory, " SDM_OP_INPUTS ", *, " SDM_OP_OPTIONS
-        ", bool validate=True) -> Tensor readings");
-  m.def("write_read(Tensor memory, " SDM_OP_INPUTS ", *, " SDM_OP_OPTIONS
-        ", bool validate=True) -> (Tensor readings, Tensor final_bank, Tensor saved)");
-  m.def("write_read_plan(Tensor memory, " SDM_OP_INPUTS ", *, Device device, " SDM_OP_OPTIONS
-        ") -> (int saved_bytes, bool bank_grad_bf16)");
-  m.def("check_write_read(Tensor memory, " SDM_OP_INPUTS ", *, " SDM_OP_OPTIONS ") -> ()");
-  m.def("check_decode_step(Tensor memory, " SDM_OP_INPUTS ", *, int slots_per_stream=0) -> ()");
-  m.def("write_read_backward(Tensor final_bank, Tensor saved, " SDM_OP_INPUTS
-        ", Tensor grad_readings, Tensor? grad_final_bank, *, " SDM_OP_OPTIONS ", bool validate=True) -> " SDM_GRADS);
-  m.def("decode_step(Tensor(a!) memory, " SDM_OP_INPUTS
-        ", *, int slots_per_stream=0, bool validate=True) -> Tensor readings");
-  m.def("reference_write_read(Tensor memory, " SDM_OP_INPUTS
-        ", *, int slots_per_stream, int chunk_size=64) -> (Tensor readings, Tensor final_bank)");
-  m.def("reference_write_read_backward(Tensor memory, " SDM_OP_INPUTS
-        ", Tensor grad_readings, Tensor? grad_final_bank, *, int slots_per_stream, int chunk_size=64) -> " SDM_GRADS);
+  const std::string inputs = "Tensor k_idx, Tensor k_val, Tensor v, Tensor beta, Tensor g, Tensor q_idx, Tensor q_val";
+  const std::string chunk = "int chunk_size=" + std::to_string(sdm::kDefaultChunk);  // the C++ default
+  const std::string options =
+      "int slots_per_stream, " + chunk + ", str snapshot_quant=\"none\", bool grad_bank_fp32=False";
+  const std::string grads =
+      "(Tensor grad_memory, Tensor grad_k_val, Tensor grad_v, Tensor grad_beta, Tensor grad_g, Tensor grad_q_val)";
+  const auto def = [&m](const std::string& schema) { m.def(schema.c_str()); };
+
+  m.def("limits() -> Dict(str, int)", &limits);
+  def("write_read_(Tensor(a!) memory, " + inputs + ", *, " + options + ", bool validate=True) -> Tensor readings");
+  def("write_read(Tensor memory, " + inputs + ", *, " + options +
+      ", bool validate=True) -> (Tensor readings, Tensor final_bank, Tensor saved)");
+  def("write_read_plan(Tensor memory, " + inputs + ", *, Device device, " + options +
+      ") -> (int saved_bytes, bool bank_grad_bf16)");
+  def("check_write_read(Tensor memory, " + inputs + ", *, " + options + ") -> ()");
+  def("check_decode_step(Tensor memory, " + inputs + ", *, int slots_per_stream=0) -> ()");
+  def("write_read_backward(Tensor final_bank, Tensor saved, " + inputs +
+      ", Tensor grad_readings, Tensor? grad_final_bank, *, " + options + ", bool validate=True) -> " + grads);
+  def("decode_step(Tensor(a!) memory, " + inputs +
+      ", *, int slots_per_stream=0, bool validate=True) -> Tensor readings");
+  def("reference_write_read(Tensor memory, " + inputs + ", *, int slots_per_stream, " + chunk +
+      ") -> (Tensor readings, Tensor final_bank)");
+  def("reference_write_read_backward(Tensor memory, " + inputs +
+      ", Tensor grad_readings, Tensor? grad_final_bank, *, int slots_per_stream, " + chunk + ") -> " + grads);
 }

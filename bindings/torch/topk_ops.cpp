@@ -6,6 +6,8 @@
 //       validate: slots outside [0, prod(factor_dims)) are refused (the autograd formula, which passes
 //       the forward's own slots, turns it off)
 //   product_key_topk_selected(raw, factor_dims, k) -> kk   (shape and dtype only: fake kernels)
+//   product_key_columns(factor_dims) -> sum(factor_dims)    after the C++ check of factor_dims (the
+//       Python args and the backward's fake kernel check factor widths by this rule, not a copy)
 //
 // Leading dims are flattened into rows; the C++ API checks everything before any work. The
 // autograd formula and the fake kernels are registered from Python (sdm/product_keys.py).
@@ -58,14 +60,18 @@ std::string shape_of(const at::Tensor& t) {
   return out + "]";
 }
 
-// A data-less [1, last dim] view of t's dtype: what the shape-only checks read.
-TensorRef row_shape(const at::Tensor& t, const char* name) {
+// A data-less [1, columns] view of `dtype`: what the shape-only checks read.
+TensorRef row_shape(DType dtype, std::int64_t columns) {
   TensorRef ref;
-  ref.dtype = to_sdm_dtype(t.scalar_type(), name);
+  ref.dtype = dtype;
   ref.ndim = 2;
-  ref.sizes = {1, t.size(-1), 0, 0};
-  ref.strides = {t.size(-1), 1, 0, 0};
+  ref.sizes = {1, columns, 0, 0};
+  ref.strides = {columns, 1, 0, 0};
   return ref;
+}
+
+TensorRef row_shape(const at::Tensor& t, const char* name) {
+  return row_shape(to_sdm_dtype(t.scalar_type(), name), t.size(-1));
 }
 
 // The column count of factor_dims when every width is valid, else 0 (the C++ check then
@@ -77,6 +83,16 @@ std::int64_t columns_of(c10::IntArrayRef factor_dims) {
     sum += w;
   }
   return sum;
+}
+
+int64_t product_key_columns(c10::IntArrayRef factor_dims) {
+  return translate_errors([&] {
+    const std::int64_t width = columns_of(factor_dims);
+    // k = 1 is in range whatever the limits: only factor_dims can be refused.
+    sdm::product_key_topk_selected(row_shape(DType::f32, width),
+                                   std::span<const std::int64_t>(factor_dims.data(), factor_dims.size()), 1);
+    return width;
+  });
 }
 
 }  // namespace
@@ -134,6 +150,8 @@ TORCH_LIBRARY_FRAGMENT(sdm, m) {
   m.def("product_key_topk_backward(Tensor slots, Tensor grad_values, int[] factor_dims, *, bool validate=True) -> "
         "Tensor grad_raw");
   m.def("product_key_topk_selected(Tensor raw, int[] factor_dims, int k) -> int");
+  // No tensor argument: one kernel for every dispatch key.
+  m.def("product_key_columns(int[] factor_dims) -> int", &product_key_columns);
 }
 
 TORCH_LIBRARY_IMPL(sdm, CPU, m) {

@@ -3,7 +3,8 @@
 // Limits (docs/spec.md §7): chunk_size, and the widths W (k_idx.shape[-1]) and R
 // (q_idx.shape[-1]) of every call, are in 1..kMaxWidth / kMaxChunk; bank rows <= kMaxBankRows;
 // no tensor or working array of a call above kMaxElements elements. Violations raise
-// sdm::ValueError naming the argument.
+// sdm::ValueError naming the argument. These constants and kDefaultChunk are the only copy:
+// the torch schemas and the Python package read them (torch.ops.sdm.limits()).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@ inline constexpr std::int64_t kMaxBankRows = (std::int64_t{1} << 31) - 1;   // m
 // 2^52 elements is far beyond any memory; the bound lets every engine form its byte sizes and
 // offsets (elements x <= 16 bytes, summed over a few dozen regions) in 64 bits without a wrap.
 inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 52;
+inline constexpr std::int64_t kDefaultChunk = 64;                           // chunk_size's default
 
 // How the saving forward stores the pre-write rows that the backward restores (docs/spec.md §5).
 enum class SnapshotQuant : std::uint8_t { none, bf16, fp8, int4 };
@@ -27,7 +29,7 @@ SnapshotQuant parse_snapshot_quant(std::string_view name);
 
 struct WriteReadOptions {
   std::int64_t slots_per_stream = 0;  // rows owned by one stream (required, >= 1)
-  std::int64_t chunk_size = 64;       // C in 1..256; clamped to T
+  std::int64_t chunk_size = kDefaultChunk;  // C in 1..kMaxChunk; clamped to T
   SnapshotQuant snapshot_quant = SnapshotQuant::none;
   bool grad_bank_fp32 = false;        // bf16 bank: keep bank-gradient rows in f32 (docs/spec.md §4)
   bool validate = true;               // check index ranges and distinct write slots (docs/spec.md §8);

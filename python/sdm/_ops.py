@@ -1,6 +1,9 @@
 """Loads the torch.ops.sdm operators and registers what lives on the Python side of them:
 the fake (meta) kernels that let torch.compile trace the ops, and the autograd formulas of
-the functional ops. No math happens here: every kernel is C++ (bindings/torch/)."""
+the functional ops. No math happens here: every kernel is C++ (bindings/torch/).
+
+``LIMITS``: every limit and default of the ops, read once from C++ (``torch.ops.sdm.limits()``,
+the constants of include/sdm/options.hpp, product_key_topk.hpp, types.hpp); the package restates none."""
 
 from __future__ import annotations
 
@@ -23,6 +26,10 @@ def _library_path() -> str:
 
 
 torch.ops.load_library(_library_path())
+
+# max_width (W, R), max_chunk, default_chunk, max_bank_rows, max_elements, max_dims,
+# max_product_key_factors, max_product_key_k, max_product_key_slots.
+LIMITS: dict[str, int] = dict(torch.ops.sdm.limits())
 
 _INPUT_NAMES = ("k_idx", "k_val", "v", "beta", "g", "q_idx", "q_val")
 

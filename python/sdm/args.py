@@ -11,17 +11,18 @@ import numbers
 import warnings
 from dataclasses import dataclass
 
-import torch
-
-from . import _ops  # noqa: F401  (loads the operators: torch.ops.sdm.limits)
+from ._ops import LIMITS
 from .activations import check_activation
-from .product_keys import MAX_K, check_factor_dims
+from .product_keys import check_factor_dims
 
 SNAPSHOT_MODES = ("none", "bf16", "fp8", "int4")
-DEFAULT_CHUNK_SIZE = 64
-# The op's limits (C++ sdm/options.hpp): the chunk size C and the bank rows (one layer's bank per
-# sequence: num_heads * slots_per_head). W and R are the top-k's k (MAX_K, the same 256).
-_, MAX_CHUNK_SIZE, MAX_BANK_ROWS = torch.ops.sdm.limits()
+# The op's default and limits (C++ sdm/options.hpp, through torch.ops.sdm.limits()): the chunk size
+# C and the bank rows (one layer's bank per sequence: num_heads * slots_per_head). num_writes /
+# num_reads are both the top-k's k and the op's W / R, so both limits bound them.
+DEFAULT_CHUNK_SIZE = LIMITS["default_chunk"]
+MAX_CHUNK_SIZE = LIMITS["max_chunk"]
+MAX_BANK_ROWS = LIMITS["max_bank_rows"]
+MAX_READS_WRITES = min(LIMITS["max_product_key_k"], LIMITS["max_width"])
 
 _FLAGS = ("normalize_readings", "backprop_on_memory", "output_gate", "query_batchnorm", "log_memory_access_stats",
           "log_memory_norms", "key_weighted_decay", "grad_bank_fp32", "cuda_graph")
@@ -45,10 +46,10 @@ class SparseDeltaMemoryArgs:
 
     ``slots_per_head`` bank rows per head: ``side ** 2`` for the default two product-key
     factors of ``side`` columns, or ``prod(product_key_factor_dims)``. ``chunk_size`` is C of the
-    chunked op (a speed knob: results change only through rounding; None, kept as None: 64,
-    ``SparseDeltaMemory.chunk_size`` is the effective value); ``memory_block_size`` is its former
-    name (DeprecationWarning; moved to chunk_size and cleared, as in 2.0.0; both set and different:
-    ValueError). ``read_act`` / ``write_act``: "Softmax" (softmax of scale * scores over the
+    chunked op (a speed knob: results change only through rounding; None, kept as None: the op's
+    default ``DEFAULT_CHUNK_SIZE``; ``SparseDeltaMemory.chunk_size`` is the effective value);
+    ``memory_block_size`` is its former name (DeprecationWarning; moved to chunk_size and cleared,
+    as in 2.0.0; both set and different: ValueError). ``read_act`` / ``write_act``: "Softmax" (softmax of scale * scores over the
     selected slots), "l2_normalize", or the name of a torch.nn module built without arguments
     ("ReLU", "Identity", "Dropout", "PReLU": its parameters are the layer's).
     ``dt_bias_init`` is accepted and unused (as in 2.0.0). ``cuda_graph``: a CUDA layer replays its
@@ -104,7 +105,7 @@ class SparseDeltaMemoryArgs:
 
     @property
     def effective_chunk_size(self) -> int:
-        """``chunk_size``, or the op's default (64) when it is None."""
+        """``chunk_size``, or the op's default (``DEFAULT_CHUNK_SIZE``, from C++) when it is None."""
         return DEFAULT_CHUNK_SIZE if self.chunk_size is None else self.chunk_size
 
     def validate(self) -> None:
@@ -122,8 +123,8 @@ class SparseDeltaMemoryArgs:
                              f"bank rows per sequence; at most {MAX_BANK_ROWS}")
         for field in ("num_writes", "num_reads"):
             value = getattr(self, field)
-            if not _is_int(value) or not 1 <= value <= MAX_K:
-                _fail(field, f"an int in 1..{MAX_K}", value)
+            if not _is_int(value) or not 1 <= value <= MAX_READS_WRITES:
+                _fail(field, f"an int in 1..{MAX_READS_WRITES}", value)
         if self.chunk_size is not None and (not _is_int(self.chunk_size)
                                             or not 1 <= self.chunk_size <= MAX_CHUNK_SIZE):
             _fail("chunk_size", f"None or an int in 1..{MAX_CHUNK_SIZE}", self.chunk_size)

@@ -13,7 +13,11 @@ import operator
 import torch
 from torch import Tensor
 
-from . import _ops  # noqa: F401  (loads the operators)
+from ._ops import LIMITS
+
+# The C++ default (sdm/options.hpp), which the signatures below show; the docstrings' limits are
+# the C++ ones too, filled in at import.
+_DEFAULT_CHUNK = LIMITS["default_chunk"]
 
 _CHUNKED_ARGS = """
     Arguments (P streams, T tokens, W writes and R reads per token, hd columns):
@@ -29,7 +33,7 @@ _CHUNKED_ARGS = """
                   (duplicates allowed, additive).
         q_val     [P, T, R] float: read weights (rounded to the bank dtype).
         slots_per_stream  int >= 1: rows per stream.
-        chunk_size        int in 1..256 (default 64), clamped to T: results depend on it only
+        chunk_size        int in 1..{max_chunk} (default {default_chunk}), clamped to T: results depend on it only
                           through rounding.
         snapshot_quant    "none" (default), "bf16", "fp8" or "int4": how the pre-write rows are
                           kept for the backward (readings never depend on it).
@@ -37,9 +41,9 @@ _CHUNKED_ARGS = """
         validate          bool (default True): check every index first (ValueError naming the
                           tensor, stream, token and lane). With False, out-of-range entries are
                           masked: never written, read as 0; no memory outside the bank is touched.
-    W and R are in 1..256. Tensors need not be contiguous (non-contiguous ones are copied), but
+    W and R are in 1..{max_width}. Tensors need not be contiguous (non-contiguous ones are copied), but
     none may share memory with a tensor the call writes.
-"""
+""".format(**LIMITS)
 
 
 def records_grad(*tensors: Tensor) -> bool:
@@ -79,7 +83,7 @@ def _chunked_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp3
 
 
 def write_read(memory: Tensor, k_idx: Tensor, k_val: Tensor, v: Tensor, beta: Tensor, g: Tensor,
-               q_idx: Tensor, q_val: Tensor, *, slots_per_stream: int, chunk_size: int = 64,
+               q_idx: Tensor, q_val: Tensor, *, slots_per_stream: int, chunk_size: int = _DEFAULT_CHUNK,
                snapshot_quant: str = "none", grad_bank_fp32: bool = False,
                validate: bool = True) -> tuple[Tensor, Tensor]:
     """Functional chunked op: returns ``(readings, final_bank)``.
@@ -102,7 +106,7 @@ def write_read(memory: Tensor, k_idx: Tensor, k_val: Tensor, v: Tensor, beta: Te
 
 
 def write_read_(memory: Tensor, k_idx: Tensor, k_val: Tensor, v: Tensor, beta: Tensor, g: Tensor,
-                q_idx: Tensor, q_val: Tensor, *, slots_per_stream: int, chunk_size: int = 64,
+                q_idx: Tensor, q_val: Tensor, *, slots_per_stream: int, chunk_size: int = _DEFAULT_CHUNK,
                 snapshot_quant: str = "none", grad_bank_fp32: bool = False, validate: bool = True) -> Tensor:
     """In-place chunked op for inference (prefill, caches): updates ``memory`` to the final
     state and returns the readings [P, T, hd] in the bank dtype; saves nothing for a backward.
@@ -134,8 +138,8 @@ def decode_step(memory: Tensor, k_idx: Tensor, k_val: Tensor, v: Tensor, beta: T
                           [p * slots_per_stream, (p + 1) * slots_per_stream).
         validate          bool (default True): check every index first; with False,
                           out-of-range entries are masked.
-    W and R are in 1..256; at most 4 dims per tensor. Returns readings shaped like ``v`` in the
-    bank dtype. Inference only: raises RuntimeError if autograd would have to record it. Not
+    W and R are in 1..{max_width}; at most {max_dims} dims per tensor. Returns readings shaped like ``v``
+    in the bank dtype. Inference only: raises RuntimeError if autograd would have to record it. Not
     thread-safe on one bank (as :func:`write_read_`)."""
     return torch.ops.sdm.decode_step(memory, k_idx, k_val, v, beta, g, q_idx, q_val,
                                      slots_per_stream=_int_option("slots_per_stream", slots_per_stream),
@@ -145,3 +149,5 @@ def decode_step(memory: Tensor, k_idx: Tensor, k_val: Tensor, v: Tensor, beta: T
 for _op in (write_read, write_read_):
     if _op.__doc__:  # docstrings are stripped under python -OO
         _op.__doc__ += _CHUNKED_ARGS
+if decode_step.__doc__:
+    decode_step.__doc__ = decode_step.__doc__.format(**LIMITS)

@@ -154,7 +154,7 @@ class SparseDeltaMemory(MemoryStatsMixin, nn.Module):
 
     @property
     def chunk_size(self) -> int:
-        """The op's chunk size: ``args.chunk_size``, or the default (64) when it is None."""
+        """The op's chunk size: ``args.chunk_size``, or the op's default when it is None."""
         return self.args.effective_chunk_size
 
     @chunk_size.setter

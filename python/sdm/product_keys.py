@@ -8,24 +8,25 @@ fake kernels (so ``torch.compile`` traces it) and its backward (a deterministic 
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from . import _ops  # noqa: F401  (loads the operators)
+from ._ops import LIMITS
 
-MAX_FACTORS = 512
-MAX_K = 256
-MAX_SLOTS = 2**32 - 1
+# The C++ limits (include/sdm/product_key_topk.hpp), as torch.ops.sdm.limits() reports them.
+MAX_FACTORS = LIMITS["max_product_key_factors"]
+MAX_K = LIMITS["max_product_key_k"]
+MAX_SLOTS = LIMITS["max_product_key_slots"]
+_INT64 = range(-(2**63), 2**63)
 
 
 def check_factor_dims(factor_dims: object, argument: str = "factor_dims") -> tuple[int, ...]:
-    """``factor_dims`` as a tuple of ints: 1 to 512 positive widths whose product (the slots
-    per head) and sum (the score columns) are at most 2**32 - 1. ValueError naming
-    ``argument`` otherwise."""
+    """``factor_dims`` as a tuple of ints, checked by the C++ rule (``torch.ops.sdm.product_key_columns``:
+    1 to ``MAX_FACTORS`` positive widths whose product, the slots per head, and sum, the score
+    columns, are at most ``MAX_SLOTS``). ValueError naming ``argument`` otherwise."""
     if isinstance(factor_dims, (str, bytes)) or not isinstance(factor_dims, Sequence):
         raise ValueError(f"{argument} must be a sequence of ints, got {factor_dims!r}")
     if any(isinstance(w, bool) for w in factor_dims):
@@ -34,13 +35,14 @@ def check_factor_dims(factor_dims: object, argument: str = "factor_dims") -> tup
         dims = tuple(operator.index(w) for w in factor_dims)
     except TypeError:
         raise ValueError(f"{argument} must hold ints, got {list(factor_dims)!r}") from None
-    if not 1 <= len(dims) <= MAX_FACTORS:
-        raise ValueError(f"{argument} must list 1 to {MAX_FACTORS} factor widths, got {len(dims)}")
-    if min(dims) < 1:
-        raise ValueError(f"{argument} must hold positive widths, got {list(dims)}")
-    if math.prod(dims) > MAX_SLOTS or sum(dims) > MAX_SLOTS:
-        raise ValueError(f"{argument} = {list(dims)} address {math.prod(dims)} slots over {sum(dims)} columns; "
-                         f"at most {MAX_SLOTS} of each")
+    if not all(w in _INT64 for w in dims):  # the op's int[] holds int64
+        raise ValueError(f"{argument} must hold 64-bit ints, got {list(dims)}")
+    try:
+        torch.ops.sdm.product_key_columns(list(dims))
+    except ValueError as error:
+        if argument == "factor_dims":
+            raise
+        raise ValueError(f"{argument}: {error}") from None
     return dims
 
 
@@ -54,8 +56,8 @@ def _product_key_topk_fake(raw, factor_dims, k):
 
 @torch.library.register_fake("sdm::product_key_topk_backward")
 def _product_key_topk_backward_fake(slots, grad_values, factor_dims, *, validate=True):
-    check_factor_dims(factor_dims)
-    return grad_values.new_empty((*slots.shape[:-1], sum(factor_dims)))
+    columns = torch.ops.sdm.product_key_columns(factor_dims)
+    return grad_values.new_empty((*slots.shape[:-1], columns))
 
 
 def _setup(ctx, inputs, output):
@@ -83,5 +85,5 @@ def product_key_topk(raw: Tensor, factor_dims: Sequence[int], k: int) -> tuple[T
     the factors side by side. Returns ``(values, slots)``, each ``[..., min(k, prod(factor_dims))]``:
     slot ids ``(..(c_0 * n_1 + c_1) * ..) * n_{F-1} + c_{F-1}`` (int64, strictly ascending) and
     their scores rounded to raw's dtype. ``values`` is differentiable with respect to ``raw``
-    (deterministic backward). ``k`` in 1..256. Rule: docs/spec.md, "Product-key top-k"."""
+    (deterministic backward). ``k`` in 1..``MAX_K``. Rule: docs/spec.md, "Product-key top-k"."""
     return torch.ops.sdm.product_key_topk(raw, list(factor_dims), operator.index(k))

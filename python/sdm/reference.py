@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import _ops  # noqa: F401  (loads the operators)
+from ._ops import LIMITS
 
 
 def write_read(memory: Tensor, k_idx: Tensor, k_val: Tensor, v: Tensor, beta: Tensor, g: Tensor,
-               q_idx: Tensor, q_val: Tensor, *, slots_per_stream: int, chunk_size: int = 64,
+               q_idx: Tensor, q_val: Tensor, *, slots_per_stream: int, chunk_size: int = LIMITS["default_chunk"],
                **_engine_options) -> tuple[Tensor, Tensor]:
     """As :func:`sdm.write_read` (same arguments; engine-only options such as snapshot_quant are
     accepted and ignored) computed by the float64 token recurrence; readings and final bank

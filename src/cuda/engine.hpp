@@ -23,7 +23,7 @@ void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readi
                                const TensorRef& saved, const core::WriteReadShape& shape,
                                const WriteReadOptions& options);
 
-// The stamp at the start of a saving forward's `saved` (core/saved_header.hpp; saved_stamp.cu):
+// The stamp at the start of a saving forward's `saved` (core/saved_header.hpp; saved/stamp.cu):
 // written by stamp_saved without a sync; checked by check_saved_stamp with one host sync (none,
 // and no check, while the stream is being captured). The engine calls get saved_body(saved).
 void stamp_saved(const core::SavedHeader& header, const WriteReadArgs& args, const TensorRef& saved,

@@ -80,7 +80,7 @@ WriteReadPlan plan_for(const WriteReadArgs& args, const TensorRef& readings, con
   }
 #if defined(SDM_WITH_CUDA)
   plan.saved_bytes = core::kSavedHeaderBytes + cuda::write_read_saved_bytes(plan.shape, options);
-  plan.saved_needs_zeroing = false;  // the CUDA saving forward writes every byte (saved_layout.hpp)
+  plan.saved_needs_zeroing = false;  // the CUDA saving forward writes every byte (saved/layout.hpp)
   return plan;
 #else
   no_cuda(args.memory);

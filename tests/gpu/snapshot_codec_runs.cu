@@ -1,13 +1,13 @@
 // snapshot_codec_runs.cu - device runs of the CUDA snapshot codec for the GPU tests (see
 // snapshot_codec_runs.hpp). The kernels call the engine's own device functions
-// (src/cuda/snapshot_rows.cuh) in the way the writer and the backward call them.
+// (src/cuda/saved/snapshot_rows.cuh) in the way the writer and the backward call them.
 #include "snapshot_codec_runs.hpp"
 
 #include <cuda_runtime.h>
 
 #include <cstring>
 
-#include "cuda/snapshot_rows.cuh"
+#include "cuda/saved/snapshot_rows.cuh"
 #include "device_tensor.hpp"
 
 namespace sdm::testing {

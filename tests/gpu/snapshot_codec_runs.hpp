@@ -1,4 +1,4 @@
-// snapshot_codec_runs.hpp - device runs of the CUDA snapshot codec (src/cuda/snapshot_rows.cuh),
+// snapshot_codec_runs.hpp - device runs of the CUDA snapshot codec (src/cuda/saved/snapshot_rows.cuh),
 // for the GPU test "snapshot quantiser: device == host, exhaustive" (test_cuda_engine.cpp), which
 // compares them with the host quantiser core/snapshot_quant.hpp. Host buffers in and out; each
 // run allocates, launches, synchronises and copies back, throwing on a CUDA error.

@@ -1,8 +1,8 @@
-// test_chunk_sort.cu - GPU test of the per-chunk key sort (src/cuda/chunk_sort.hpp). A plain
+// test_chunk_sort.cu - GPU test of the per-chunk key sort (src/cuda/sort/chunk_sort.hpp). A plain
 // program run by gpu_test_harness.hpp like the other GPU tests: one line per case and its failed
 // checks; the exit status 1 on any failed check, 0 with a message where no CUDA device exists.
 //
-// Keys are made like the engine's (chunk_plan.hpp's KeyLayout): chunk n | random local slot |
+// Keys are made like the engine's (common/geometry.hpp's KeyLayout): chunk n | random local slot |
 // token i | lane x, stored in entry order n*C*X + i*X + x. Slots are drawn uniformly, from a few
 // values, or mostly equal to the all-ones pattern of the slot bits (the value of the sort's tile
 // padding). sort_chunk_keys's output must equal, bit for bit, cub::DeviceRadixSort::SortKeys on
@@ -21,8 +21,8 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
-#include "cuda/chunk_plan.hpp"
-#include "cuda/chunk_sort.hpp"
+#include "cuda/common/geometry.hpp"
+#include "cuda/sort/chunk_sort.hpp"
 #include "device_tensor.hpp"
 #include "gpu_test_harness.hpp"
 

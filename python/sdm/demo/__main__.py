@@ -18,8 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..args import MAX_BANK_ROWS, SparseDeltaMemoryArgs
-from ..product_keys import MAX_K
+from ..args import MAX_BANK_ROWS, MAX_READS_WRITES, SparseDeltaMemoryArgs
 from .model import RecallModel
 from .recall_task import RecallTask
 
@@ -81,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="slots_per_head of the large-memory variant (a perfect square)")
     p.add_argument("--dim", type=_int_in(1), default=64, help="model width")
     p.add_argument("--layers", type=_int_in(1), default=1, help="SDM blocks")
-    p.add_argument("--reads-writes", type=_int_in(1, MAX_K), default=16, help="num_reads = num_writes")
+    p.add_argument("--reads-writes", type=_int_in(1, MAX_READS_WRITES), default=16, help="num_reads = num_writes")
     p.add_argument("--batch-size", type=_int_in(1), default=16, help="sequences per training step")
     p.add_argument("--lr", type=_positive_float, default=3e-3, help="peak learning rate (one-cycle schedule)")
     p.add_argument("--eval-every", type=_int_in(1), default=25, help="steps between accuracy points on the plot")

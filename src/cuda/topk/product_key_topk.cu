@@ -23,7 +23,7 @@
 
 #include "core/float_convert.hpp"
 #include "core/product_key_plan.hpp"
-#include "cuda/cuda_check.hpp"
+#include "cuda/common/cuda_check.hpp"
 #include "cuda/topk/warp_select.cuh"
 #include "sdm/error.hpp"
 

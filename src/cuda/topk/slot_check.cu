@@ -8,9 +8,9 @@
 #include <cstdint>
 
 #include "core/product_key_plan.hpp"
-#include "cuda/cuda_check.hpp"
+#include "cuda/common/cuda_check.hpp"
 #include "cuda/topk/product_key_topk.hpp"
-#include "cuda/workspace.hpp"
+#include "cuda/common/workspace.hpp"
 
 namespace sdm::cuda {
 namespace {

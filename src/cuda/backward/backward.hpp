@@ -1,0 +1,168 @@
+// backward.hpp - the pieces of the CUDA backward of the chunked op (docs/spec.md §4), shared by
+// backward.cu (the entry point: planning and launch order) and the kernel files:
+//   backward/grad_bank.cu  the gradient bank G: initial value, final conversion into grad_memory
+//   backward/reads.cu      read records: the read entries of every chunk sorted by slot
+//   backward/slot_tasks.cu the slot kernel's warp tasks (roles, group sizes, entry scalars)
+//   backward/tokens.cu     per step, token side: GWR (gather.cu's kernel on G), dy staging, the
+//                          transposed solves; before the loop the GWR weights in entry order,
+//                          after it the C x C dots of every chunk
+//   backward/slots.cu      per step, slot side: write groups (PA) and read groups (GDS), one kernel
+//   backward/entries.cu    after the loop, per entry: the sparse A / QK backward, the chain to
+//                          k_val, q_val, beta, and the per-slot scans to g
+//
+// Names follow backward_chunk.hpp of the CPU engine (the same math): for chunk n of step ti,
+//   ddelta = D_w + QK^T dy,  D_w[i] = sum_w coef_(i,w) G[s_(i,w)],  dU = X^T ddelta,
+//   dv = beta dU,  dret = -beta dU,  dMs[i][j] = -<dU_i, delta_j> (j < i),  dQK[i][j] = <dy_i, delta_j>
+//   (j <= i),  rdot[i] = <res_i, dU_i>;  per write group s: dLambda = exp(Lambda) <G[s], pre_s>,
+//   dc_e = <delta_i, G[s]>, dk_eff_e = <dret_i, pre_s>, G'[s] = exp(Lambda) G[s] + sum k_eff dret,
+//   bank[s] <- pre_s;  per read group sigma: dq_w = <dy_i, M0[sigma]>, G[sigma] <- rnd(base + sum q_w dy)
+//   with base = G'[sigma] if sigma is written in the chunk (one warp does both sides of such a slot,
+//   G' stays in its registers), else G[sigma]; written rows nobody reads store rnd(G'). One rounding
+//   of a G row per chunk (docs/spec.md §3, §4).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/geometry.hpp"
+#include "sdm/options.hpp"
+#include "cuda/forward/phase1.hpp"
+#include "cuda/saved/snapshot_rows.cuh"
+#include "sdm/types.hpp"
+#include "cuda/common/workspace.hpp"
+
+namespace sdm::cuda {
+
+// A float tensor of any dtype (gradient outputs, grad_readings, grad_final_bank); data == nullptr:
+// absent.
+struct AnyFloat {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+};
+
+// What slot_groups_backward's warp at one sorted position of a chunk does (the C*W write
+// positions, then the C*R read positions), found before the loop (backward/slot_tasks.cu, which
+// states every field). role: kSlotIdle (no work), else the warp is its slot's only worker; at a
+// write position the first read position of the slot (>= 0) or kSlotNoPartner, at a read position
+// kSlotNoPartner. sizes = write group size | read group size << kReadSizeShift. For groups of at
+// most one write and one read entry, tokens = write token i | read entry (i*R + r) << 16 and the
+// entries' scalars.
+constexpr std::int32_t kSlotNoPartner = -1;
+constexpr std::int32_t kSlotIdle = -2;
+constexpr int kReadSizeShift = 9;
+// A write group has at most one entry per token of the chunk (a lane repeating an earlier lane's
+// slot is masked by make_write_keys, docs/spec.md §8), so at most C <= 256 entries; a read group
+// may hold every read of the chunk (reads may repeat): C * R <= 65536 entries.
+static_assert(kMaxChunk < (std::int64_t{1} << kReadSizeShift), "a write group's size fits below kReadSizeShift");
+static_assert(kMaxChunk * kMaxWidth <= (std::int64_t{INT32_MAX} >> kReadSizeShift),
+              "a read group's size fits above kReadSizeShift");
+
+struct alignas(16) SlotTask {
+  std::int32_t role = kSlotIdle;
+  std::int32_t local = 0;
+  std::int32_t sizes = 0;
+  std::uint32_t tokens = 0;
+  float write_scale = 0.0f;  // -beta of the write entry's token
+  float write_k_eff = 0.0f;
+  float decay = 0.0f;        // exp(Lambda) of the write group
+  float read_q_w = 0.0f;
+};
+
+// Device pointers of one backward call. "Sorted" arrays follow Phase 1's sorted write positions
+// n*C*W + q; "read-sorted" ones the sorted read positions n*C*R + q; "entry" ones the unsorted
+// write entries n*C*W + i*W + w (reads: n*C*R + i*R + r). Step rows are p*C + i.
+struct BackwardBuffers {
+  // The working bank and the gradient bank G (absolute bank rows; bf16 or f32 rows).
+  void* bank = nullptr;
+  void* grad_rows = nullptr;
+  bool bf16_bank = false, bf16_grad_rows = false;
+  bool vec8 = false;  // hd % 8 == 0 and 16-byte aligned rows everywhere: vector accesses
+
+  // The saved buffer of the forward (saved/layout.hpp): delta, residual [N*C, hd] f32, snapshot rows.
+  const float* delta = nullptr;
+  const float* residual = nullptr;
+  SnapshotRows snapshot;
+
+  // Upstream gradient.
+  AnyFloat grad_readings;
+
+  // dy and dU of every chunk, f32 [N*C, hd] at row n*C + i (pair_dots reads them after the loop).
+  // Per step (reused): D_w as f32 step rows [P*C, hd]; the scratch rows of write groups of two or
+  // more entries (G' between their passes), f32 [P*C*W, hd] at step row p*C*W + q (the group's
+  // first position).
+  float* dy = nullptr;
+  float* du = nullptr;
+  float* dw = nullptr;
+  float* stash = nullptr;
+
+  // Read records: sorted read keys (chunk | local slot | token | lane) of every chunk.
+  std::uint64_t* read_keys_unsorted = nullptr;
+  std::uint64_t* read_keys = nullptr;
+  KeyLayout read_layout;
+  void* read_sort_temp = nullptr;
+  std::size_t read_sort_temp_bytes = 0;
+
+  // Per chunk and sorted position: the task of the slot kernel's warp there ([N, C*W + C*R]).
+  SlotTask* slot_tasks = nullptr;
+
+  // Per chunk: dMs, dQK [N, C, C] (entries j <= i written), rdot [N*C].
+  float* dms = nullptr;
+  float* dqk = nullptr;
+  float* rdot = nullptr;
+
+  // The GWR weight of every write entry in entry order (wcoef at its sorted position, 0 if masked).
+  float* entry_coef = nullptr;
+
+  // Per write entry: dk_eff, dc, dL, dP (sorted), dlambda (sorted, at a group's first position),
+  // dgamma (entry order). Per read entry (entry order): dq_w, dLq.
+  float* dk_eff = nullptr;
+  float* dc = nullptr;
+  float* dL = nullptr;
+  float* dP = nullptr;
+  float* dlambda = nullptr;
+  float* dgamma = nullptr;
+  float* dq_w = nullptr;
+  float* dLq = nullptr;
+};
+
+// The token gradients the caller asked for (absent: data == nullptr).
+struct TokenGrads {
+  AnyFloat k_val, v, beta, g, q_val;
+};
+
+// The read records' key layout; throws sdm::RuntimeError when it needs more than 64 bits.
+KeyLayout read_key_layout(const Geometry& geo);
+// Plans the read keys and their sort's temporary storage in `ws` (before ws.allocate()).
+void plan_read_records(const Geometry& geo, Workspace& ws, BackwardBuffers& bb);
+// Sorts the read entries of every chunk by (slot, token, lane) (after Phase 1).
+void sort_reads(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuffers& bb, cudaStream_t stream);
+
+// Plans slot_tasks in `ws`; finds every chunk's slot-kernel tasks (after Phase 1 and sort_reads).
+void plan_slot_tasks(const Geometry& geo, Workspace& ws, BackwardBuffers& bb);
+void find_slot_tasks(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
+                     cudaStream_t stream);
+
+// G = grad_final_bank (or 0) rounded to the row dtype, over `rows` rows.
+void init_grad_bank(const Geometry& geo, const BackwardBuffers& bb, std::int64_t rows, AnyFloat grad_final_bank,
+                    cudaStream_t stream);
+// grad_memory [S, hd] = G on the streams' rows, grad_final_bank (or 0) beyond them.
+void finish_grad_bank(const Geometry& geo, const BackwardBuffers& bb, std::int64_t bank_rows,
+                      AnyFloat grad_final_bank, AnyFloat grad_memory, cudaStream_t stream);
+
+// entry_coef of every chunk (before the loop).
+void launch_entry_coefs(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuffers& bb, cudaStream_t stream);
+
+// One reverse step ti, in this order (each reads what the previous ones wrote).
+void launch_token_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
+                       AnyFloat grad_v, std::int64_t ti, cudaStream_t stream);
+void launch_slot_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
+                      std::int64_t ti, cudaStream_t stream);
+
+// After the loop: the C x C dots of every chunk (dQK, dMs, rdot; backward/tokens.cu), then every
+// per-entry and per-token gradient (k_val, q_val, beta, g).
+void launch_pair_dots(const Geometry& geo, const BackwardBuffers& bb, cudaStream_t stream);
+void launch_entry_grads(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
+                        const TokenGrads& out, cudaStream_t stream);
+
+}  // namespace sdm::cuda

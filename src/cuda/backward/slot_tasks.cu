@@ -1,0 +1,205 @@
+// slot_tasks.cu - what each warp of slot_groups_backward does, found once per call for
+// every chunk (before the reverse loop: it reads only Phase 1's write keys and per-entry scalars,
+// beta and the read keys, none of which the loop changes).
+//
+// For chunk n the slot kernel has one warp per sorted position: the C*W write positions, then the
+// C*R read positions. tasks[n*(C*W + C*R) + position] (SlotTask, backward.hpp) holds:
+//   role    write position q starting a write group of local slot s: the first sorted read
+//           position of s in the chunk (>= 0), or kSlotNoPartner when the chunk does not read s;
+//           read position q starting a read group of s that the chunk does not write:
+//           kSlotNoPartner (the read-only worker of s); every other position (inside a group,
+//           padding / masked entries, a read group of a written slot, which its write worker
+//           finishes): kSlotIdle, and nothing else of the task is set;
+//   local   s;  sizes  the write group's size | the read group's size << kReadSizeShift;
+//   decay   exp(Lambda_s) of a write group (gdecay at its first sorted position);
+//   and for a group of at most one write entry and one read entry (nearly all of them:
+//   slots_per_stream is large) the entries' data, so that the worker starts its row passes after
+//   one load: the write entry's token i, -beta_i and k_eff, the read entry's index i*R + r and
+//   q_w. These are the values the worker would load itself (the same words, no arithmetic but
+//   beta's negation), so nothing downstream changes by a bit.
+//
+// Parallel decomposition: one CTA per chunk (chunk_slot_tasks, its three passes described above
+// the kernel). Integer work and copies only; each task has one writer.
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/backward/backward.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/common/values.cuh"
+
+namespace sdm::cuda {
+namespace {
+
+// 32 registers: two CTAs (one per chunk) fill an SM's 2048 threads.
+constexpr int kThreads = 1024;
+// Chunks of at most this many read entries stage their read slots (4 bytes each; with the claimed
+// bytes 160 KiB of shared memory at the limit, 40 KiB at C*R = 8192).
+constexpr std::int64_t kMaxStagedReads = 32768;
+
+// The local slots along a chunk's sorted keys from their u32 copy in shared memory (else from the
+// keys in global memory: KeySlots, common/geometry.hpp).
+struct StagedSlots {
+  using Slot = std::uint32_t;
+  const std::uint32_t* slots;
+  __device__ Slot operator[](int q) const { return slots[q]; }
+};
+
+// Chunk n's sorted keys: C*W write keys, C*R read keys, and the read keys' slots (staged or not).
+template <typename ReadSlots>
+struct ChunkKeys {
+  std::int64_t n;
+  int CW, CR;
+  KeySlots writes, reads;
+  ReadSlots read_slots;
+};
+
+
+// The size of the group of slot `local` that starts at position q of slots[0, count).
+template <typename Slots>
+__device__ __forceinline__ int group_size(const Slots& slots, int count, int q, std::int64_t local) {
+  int end = q + 1;
+  while (end < count && slots[end] == local) ++end;
+  return end - q;
+}
+
+// The first position of slot `local` in slots[0, count) (ascending, count >= 1), or -1; `local`
+// fits Slots::Slot. Binary search: the range holding the first slot >= local (if any) halves each
+// round, the same ceil(log2(count)) rounds for every position of the chunk, then one probe.
+template <typename Slots>
+__device__ __forceinline__ int find_slot(const Slots& slots, int count, std::int64_t local) {
+  const auto bound = static_cast<typename Slots::Slot>(local);
+  int at = 0, len = count;  // slots[0, at) < bound; the first slot >= bound, if any, in [at, at + len)
+  while (len > 1) {
+    const int half = len / 2;
+    if (slots[at + half - 1] < bound) at += half;
+    len -= half;
+  }
+  return slots[at] == bound ? at : -1;
+}
+
+// Completes the task of the worker of slot `local`: its write group of write_size entries starting
+// at sorted write position write_at (write_size 0: none) and its read group starting at sorted
+// read position first_read (-1: none).
+template <typename ReadSlots>
+__device__ __forceinline__ void finish_task(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
+                                            const ChunkKeys<ReadSlots>& chunk, std::int64_t local, int write_at,
+                                            int write_size, int first_read, SlotTask& task) {
+  const int read_size = first_read >= 0 ? group_size(chunk.read_slots, chunk.CR, first_read, local) : 0;
+  task.local = static_cast<std::int32_t>(local);
+  task.sizes = write_size | read_size << kReadSizeShift;
+  if (write_size > 1 || read_size > 1) return;
+  const std::int64_t n = chunk.n;
+  std::uint32_t tokens = 0;
+  if (write_size == 1) {
+    const std::uint64_t key = chunk.writes.keys[write_at];
+    const std::int64_t i = geo.keys.token(key), p = n % geo.P, ti = n / geo.P;
+    tokens = static_cast<std::uint32_t>(i);
+    task.write_scale = -load_input(in.beta, in.beta_dtype, p * geo.T + ti * geo.C + i);
+    task.write_k_eff = p1.k_eff[n * chunk.CW + i * geo.W + geo.keys.lane(key)];
+  }
+  if (read_size == 1) {
+    const std::uint64_t key = chunk.reads.keys[first_read];
+    const std::int64_t entry = chunk.reads.layout.token(key) * geo.R + chunk.reads.layout.lane(key);
+    tokens |= static_cast<std::uint32_t>(entry) << 16;
+    task.read_q_w = p1.q_w[n * chunk.CR + entry];
+  }
+  task.tokens = tokens;
+}
+
+// Parallel decomposition (kernel chunk_slot_tasks): one CTA of kThreads per chunk, three passes
+// split by __syncthreads:
+//   1. stage: the local slots of the chunk's C*R sorted read keys go to shared memory as u32
+//      (when C*R <= kMaxStagedReads and a slot fits 32 bits; otherwise the passes below take them
+//      from the read keys in global memory), and one `claimed` byte per read position is cleared;
+//   2. write positions q = t, t + kThreads, ..: a group start (its key's slot differs from the
+//      previous key's) walks its group's keys for the size and finds the first read of its slot by
+//      a binary search of the read slots (every search of a chunk has the same trip count); it
+//      claims that read position (distinct slots claim distinct positions: one writer per byte);
+//   3. read positions: a read group start that no write group claimed starts a slot the chunk
+//      reads but does not write (each written slot's write group claimed its first read position
+//      in pass 2): the read-only worker, which finds its group's size as in pass 2.
+// A chunk's slots ascend along its sorted keys (the chunk field of every key is n), so the search
+// by slot finds the position of lower_bound(key (n, s, 0, 0)). Integer work and copies only; each
+// task has one writer; consecutive threads store consecutive tasks.
+//
+// Dynamic shared memory: [kStaged ? C*R : 0] u32 read slots, then C*R claimed bytes (rounded up to
+// whole words).
+template <bool kStaged>
+__global__ void __launch_bounds__(kThreads)
+    chunk_slot_tasks(Geometry geo, Inputs in, Phase1Buffers p1, KeyLayout read_layout,
+                     const std::uint64_t* __restrict__ read_keys, SlotTask* __restrict__ tasks) {
+  extern __shared__ std::uint32_t shared_words[];
+  const int CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C * geo.R);
+  const int t = static_cast<int>(threadIdx.x);
+  const std::int64_t n = blockIdx.x;
+  const KeySlots reads{read_keys + n * CR, read_layout};
+  std::uint32_t* staged = shared_words;
+  std::uint32_t* claimed_words = shared_words + (kStaged ? CR : 0);
+  std::uint8_t* claimed = reinterpret_cast<std::uint8_t*>(claimed_words);
+
+  // 1. Stage the read slots, clear the claims.
+  if constexpr (kStaged) {
+#pragma unroll 4
+    for (int q = t; q < CR; q += kThreads) staged[q] = static_cast<std::uint32_t>(reads[q]);
+  }
+  for (int w = t; w < (CR + 3) / 4; w += kThreads) claimed_words[w] = 0;
+  __syncthreads();
+
+  using ReadSlots = std::conditional_t<kStaged, StagedSlots, KeySlots>;
+  ReadSlots read_slots{};
+  if constexpr (kStaged) read_slots = StagedSlots{staged};
+  else read_slots = reads;
+  const ChunkKeys<ReadSlots> chunk{n, CW, CR, KeySlots{p1.keys + n * CW, geo.keys}, reads, read_slots};
+  SlotTask* chunk_tasks = tasks + n * (CW + CR);
+
+  // 2. Write positions: every written slot's worker, claiming its slot's first read position.
+  for (int q = t; q < CW; q += kThreads) {
+    SlotTask task{};
+    const std::int64_t local = chunk.writes[q];
+    if (starts_group(chunk.writes, q, local, geo.sps)) {
+      const int write_size = group_size(chunk.writes, CW, q, local);
+      const int first_read = find_slot(read_slots, CR, local);
+      task.role = first_read >= 0 ? first_read : kSlotNoPartner;
+      task.decay = p1.gdecay[n * CW + q];
+      if (first_read >= 0) claimed[first_read] = 1;
+      finish_task(geo, in, p1, chunk, local, q, write_size, first_read, task);
+    }
+    chunk_tasks[q] = task;
+  }
+  __syncthreads();
+
+  // 3. Read positions: the workers of the slots read but not written.
+  for (int q = t; q < CR; q += kThreads) {
+    SlotTask task{};
+    const std::int64_t local = read_slots[q];
+    if (starts_group(read_slots, q, local, geo.sps) && claimed[q] == 0) {
+      task.role = kSlotNoPartner;
+      finish_task(geo, in, p1, chunk, local, 0, 0, q, task);
+    }
+    chunk_tasks[CW + q] = task;
+  }
+}
+
+}  // namespace
+
+void plan_slot_tasks(const Geometry& geo, Workspace& ws, BackwardBuffers& bb) {
+  ws.plan(&bb.slot_tasks, geo.N * (geo.C * geo.W + geo.C * geo.R));
+}
+
+void find_slot_tasks(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
+                     cudaStream_t stream) {
+  const std::int64_t reads = geo.C * geo.R;
+  const bool staged = reads <= kMaxStagedReads && bb.read_layout.slot_bits <= 32;
+  const std::size_t smem = static_cast<std::size_t>((staged ? reads : 0) + (reads + 3) / 4) * sizeof(std::uint32_t);
+  const auto kernel = staged ? chunk_slot_tasks<true> : chunk_slot_tasks<false>;
+  if (smem > 48 * 1024) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+               "cudaFuncSetAttribute (chunk_slot_tasks shared memory)");
+  }
+  kernel<<<static_cast<unsigned>(geo.N), kThreads, smem, stream>>>(geo, in, p1, bb.read_layout, bb.read_keys,
+                                                                   bb.slot_tasks);
+  check_launch("chunk_slot_tasks");
+}
+
+}  // namespace sdm::cuda

@@ -1,0 +1,58 @@
+// dependent_launch.cuh - programmatic dependent launch (PDL, sm_90) of the per-step kernels.
+//
+// A chunked call runs 3 kernels per time step on one stream, each depending on the one before.
+// Launched with PDL, a kernel's launch is processed while its predecessor is still running (its
+// CTAs start as the predecessor's CTAs exit), and they wait in wait_for_predecessor() until the
+// predecessor has completed and its memory is visible. That hides part of the launch latency
+// between dependent kernels without changing what any kernel computes: every memory access of
+// a PDL kernel comes after the wait. The predecessors trigger nothing early: an early trigger
+// (griddepcontrol.launch_dependents at kernel start) is slower than no PDL at all
+// (docs/performance.md).
+//
+// SDM_CUDA_PDL=0 in the environment launches them normally instead (read once per process; for
+// A/B measurements: PDL only changes when a kernel is scheduled, never what it computes).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "cuda/common/cuda_check.hpp"
+
+namespace sdm::cuda {
+
+// First statement of a kernel launched by launch_dependent: before any global memory access.
+__device__ __forceinline__ void wait_for_predecessor() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+inline bool dependent_launch_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("SDM_CUDA_PDL");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  return enabled;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with PDL unless SDM_CUDA_PDL=0.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                      const char* name, Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = dependent_launch_enabled() ? 1 : 0;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), name);
+}
+
+}  // namespace sdm::cuda

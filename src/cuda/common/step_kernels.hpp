@@ -1,0 +1,62 @@
+// step_kernels.hpp - the three per-time-step kernels of the chunked forward (docs/spec.md §2).
+// A launch for step ti processes the chunks n = ti*P + p of the streams p in [geo.p_first,
+// geo.p_first + geo.p_count) (all P, or half of them: step_streams.hpp); chunk-token rows of the
+// step are p*C + i ("step rows", [P*C, hd]).
+//
+//   gather        retrieved[p*C+i] = sum_w k_eff * M0[k_slot], inter[...] = sum_r q_w * M0[q_slot]
+//   dual          U = beta (v - retrieved); delta = X U; readings = inter + QX U (rounded to E)
+//   group_writer  each slot group: M[s] = exp(Lambda_s) M0[s] + sum_e wcoef_e delta[i_e], rounded
+//                 to E once; in a saving call also the pre-write row into the snapshot, encoded
+//                 in the snapshot mode (none / bf16 / fp8 / int4, snapshot_rows.cuh)
+// All three are graph-capturable, sync-free and deterministic (fixed per-element reduction
+// orders that depend only on the shape, never on the SM count).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/geometry.hpp"
+#include "cuda/forward/phase1.hpp"
+#include "sdm/options.hpp"
+
+namespace sdm::cuda {
+
+// Device pointers of one call's Phase 2.
+struct StepBuffers {
+  void* bank = nullptr;          // [S, hd] E, updated in place
+  void* readings = nullptr;      // [P, T, hd] E
+  float* retrieved = nullptr;    // [P*C, hd] step rows
+  float* inter = nullptr;        // [P*C, hd] step rows
+  float* delta = nullptr;        // [P*C, hd] per step (no-grad) or [N*C, hd] (saving)
+  float* residual = nullptr;     // [N*C, hd] (saving) or null
+  void* snapshot = nullptr;      // [N*C*W, row_bytes] snapshot payload rows (saving) or null
+  float* snapshot_scales = nullptr;                   // [N*C*W] f32 (saving, fp8 / int4) or null
+  SnapshotQuant snapshot_mode = SnapshotQuant::none;  // effective mode (saved/layout.hpp)
+  bool delta_per_chunk = false;  // delta holds every chunk's rows (saving call)
+  bool bf16_bank = false;
+  bool vec8 = false;             // hd % 8 == 0 and a 16-byte aligned bank: vector path
+};
+
+void launch_gather(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
+                   cudaStream_t stream);
+
+// One side of a weighted gather (gather.cu): `count` entries per chunk token, at chunk-token
+// n*C + i times count: the absolute row (-1: no row, adds nothing) and its weight.
+struct GatherSide {
+  const std::int32_t* slot = nullptr;
+  const float* weight = nullptr;
+  std::int64_t count = 0;
+};
+
+// k_sums[p*C + i] = sum over the k side of weight * rows[slot] for step ti, and likewise q_sums
+// (null when q.count == 0); rows [S, hd] bf16 (bf16_rows) or f32; vec8: hd % 8 == 0 and 16-byte
+// aligned rows. launch_gather is this on the bank with (k_slot, k_eff) and (q_slot, q_w).
+void launch_weighted_gather(const Geometry& geo, const void* rows, bool bf16_rows, bool vec8, GatherSide k,
+                            GatherSide q, std::int64_t ti, float* k_sums, float* q_sums, cudaStream_t stream);
+void launch_dual(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const StepBuffers& sb,
+                 std::int64_t ti, cudaStream_t stream);
+void launch_group_writer(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
+                         cudaStream_t stream);
+
+}  // namespace sdm::cuda

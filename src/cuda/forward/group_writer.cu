@@ -1,0 +1,262 @@
+// group_writer.cu - per-step decay-and-write of every slot group (docs/spec.md §2, the row update
+// of "Per-chunk computation"), and in a saving call the encoding of each group's pre-write row
+// into the snapshot (docs/spec.md §5).
+//
+// Inputs:  Phase 1's sorted keys, wcoef, gdecay; delta f32 (step rows, or chunk-token rows in a
+//          saving call); the bank, which still holds M0 for this step's written rows.
+// Outputs: the bank rows written in the step's chunks, in place; in a saving call also the
+//          pre-write row of each group into snapshot row e (saved/layout.hpp), encoded in the
+//          effective mode kMode (snapshot_rows.cuh), and for fp8 / int4 its scale into scales[e].
+// Math:    M[s] = rnd_E( exp(Lambda_s) M0[s] + sum_{e in group(s)} wcoef_e delta[i_e] ).
+//          Snapshot: none M0[s] bit for bit; bf16 rnd_bf16(M0[s]); fp8 / int4 the shared quantiser
+//          core/snapshot_quant.hpp (scale from the row's amax, codes from the fast quotient on bf16
+//          rows, the IEEE division on f32 rows): the bytes and scale core::quantize_row gives.
+// Parallel decomposition: one warp per sorted write position of the step (a 1-D grid of P blocks
+//   of ceil(C*W / 8) CTAs); the warp at a group's first entry is the group's only writer, the
+//   others exit at once. Lane l owns columns l*kVec + 32*kVec*s (16-byte accesses when kVec == 8).
+// Numerics: per element, f32 in group order (ascending token) starting from exp(Lambda) M0, one
+//   rounding to E per chunk. The update always uses the exact M0, so readings and the final bank
+//   do not depend on the snapshot mode. A single writer per row makes the in-place update safe and
+//   deterministic; padding and masked entries (local slot == sps) form no group.
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/common/dependent_launch.cuh"
+#include "cuda/common/dispatch.hpp"
+#include "cuda/common/launch_bounds.cuh"
+#include "cuda/common/prefetch.cuh"
+#include "cuda/common/resident_warps.hpp"
+#include "cuda/common/values.cuh"
+#include "cuda/saved/snapshot_rows.cuh"
+#include "cuda/common/step_kernels.hpp"
+
+namespace sdm::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+
+// Row pieces (of 32*kVec columns) a warp holds in registers at once.
+template <int kVec>
+constexpr int kHeldPieces = kVec == 8 ? 4 : 8;
+
+// One batch of up to 32 consecutive entries of a group, one per lane: the entry's delta row
+// offset (token * hd) and coefficient; count = how many of the batch belong to the group (lanes
+// 0 .. count-1: a chunk's entries are sorted by slot, so a group is contiguous).
+struct EntryBatch {
+  std::int64_t offset = 0;
+  float coef = 0.0f;
+  int count = 0;
+};
+
+// The batch of the entries at chunk positions first .. first + 31 (< CW) that have local slot
+// `local`, from this lane's key and coefficient at position first + lane (any values past CW).
+// Called by all 32 lanes of a warp (ballot).
+__device__ __forceinline__ EntryBatch batch_of(std::uint64_t key, float coef, int first, int CW, std::int64_t local,
+                                               const KeyLayout& layout, std::int64_t hd, int lane) {
+  const bool member = first + lane < CW && layout.local_slot(key) == local;
+  const unsigned members = __ballot_sync(0xffffffffu, member);
+  EntryBatch batch;
+  batch.count = members == 0xffffffffu ? 32 : __ffs(~members) - 1;
+  batch.offset = member ? layout.token(key) * hd : 0;
+  batch.coef = member ? coef : 0.0f;
+  return batch;
+}
+
+// batch_of for the positions first + lane, loading their keys and coefficients.
+__device__ __forceinline__ EntryBatch load_entries(const std::uint64_t* __restrict__ keys,
+                                                   const float* __restrict__ wcoef, int first, int CW,
+                                                   std::int64_t local, const KeyLayout& layout, std::int64_t hd,
+                                                   int lane) {
+  const int mine = first + lane;
+  const std::uint64_t key = mine < CW ? keys[mine] : 0;
+  const float coef = mine < CW ? wcoef[mine] : 0.0f;
+  return batch_of(key, coef, first, CW, local, layout, hd, lane);
+}
+
+// The row of the write group (if any) that starts at the step's sorted write position `later` (in
+// the grid's order: stream p's positions at p * ctas_per_stream * kWarps): asks L2 for it. The
+// warp whose position that is runs about one wave later (`ahead` = the host's count of resident
+// warps), so it finds its row in L2 or on its way there. A hint only: no value depends on it.
+template <typename E>
+__device__ __forceinline__ void prefetch_later_row(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb,
+                                                   std::int64_t ti, std::int64_t later, unsigned ctas_per_stream,
+                                                   int lane) {
+  const int CW = static_cast<int>(geo.C * geo.W);
+  const std::int64_t per_stream = static_cast<std::int64_t>(ctas_per_stream) * kWarps;
+  const std::int64_t launch_p = later / per_stream;
+  const int q = static_cast<int>(later - launch_p * per_stream);
+  if (launch_p >= geo.p_count || q >= CW) return;
+  const std::int64_t p = geo.p_first + launch_p;
+  const std::int64_t local = geo.keys.local_slot(p1.keys[(ti * geo.P + p) * CW + q]);
+  if (local == geo.sps) return;
+  const std::int64_t row_bytes = geo.hd * static_cast<std::int64_t>(sizeof(E));
+  prefetch_row_l2(static_cast<const char*>(sb.bank) + (p * geo.sps + local) * row_bytes, row_bytes, lane);
+}
+
+// The writer (write_groups). Stream p and position q come from 32-bit block arithmetic. Every
+// warp first asks L2 for the row of the group (if any) at the position one wave of resident warps
+// later (prefetch_later_row, resident_warps.hpp), whose warp then finds its row on its way: the
+// gather read the step's rows, but at large steps (flagship: 126 MB of written rows) they have
+// left L2 by the writer's turn. The group's entries are read 32 at a time, one per lane (key,
+// delta row offset, coefficient: one coalesced load), and then broadcast by shuffles; nearly every
+// group fits in one such batch. The first batch's keys and coefficients, the previous key and the
+// decay are loaded in one round trip before the warp knows whether it writes, and the first
+// entry's delta pieces are prefetched into L1 while the row's loads fly. The row is processed in
+// blocks of kHeld pieces (kVec 8: 4 pieces = 1024 columns; kVec 1: 8 pieces = 256 columns): a
+// block's row pieces are all loaded first (loads in flight together) and kept as loaded
+// (PackedRow) for the snapshot and the update, then for each entry all of the block's delta pieces
+// are loaded together. fp8 / int4 take the row's amax from the held pieces (lane maxima, then a
+// warp max: exact, any order) when the row is one block (hd <= 1024 resp. 256), else from a first
+// read of the row; lane 0 stores the scale. int4 with kVec == 1 pairs the adjacent columns of
+// lanes 2j, 2j+1 by a shuffle.
+template <typename E, int kVec, SnapshotQuant kMode>
+__global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, 3))
+    write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti, std::int64_t ahead) {
+  constexpr int kHeld = kHeldPieces<kVec>;
+  constexpr int kPiece = 32 * kVec;  // columns of one piece (the whole warp)
+  constexpr bool kQuantised = kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4;
+  wait_for_predecessor();
+  const int CW = static_cast<int>(geo.C * geo.W);  // <= kMaxChunk * kMaxWidth
+  const unsigned ctas_per_stream = static_cast<unsigned>((CW + kWarps - 1) / kWarps);
+  const unsigned stream = blockIdx.x / ctas_per_stream;
+  const int q = static_cast<int>(blockIdx.x - stream * ctas_per_stream) * kWarps + static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (q >= CW) return;
+  const std::int64_t p = geo.p_first + stream, n = ti * geo.P + p, e = n * CW + q;
+  const std::uint64_t* __restrict__ keys = p1.keys + n * CW;  // the chunk's sorted keys
+  const float* __restrict__ wcoef = p1.wcoef + n * CW;
+  // One round trip for the warp's metadata: the keys and coefficients of positions q .. q + 31,
+  // the previous key and the decay, all loaded before the warp knows whether it writes.
+  const int mine = q + lane;
+  const std::uint64_t my_key = mine < CW ? keys[mine] : 0;
+  const float my_coef = mine < CW ? wcoef[mine] : 0.0f;
+  const std::uint64_t prev_key = q > 0 ? keys[q - 1] : 0;
+  const float decay = p1.gdecay[e];
+  prefetch_later_row<E>(geo, p1, sb, ti, static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32 + ahead,
+                        ctas_per_stream, lane);
+  const std::int64_t local = geo.keys.local_slot(__shfl_sync(0xffffffffu, my_key, 0));
+  if (local == geo.sps) return;
+  if (q > 0 && geo.keys.local_slot(prev_key) == local) return;
+
+  const std::int64_t hd = geo.hd;
+  E* __restrict__ row = static_cast<E*>(sb.bank) + (p * geo.sps + local) * hd;
+  // kMode none: a saving call stores the exact row, a no-grad call (snapshot null) nothing.
+  constexpr DType kBank = sizeof(E) == 2 ? DType::bf16 : DType::f32;
+  const auto row_bytes = static_cast<std::int64_t>(core::snapshot_payload_bytes(kMode, kBank, hd));
+  unsigned char* __restrict__ snapshot =
+      sb.snapshot != nullptr ? static_cast<unsigned char*>(sb.snapshot) + e * row_bytes : nullptr;
+  const float* __restrict__ delta = sb.delta + (sb.delta_per_chunk ? n * geo.C : p * geo.C) * hd;
+  const EntryBatch head = batch_of(my_key, my_coef, q, CW, local, geo.keys, hd, lane);
+  // The group's first entry (lane 0 of the head batch is always a member).
+  const std::int64_t offset0 = __shfl_sync(0xffffffffu, head.offset, 0);
+
+  // add(offset, coef) for every entry of the group, in group order (ascending token).
+  auto for_each_entry = [&](auto&& add) {
+    EntryBatch batch = head;
+    for (int first = q;;) {
+#pragma unroll 1
+      for (int k = 0; k < batch.count; ++k) {
+        add(__shfl_sync(0xffffffffu, batch.offset, k), __shfl_sync(0xffffffffu, batch.coef, k));
+      }
+      if (batch.count < 32) break;
+      first += 32;
+      batch = load_entries(keys, wcoef, first, CW, local, geo.keys, hd, lane);
+    }
+  };
+
+  constexpr int kBlock = kHeld * kPiece;  // columns of one block
+  const bool one_block = hd <= kBlock;
+  SnapshotScale quant;
+  if constexpr (kQuantised) {
+    if (!one_block) quant = snapshot_row_scale<kMode, kVec>(row, hd, lane);
+  }
+  // Every lane runs every piece step (the shuffles need the whole warp); a lane's piece s is
+  // active when its first column is below hd, and inactive pieces load and store nothing.
+  for (std::int64_t c_block = 0; c_block < hd; c_block += kBlock) {
+    const std::int64_t c_lane = c_block + lane * kVec;
+    E* __restrict__ row_lane = row + c_lane;
+    const float* __restrict__ delta_lane = delta + c_lane;
+    // Piece s is active for the warp <=> s * kPiece < block_room, for this lane <=> s * kPiece <
+    // room (both clamped to the block, so they fit 32 bits).
+    const int block_room = hd - c_block < kBlock ? static_cast<int>(hd - c_block) : kBlock;  // warp-uniform
+    const int room = block_room - lane * kVec;
+    PackedRow<E, kVec> held[kHeld] = {};
+#pragma unroll
+    for (int s = 0; s < kHeld; ++s) {
+      if (s * kPiece < room) load_packed(row_lane + s * kPiece, held[s]);
+    }
+    // The first entry's delta pieces are fetched into L1 while the row's loads fly (no registers
+    // held): its adds below then wait for an L1 hit instead of a second round trip.
+#pragma unroll
+    for (int s = 0; s < kHeld; ++s) {
+      if (s * kPiece < room) prefetch_l1(delta_lane + offset0 + s * kPiece);
+    }
+    if constexpr (kQuantised) {
+      if (one_block) {
+        float amax = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kHeld; ++s) {
+          float x[kVec];
+          unpack(held[s], x);
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) amax = snapshot_amax_update(amax, x[k]);  // inactive: 0
+        }
+        quant = snapshot_scale_of<kMode>(amax);
+      }
+      if (c_block == 0 && lane == 0) sb.snapshot_scales[e] = quant.scale;
+    }
+    if (snapshot != nullptr) {
+#pragma unroll
+      for (int s = 0; s < kHeld; ++s) {
+        if (s * kPiece < block_room) {
+          encode_snapshot_piece<kMode, kVec, E>(snapshot, c_lane + s * kPiece, s * kPiece < room, held[s], quant);
+        }
+      }
+    }
+    float acc[kHeld][kVec];
+#pragma unroll
+    for (int s = 0; s < kHeld; ++s) {
+      float base[kVec];
+      unpack(held[s], base);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc[s][k] = decay * base[k];
+    }
+    for_each_entry([&](std::int64_t offset, float coef) {
+      const float* __restrict__ d = delta_lane + offset;
+#pragma unroll
+      for (int s = 0; s < kHeld; ++s) {
+        if (s * kPiece < room) {
+          float dv[kVec];
+          load_row<kVec>(d + s * kPiece, dv);
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) acc[s][k] = fmaf(coef, dv[k], acc[s][k]);
+        }
+      }
+    });
+#pragma unroll
+    for (int s = 0; s < kHeld; ++s) {
+      if (s * kPiece < room) store_row<kVec>(row_lane + s * kPiece, acc[s]);
+    }
+  }
+}
+
+template <typename E, int kVec, SnapshotQuant kMode>
+void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
+            cudaStream_t stream) {
+  constexpr auto kernel = write_groups<E, kVec, kMode>;
+  const std::int64_t ctas = geo.p_count * ((geo.C * geo.W + kWarps - 1) / kWarps);
+  const std::int64_t ahead = resident_warps<kernel>(kWarps * 32, "write_groups");
+  launch_dependent(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kWarps * 32), 0, stream, "write_groups", geo, p1,
+                   sb, ti, ahead);
+}
+
+}  // namespace
+
+void launch_group_writer(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
+                         cudaStream_t stream) {
+  dispatch(
+      [&](auto row, auto vec, auto mode) {
+        launch<typename decltype(row)::type, decltype(vec)::value, decltype(mode)::value>(geo, p1, sb, ti, stream);
+      },
+      Rows{sb.bf16_bank}, VecWidth{sb.vec8}, Snapshot{sb.snapshot_mode});
+}
+
+}  // namespace sdm::cuda

@@ -1,0 +1,135 @@
+// write_read.cu - the CUDA chunked op: entry points of engine.hpp for the forward (no-grad and
+// saving) and the saved-buffer size; the backward is in backward.cu.
+//
+// One call: [device index check + one sync, if options.validate and not capturing] ->
+// Phase 1 for all chunks (phase1.cu) -> for each time step ti: gather -> dual -> group_writer
+// (step_kernels.hpp). In a saving call Phase 1 writes the arrays the backward reads straight into
+// `saved`, zero_unwritten_saved zeroes the bytes no kernel writes, and the steps add delta,
+// residual and the snapshot rows (saved/layout.hpp). Every launch goes to the call's stream
+// (options.cuda_stream: the PyTorch binding passes torch's current stream), except that the steps
+// of a large call run half of the P streams on a side stream forked from it and joined back
+// (step_streams.hpp). No host sync follows the optional check, so the whole call can be captured
+// in a CUDA graph (then on one stream); while the stream is capturing, the device index check is
+// skipped (docs/spec.md §8) and out-of-range entries are masked.
+// Scratch comes from one stream-ordered allocation (workspace.hpp).
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/alignment.hpp"
+#include "cuda/engine.hpp"
+#include "cuda/common/call.hpp"
+#include "cuda/forward/phase1.hpp"
+#include "cuda/saved/layout.hpp"
+#include "cuda/saved/snapshot_rows.cuh"
+#include "cuda/common/step_kernels.hpp"
+#include "cuda/common/step_streams.hpp"
+
+namespace sdm::cuda {
+
+Geometry make_geometry(const core::WriteReadShape& s) {
+  Geometry g;
+  g.P = s.P, g.T = s.T, g.W = s.W, g.R = s.R, g.G = s.G, g.hd = s.hd, g.C = s.C, g.sps = s.slots_per_stream;
+  g.Nt = s.num_time_chunks();
+  g.N = g.Nt * g.P;
+  g.p_count = g.P;
+  g.keys.lane_bits = bits_for(static_cast<std::uint64_t>(g.W - 1));
+  g.keys.token_bits = bits_for(static_cast<std::uint64_t>(g.C - 1));
+  g.keys.slot_bits = bits_for(static_cast<std::uint64_t>(g.sps));
+  g.keys.chunk_bits = bits_for(static_cast<std::uint64_t>(g.N - 1));
+  if (g.keys.total_bits() > 64) {
+    throw RuntimeError("sdm CUDA engine: this call needs a " + std::to_string(g.keys.total_bits()) +
+                       "-bit sort key (chunks " + std::to_string(g.N) + ", slots_per_stream " + std::to_string(g.sps) +
+                       "), more than the 64 bits supported on CUDA so far; split the call over time or streams");
+  }
+  return g;
+}
+
+Inputs make_inputs(const WriteReadArgs& args) {
+  Inputs in;
+  in.k_idx = args.k_idx.data;
+  in.q_idx = args.q_idx.data;
+  in.k_index64 = args.k_idx.dtype == DType::i64;
+  in.q_index64 = args.q_idx.dtype == DType::i64;
+  in.k_val = args.k_val.data, in.k_val_dtype = args.k_val.dtype;
+  in.v = args.v.data, in.v_dtype = args.v.dtype;
+  in.beta = args.beta.data, in.beta_dtype = args.beta.dtype;
+  in.g = args.g.data, in.g_dtype = args.g.dtype;
+  in.q_val = args.q_val.data, in.q_val_dtype = args.q_val.dtype;
+  return in;
+}
+
+namespace {
+
+// `saved` == nullptr: the no-grad forward; else the saving forward into *saved.
+void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorRef* saved,
+             const core::WriteReadShape& shape, const WriteReadOptions& options) {
+  Call call(args.memory, options.cuda_stream, options.validate);
+  const cudaStream_t stream = call.stream();
+  const Geometry geo = make_geometry(shape);
+  const Inputs in = call.inputs(args);
+  Workspace& ws = call.workspace();
+  // Phase 1's arrays the backward reads go to `saved` in a saving call, else to the workspace.
+  Phase1Buffers p1;
+  SavedLayout layout;
+  unsigned char* saved_base = nullptr;
+  if (saved != nullptr) {
+    layout = saved_layout(shape, options);
+    saved_base = static_cast<unsigned char*>(saved->data);
+    bind_saved_phase1(layout, saved_base, p1);
+  } else {
+    plan_phase1_kept(geo, ws, p1);
+  }
+  plan_phase1_forward_only(geo, ws, p1);
+  StepBuffers sb;
+  const std::int64_t step_elems = geo.P * geo.C * geo.hd;
+  ws.plan(&sb.retrieved, step_elems);
+  ws.plan(&sb.inter, step_elems);
+  if (saved == nullptr) ws.plan(&sb.delta, step_elems);
+  ws.allocate();
+  call.check_indices(in, IndexCheck{geo.P, geo.T, geo.W, geo.R, geo.sps, shape.S, true});
+
+  sb.bank = args.memory.data;
+  sb.readings = readings.data;
+  sb.bf16_bank = shape.bank == DType::bf16;
+  sb.vec8 = geo.hd % 8 == 0 && aligned16(args.memory.data);
+  if (saved != nullptr) {
+    sb.delta = reinterpret_cast<float*>(saved_base + layout.delta);
+    sb.residual = reinterpret_cast<float*>(saved_base + layout.residual);
+    sb.snapshot = saved_base + layout.snapshot;
+    sb.snapshot_scales = layout.has_scales ? reinterpret_cast<float*>(saved_base + layout.scales) : nullptr;
+    sb.snapshot_mode = layout.mode;
+    sb.delta_per_chunk = true;
+    // Vector access to the snapshot and delta rows needs an aligned saved buffer (saved/layout.hpp).
+    sb.vec8 = sb.vec8 && aligned16(saved->data);
+  }
+
+  run_phase1(geo, in, sb.bf16_bank, p1, stream);
+  if (saved != nullptr) zero_unwritten_saved(geo, layout, p1.keys, saved_base, stream);
+  StepStreams steps(geo, stream, split_steps(geo, sb.bf16_bank, call.capturing()));
+  for (std::int64_t ti = 0; ti < geo.Nt; ++ti) {
+    for (int h = 0; h < steps.count(); ++h) {
+      launch_gather(steps.geometry(h), p1, sb, ti, steps.stream(h));
+      launch_dual(steps.geometry(h), in, p1, sb, ti, steps.stream(h));
+      launch_group_writer(steps.geometry(h), p1, sb, ti, steps.stream(h));
+    }
+  }
+  steps.join();
+}
+
+}  // namespace
+
+void write_read_forward(const WriteReadArgs& args, const TensorRef& readings, const core::WriteReadShape& shape,
+                        const WriteReadOptions& options) {
+  forward(args, readings, nullptr, shape, options);
+}
+
+std::size_t write_read_saved_bytes(const core::WriteReadShape& shape, const WriteReadOptions& options) {
+  return saved_layout(shape, options).total;
+}
+
+void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings, const TensorRef& saved,
+                               const core::WriteReadShape& shape, const WriteReadOptions& options) {
+  forward(args, readings, &saved, shape, options);
+}
+
+}  // namespace sdm::cuda
