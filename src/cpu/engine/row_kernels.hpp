@@ -85,13 +85,17 @@ inline void round_row_to_bank(float* row, std::int64_t width, const std::uint16_
 // product and each sum rounded to f32; init(c) = +0 (base == nullptr) or
 // base_weight * f32(base[c]). Rows are read, out is written, once per element; out may be
 // base itself (Elem = float). Runs on row_kernels_avx512.hpp's path when that is active
-// (the same bits).
+// (the same bits). Prefetch hints only: term k also hints row ahead[k]'s columns [0, width)
+// into the cache for k < ahead_count (the rows of a later sum, a fixed distance ahead).
 template <typename Elem, typename Src>
 void weighted_rows(const Src* const* rows, const float* weight, std::int64_t count, const Elem* base,
-                   float base_weight, float* out, std::int64_t width) {
+                   float base_weight, float* out, std::int64_t width, const Src* const* ahead = nullptr,
+                   std::int64_t ahead_count = 0) {
   using vec::f32x4;
   if constexpr (!(std::is_same_v<Elem, float> && std::is_same_v<Src, std::uint16_t>)) {
-    if (row_kernels_avx512_active()) return weighted_rows_avx512(rows, weight, count, base, base_weight, out, width);
+    if (row_kernels_avx512_active()) {
+      return weighted_rows_avx512(rows, weight, count, base, base_weight, out, width, ahead, ahead_count);
+    }
   }
   std::int64_t c = 0;
   for (; c + 2 * kStrip <= width; c += 2 * kStrip) {
@@ -103,6 +107,7 @@ void weighted_rows(const Src* const* rows, const float* weight, std::int64_t cou
       a0 = d * a0, a1 = d * a1, a2 = d * a2, a3 = d * a3;
     }
     for (std::int64_t k = 0; k < count; ++k) {
+      if (c == 0 && k < ahead_count) prefetch_row(ahead[k], static_cast<std::size_t>(width) * sizeof(Src));
       const f32x4 w = vec::splat(weight[k]);
       f32x4 x0, x1, x2, x3;
       vec::load8(rows[k] + c, x0, x1);

@@ -40,9 +40,12 @@ SDM_AVX512 inline void store16(std::uint16_t* p, __mmask16 m, __m512 x) {
 
 // Columns [0, 16 * (V - 1) + lanes of the last mask) of one column block. `out` may be
 // `base`: the block reads its base columns before it stores them.
+// With `ahead`, term k first hints the block's columns of row ahead[k] (k < ahead_count) into
+// the cache: one row's lines per term, a fixed distance ahead of the loads (no value changes).
 template <int V, typename Src, typename Base, typename Out>
 SDM_AVX512 void block(const Src* const* rows, const float* weight, std::int64_t count, const Base* base,
-                      float base_weight, Out* out, std::int64_t c0, __mmask16 last) {
+                      float base_weight, Out* out, std::int64_t c0, __mmask16 last, const Src* const* ahead,
+                      std::int64_t ahead_count) {
   __m512 acc[V];
   auto mask = [&](int v) { return v == V - 1 ? last : static_cast<__mmask16>(0xffff); };
   if (base) {
@@ -53,7 +56,14 @@ SDM_AVX512 void block(const Src* const* rows, const float* weight, std::int64_t 
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps();
   }
+  constexpr int kLineVectors = 64 / (16 * static_cast<int>(sizeof(Src)));  // vectors per cache line
   for (std::int64_t k = 0; k < count; ++k) {
+    if (k < ahead_count) {
+#pragma GCC unroll 8
+      for (int v = 0; v < V; v += kLineVectors) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead[k] + c0 + 16 * v), _MM_HINT_T0);
+      }
+    }
     const __m512 w = _mm512_set1_ps(weight[k]);
     const Src* row = rows[k] + c0;
 #pragma GCC unroll 8
@@ -68,7 +78,8 @@ SDM_AVX512 void block(const Src* const* rows, const float* weight, std::int64_t 
 
 template <typename Src, typename Base, typename Out>
 SDM_AVX512 void weighted(const Src* const* rows, const float* weight, std::int64_t count, const Base* base,
-                         float base_weight, Out* out, std::int64_t width) {
+                         float base_weight, Out* out, std::int64_t width, const Src* const* ahead = nullptr,
+                         std::int64_t ahead_count = 0) {
   constexpr std::int64_t kBlock = 128;  // 8 zmm accumulators
   for (std::int64_t c0 = 0; c0 < width; c0 += kBlock) {
     const std::int64_t cols = width - c0 < kBlock ? width - c0 : kBlock;
@@ -76,14 +87,14 @@ SDM_AVX512 void weighted(const Src* const* rows, const float* weight, std::int64
     const int tail = static_cast<int>(cols - 16 * (vectors - 1));
     const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1u);
     switch (vectors) {
-      case 1: block<1>(rows, weight, count, base, base_weight, out, c0, last); break;
-      case 2: block<2>(rows, weight, count, base, base_weight, out, c0, last); break;
-      case 3: block<3>(rows, weight, count, base, base_weight, out, c0, last); break;
-      case 4: block<4>(rows, weight, count, base, base_weight, out, c0, last); break;
-      case 5: block<5>(rows, weight, count, base, base_weight, out, c0, last); break;
-      case 6: block<6>(rows, weight, count, base, base_weight, out, c0, last); break;
-      case 7: block<7>(rows, weight, count, base, base_weight, out, c0, last); break;
-      default: block<8>(rows, weight, count, base, base_weight, out, c0, last); break;
+      case 1: block<1>(rows, weight, count, base, base_weight, out, c0, last, ahead, ahead_count); break;
+      case 2: block<2>(rows, weight, count, base, base_weight, out, c0, last, ahead, ahead_count); break;
+      case 3: block<3>(rows, weight, count, base, base_weight, out, c0, last, ahead, ahead_count); break;
+      case 4: block<4>(rows, weight, count, base, base_weight, out, c0, last, ahead, ahead_count); break;
+      case 5: block<5>(rows, weight, count, base, base_weight, out, c0, last, ahead, ahead_count); break;
+      case 6: block<6>(rows, weight, count, base, base_weight, out, c0, last, ahead, ahead_count); break;
+      case 7: block<7>(rows, weight, count, base, base_weight, out, c0, last, ahead, ahead_count); break;
+      default: block<8>(rows, weight, count, base, base_weight, out, c0, last, ahead, ahead_count); break;
     }
   }
 }
@@ -220,16 +231,19 @@ bool row_kernels_avx512_active() { return avx512_flag().load(std::memory_order_r
 
 #if SDM_ROWS_AVX512
 void weighted_rows_avx512(const std::uint16_t* const* rows, const float* weight, std::int64_t count,
-                          const std::uint16_t* base, float base_weight, float* out, std::int64_t width) {
-  weighted(rows, weight, count, base, base_weight, out, width);
+                          const std::uint16_t* base, float base_weight, float* out, std::int64_t width,
+                          const std::uint16_t* const* ahead, std::int64_t ahead_count) {
+  weighted(rows, weight, count, base, base_weight, out, width, ahead, ahead_count);
 }
 void weighted_rows_avx512(const float* const* rows, const float* weight, std::int64_t count,
-                          const std::uint16_t* base, float base_weight, float* out, std::int64_t width) {
-  weighted(rows, weight, count, base, base_weight, out, width);
+                          const std::uint16_t* base, float base_weight, float* out, std::int64_t width,
+                          const float* const* ahead, std::int64_t ahead_count) {
+  weighted(rows, weight, count, base, base_weight, out, width, ahead, ahead_count);
 }
 void weighted_rows_avx512(const float* const* rows, const float* weight, std::int64_t count, const float* base,
-                          float base_weight, float* out, std::int64_t width) {
-  weighted(rows, weight, count, base, base_weight, out, width);
+                          float base_weight, float* out, std::int64_t width, const float* const* ahead,
+                          std::int64_t ahead_count) {
+  weighted(rows, weight, count, base, base_weight, out, width, ahead, ahead_count);
 }
 void weighted_rows_to_bf16_avx512(const float* const* rows, const float* weight, std::int64_t count,
                                   const std::uint16_t* base, float base_weight, std::uint16_t* out,
@@ -244,15 +258,15 @@ void triangular_rows_avx512(bool lower, const float* coef, std::int64_t ldc, con
 }
 #else
 void weighted_rows_avx512(const std::uint16_t* const*, const float*, std::int64_t, const std::uint16_t*, float,
-                          float*, std::int64_t) {
+                          float*, std::int64_t, const std::uint16_t* const*, std::int64_t) {
   throw ValueError("path", "AVX-512 is not available on this CPU");
 }
 void weighted_rows_avx512(const float* const*, const float*, std::int64_t, const std::uint16_t*, float, float*,
-                          std::int64_t) {
+                          std::int64_t, const float* const*, std::int64_t) {
   throw ValueError("path", "AVX-512 is not available on this CPU");
 }
 void weighted_rows_avx512(const float* const*, const float*, std::int64_t, const float*, float, float*,
-                          std::int64_t) {
+                          std::int64_t, const float* const*, std::int64_t) {
   throw ValueError("path", "AVX-512 is not available on this CPU");
 }
 void weighted_rows_to_bf16_avx512(const float* const*, const float*, std::int64_t, const std::uint16_t*, float,

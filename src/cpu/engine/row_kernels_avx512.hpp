@@ -34,12 +34,16 @@ void set_row_kernel_path(RowKernelPath path);
 // Whether the AVX-512 path is the active one.
 bool row_kernels_avx512_active();
 
+// weighted_rows (row_kernels.hpp), prefetch hints `ahead` included.
 void weighted_rows_avx512(const std::uint16_t* const* rows, const float* weight, std::int64_t count,
-                          const std::uint16_t* base, float base_weight, float* out, std::int64_t width);
+                          const std::uint16_t* base, float base_weight, float* out, std::int64_t width,
+                          const std::uint16_t* const* ahead, std::int64_t ahead_count);
 void weighted_rows_avx512(const float* const* rows, const float* weight, std::int64_t count,
-                          const std::uint16_t* base, float base_weight, float* out, std::int64_t width);
+                          const std::uint16_t* base, float base_weight, float* out, std::int64_t width,
+                          const float* const* ahead, std::int64_t ahead_count);
 void weighted_rows_avx512(const float* const* rows, const float* weight, std::int64_t count, const float* base,
-                          float base_weight, float* out, std::int64_t width);
+                          float base_weight, float* out, std::int64_t width, const float* const* ahead,
+                          std::int64_t ahead_count);
 
 // The same sum rounded once to bf16 in registers (bf16_round_avx512.hpp: core::bf16_from_float's
 // bits) and stored into `out`, which may be `base` (each column block reads its base columns

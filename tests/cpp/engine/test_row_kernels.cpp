@@ -280,9 +280,13 @@ void check_weighted_rows(std::int64_t count, std::int64_t width, bool with_base)
   for (std::int64_t k = 0; k < count; ++k) rows.push_back(store.data() + (k + 1) * width);
   const auto weight = wide_values(static_cast<std::size_t>(count) + 1, 9);
   const Elem* base = with_base ? base_row.data() : nullptr;
-  std::vector<float> out(static_cast<std::size_t>(width));
+  std::vector<float> out(static_cast<std::size_t>(width)), hinted(out.size());
   weighted_rows<Elem>(rows.data(), weight.data(), count, base, weight[static_cast<std::size_t>(count)], out.data(),
                       width);
+  // Prefetch hints (here the same rows in reverse order) must change no bit.
+  const std::vector<const Src*> ahead(rows.rbegin(), rows.rend());
+  weighted_rows<Elem>(rows.data(), weight.data(), count, base, weight[static_cast<std::size_t>(count)],
+                      hinted.data(), width, ahead.data(), count);
   std::vector<float> want(static_cast<std::size_t>(width));
   for (std::int64_t c = 0; c < width; ++c) {
     float acc = with_base ? weight[static_cast<std::size_t>(count)] * load_bank(base[c]) : 0.0f;
@@ -293,6 +297,7 @@ void check_weighted_rows(std::int64_t count, std::int64_t width, bool with_base)
   }
   SCOPED_TRACE(::testing::Message() << "count " << count << " width " << width << " base " << with_base);
   expect_same_bits(out, want);
+  expect_same_bits(hinted, want);
 }
 
 TEST(RowKernels, WeightedRowsFollowTheDocumentedOrderBitwise) {
