@@ -1,9 +1,9 @@
 // repeated_writes.hpp - what an engine does with a write slot repeated within one token when the
 // index checks are off (validate = false, docs/spec.md §8): the token's first lane naming the row
 // writes it; every later lane naming the same row is masked like an out-of-range entry (no decay,
-// no write, no contribution to retrievals or readings, zero gradient). The CPU engine and its
-// decode step apply it here; the CUDA engine applies the same rule in its kernels (phase1.cu,
-// decode_step.cu).
+// no write, no contribution to retrievals or readings, zero gradient). The CPU decode step applies
+// it here, the CPU engine's Phase 1 through its dense row table (src/cpu/engine/chunk_plan.cpp);
+// the CUDA engine applies the same rule in its kernels (phase1.cu, decode_step.cu).
 #pragma once
 
 #include <cstdint>

@@ -10,6 +10,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define SDM_BF16_STORE_AVX2 1
+// GCC 12's AVX-512 intrinsics pass a deliberately undefined source operand
+// (_mm512_undefined_*), which -Wmaybe-uninitialized reports at every inlined use.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "bf16_round_avx512.hpp"
 #endif
 
 namespace sdm::cpu {
@@ -60,7 +64,33 @@ __attribute__((target("avx2"))) void store_avx2(std::uint16_t* out, const float*
   _mm256_zeroupper();
   store_baseline(out + c, a + c, b ? b + c : nullptr, width - c);
 }
+
+#define SDM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+SDM_AVX512 void store_avx512(std::uint16_t* out, const float* a, const float* b, std::int64_t width) {
+  std::int64_t c = 0;
+  for (; c + 16 <= width; c += 16) {
+    __m512 x = _mm512_loadu_ps(a + c);
+    if (b) x = _mm512_add_ps(x, _mm512_loadu_ps(b + c));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), bf16_round16(x));
+  }
+  if (c < width) {
+    const auto m = static_cast<__mmask16>((1u << (width - c)) - 1u);
+    __m512 x = _mm512_maskz_loadu_ps(m, a + c);
+    if (b) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, b + c));
+    _mm256_mask_storeu_epi16(out + c, m, bf16_round16(x));
+  }
+}
+#undef SDM_AVX512
 #endif
+
+bool cpu_has_avx512() {
+#if SDM_BF16_STORE_AVX2
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
 
 bool cpu_has_avx2() {
 #if SDM_BF16_STORE_AVX2
@@ -71,7 +101,10 @@ bool cpu_has_avx2() {
 }
 
 Bf16StorePath resolve(Bf16StorePath path) {
-  if (path == Bf16StorePath::automatic) return cpu_has_avx2() ? Bf16StorePath::avx2 : Bf16StorePath::baseline;
+  if (path == Bf16StorePath::automatic) {
+    if (cpu_has_avx512()) return Bf16StorePath::avx512;
+    return cpu_has_avx2() ? Bf16StorePath::avx2 : Bf16StorePath::baseline;
+  }
   return path;
 }
 
@@ -84,15 +117,23 @@ std::atomic<Bf16StorePath>& active_path() {
 
 void store_bf16_row(std::uint16_t* out, const float* a, const float* b, std::int64_t width) {
 #if SDM_BF16_STORE_AVX2
-  if (active_path().load(std::memory_order_relaxed) == Bf16StorePath::avx2) return store_avx2(out, a, b, width);
+  const Bf16StorePath path = active_path().load(std::memory_order_relaxed);
+  if (path == Bf16StorePath::avx512) return store_avx512(out, a, b, width);
+  if (path == Bf16StorePath::avx2) return store_avx2(out, a, b, width);
 #endif
   store_baseline(out, a, b, width);
 }
 
-bool bf16_store_path_available(Bf16StorePath path) { return path != Bf16StorePath::avx2 || cpu_has_avx2(); }
+bool bf16_store_path_available(Bf16StorePath path) {
+  if (path == Bf16StorePath::avx512) return cpu_has_avx512();
+  return path != Bf16StorePath::avx2 || cpu_has_avx2();
+}
 
 void set_bf16_store_path(Bf16StorePath path) {
-  if (!bf16_store_path_available(path)) throw ValueError("path", "AVX2 is not available on this CPU");
+  if (!bf16_store_path_available(path)) {
+    throw ValueError("path", path == Bf16StorePath::avx512 ? "AVX-512 F/BW/VL is not available on this CPU"
+                                                           : "AVX2 is not available on this CPU");
+  }
   active_path().store(resolve(path), std::memory_order_relaxed);
 }
 

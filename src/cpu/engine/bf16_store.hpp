@@ -1,18 +1,19 @@
-// bf16_store.hpp - rounding f32 rows to bf16, with a runtime-dispatched AVX2 path.
+// bf16_store.hpp - rounding f32 rows to bf16, with runtime-dispatched AVX2 and AVX-512 paths.
 //
 // store_bf16_row(out, a, b, width): out[c] = bf16(a[c]) (b == nullptr) or bf16(a[c] + b[c])
 // (one f32 sum, then one rounding), c < width: round to nearest even, NaN kept quiet, the
 // bits of core::bf16_from_float on every path. Paths: `baseline` (row_kernels.hpp's 4-wide
-// vectors, SSE2 on baseline x86-64) and `avx2` (8-wide integer lanes, taken when the CPU
-// has AVX2); both run the same integer arithmetic per lane and the same IEEE f32 addition,
-// so they give the same bits (tested on every bf16 high half, test_row_kernels.cpp).
+// vectors, SSE2 on baseline x86-64), `avx2` (8-wide integer lanes) and `avx512` (16-wide
+// lanes, the NaN choice by mask, masked tail; taken when the CPU has AVX-512 F/BW/VL, else
+// avx2 when it has AVX2); all run the same integer arithmetic per lane and the same IEEE f32
+// addition, so they give the same bits (tested on every bf16 high half, test_row_kernels.cpp).
 #pragma once
 
 #include <cstdint>
 
 namespace sdm::cpu {
 
-enum class Bf16StorePath { automatic, baseline, avx2 };
+enum class Bf16StorePath { automatic, baseline, avx2, avx512 };
 
 void store_bf16_row(std::uint16_t* out, const float* a, const float* b, std::int64_t width);
 

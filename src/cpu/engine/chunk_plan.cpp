@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/repeated_writes.hpp"
 #include "core/log_decay.hpp"
 #include "core/tensor_access.hpp"
 #include "element_io.hpp"
@@ -16,23 +15,55 @@ using std::size_t;
 
 inline size_t at(std::int64_t i) { return static_cast<size_t>(i); }
 
-// Multiplicative (Fibonacci) hash of a bank row to `bits` bits.
-inline std::size_t row_hash(std::int64_t row, int bits) {
-  return static_cast<std::size_t>((static_cast<std::uint64_t>(row) * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+// plan.row_group: the write group of each row of the stream, -1 for a row no valid entry
+// writes. A dense table of slots_per_stream entries, so a lookup is one load; between
+// chunks only the previous chunk's groups are reset (plan.groups still holds them here), so
+// a chunk costs O(its groups), not O(slots_per_stream). Which group a row maps to is a
+// function of the groups alone, so nothing downstream depends on the table.
+void reset_row_groups(const core::WriteReadShape& shape, ChunkPlan& plan) {
+  if (plan.row_group.size() != at(shape.slots_per_stream)) {
+    plan.row_group.assign(at(shape.slots_per_stream), -1);
+  } else {
+    for (const WriteGroup& group : plan.groups) plan.row_group[at(group.row - plan.row_group_base)] = -1;
+  }
+  plan.row_group_base = plan.stream * shape.slots_per_stream;
+}
+
+void fill_row_groups(ChunkPlan& plan) {
+  for (std::size_t k = 0; k < plan.groups.size(); ++k) {
+    plan.row_group[at(plan.groups[k].row - plan.row_group_base)] = static_cast<std::int32_t>(k);
+  }
 }
 
 // Stages kappa, gamma, rho, beta and the (masked) rows of the chunk's entries. The chunk's
 // tokens are consecutive, so every per-token tensor is one contiguous run of elements.
+// A write lane repeating an earlier lane's row within its token is masked (the rule of
+// core/repeated_writes.hpp, found here through plan.row_group, reset on entry: a lane marks
+// its row with -2 - i, token i's mark, so a later lane of token i finding that mark repeats
+// it. Every marked row is an unmasked write row, hence a group row after group_writes, so
+// fill_row_groups overwrites every mark.)
 void stage_entries(const WriteReadArgs& args, const core::WriteReadShape& shape, ChunkPlan& plan) {
   const std::int64_t lo = plan.stream * shape.slots_per_stream;
   const std::int64_t hi = lo + shape.slots_per_stream;
   auto masked = [&](std::int64_t row) { return row >= lo && row < hi ? row : kMaskedRow; };
   const std::int64_t token0 = plan.stream * shape.T + plan.t0;  // flat token of i = 0
   const std::int64_t writes = plan.n * shape.W, reads = plan.n * shape.R;
-  for (std::int64_t e = 0; e < writes; ++e) {
-    plan.k_row[at(e)] = masked(core::load_index(args.k_idx, token0 * shape.W + e));
+  for (std::int64_t i = 0; i < plan.n; ++i) {
+    const auto mark = static_cast<std::int32_t>(-2 - i);
+    for (std::int64_t w = 0; w < shape.W; ++w) {
+      const std::int64_t e = i * shape.W + w;
+      std::int64_t row = masked(core::load_index(args.k_idx, token0 * shape.W + e));
+      if (row != kMaskedRow) {
+        std::int32_t& seen = plan.row_group[at(row - lo)];
+        if (seen == mark) {
+          row = kMaskedRow;
+        } else {
+          seen = mark;
+        }
+      }
+      plan.k_row[at(e)] = row;
+    }
   }
-  for (std::int64_t i = 0; i < plan.n; ++i) core::mask_repeated_writes(&plan.k_row[at(i * shape.W)], shape.W, kMaskedRow);
   for (std::int64_t q = 0; q < reads; ++q) {
     plan.q_row[at(q)] = masked(core::load_index(args.q_idx, token0 * shape.R + q));
   }
@@ -45,7 +76,10 @@ void stage_entries(const WriteReadArgs& args, const core::WriteReadShape& shape,
   load_elements(args.beta, token0, plan.n, plan.beta.data());
   if (shape.G == 1) {
     load_elements(args.g, token0, plan.n, plan.P.data());  // P: scratch until group_writes
-    for (std::int64_t e = 0; e < writes; ++e) plan.gamma[at(e)] = core::floor_log_decay(plan.P[at(e / shape.W)]);
+    for (std::int64_t i = 0; i < plan.n; ++i) {
+      const float gamma = core::floor_log_decay(plan.P[at(i)]);
+      std::fill_n(&plan.gamma[at(i * shape.W)], shape.W, gamma);
+    }
   } else {
     load_elements(args.g, token0 * shape.W, writes, plan.gamma.data());
     for (std::int64_t e = 0; e < writes; ++e) plan.gamma[at(e)] = core::floor_log_decay(plan.gamma[at(e)]);
@@ -129,30 +163,8 @@ void group_writes(ChunkPlan& plan) {
   sort_into_groups(plan.k_row, entries, plan.sort_keys, plan.sort_scratch, plan.write_order, on_group);
 }
 
-// Fills plan.row_table, an open-addressing hash table (linear probing) from bank row to
-// write group. It only speeds up find_group: which group a row maps to does not depend on
-// the table's layout, so nothing downstream does either.
-void build_row_table(ChunkPlan& plan) {
-  int bits = 4;
-  while ((std::size_t{1} << bits) < 2 * plan.groups.size()) ++bits;
-  plan.row_table_bits = bits;
-  plan.row_table.assign(std::size_t{1} << bits, -1);
-  const std::size_t mask = plan.row_table.size() - 1;
-  for (std::size_t k = 0; k < plan.groups.size(); ++k) {
-    std::size_t slot = row_hash(plan.groups[k].row, bits);
-    while (plan.row_table[slot] >= 0) slot = (slot + 1) & mask;
-    plan.row_table[slot] = static_cast<std::int32_t>(k);
-  }
-}
-
-// The write group of `row`, or -1.
-std::int32_t find_group(const ChunkPlan& plan, std::int64_t row) {
-  const std::size_t mask = plan.row_table.size() - 1;
-  for (std::size_t slot = row_hash(row, plan.row_table_bits);; slot = (slot + 1) & mask) {
-    const std::int32_t k = plan.row_table[slot];
-    if (k < 0 || plan.groups[at(k)].row == row) return k;
-  }
-}
+// The write group of `row` (a row of the plan's stream), or -1.
+std::int32_t find_group(const ChunkPlan& plan, std::int64_t row) { return plan.row_group[at(row - plan.row_group_base)]; }
 
 // Lq, q_w and the visible write range of every read (reads follow the token's writes).
 void place_reads(ChunkPlan& plan) {
@@ -263,9 +275,10 @@ void build_chunk_plan(const WriteReadArgs& args, const core::WriteReadShape& sha
   plan.read_order.clear();
   plan.read_groups.clear();
 
+  reset_row_groups(shape, plan);
   stage_entries(args, shape, plan);
   group_writes(plan);
-  build_row_table(plan);
+  fill_row_groups(plan);
   place_reads(plan);
   build_a_and_qk(plan);
   solve_unit_lower(plan);

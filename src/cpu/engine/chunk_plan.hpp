@@ -99,8 +99,9 @@ struct ChunkPlan {
   std::vector<std::int32_t> read_order;  // valid reads sorted by (row, token, lane)
   std::vector<ReadGroup> read_groups;    // ascending row
   std::vector<SortKey> sort_keys, sort_scratch;  // scratch of the sorts
-  std::vector<std::int32_t> row_table;   // hash table bank row -> write group (chunk_plan.cpp)
-  int row_table_bits = 0;
+  // Write group of bank row row_group_base + x, or -1 ([slots_per_stream], chunk_plan.cpp).
+  std::vector<std::int32_t> row_group;
+  std::int64_t row_group_base = 0;
 
   std::int64_t token_of_write(std::int32_t e) const { return e / W; }
   std::int64_t token_of_read(std::int32_t q) const { return q / R; }

@@ -1,37 +1,22 @@
 // forward.cpp - the chunked forward, no-grad and saving (docs/spec.md §2, §11).
 //
-// Inputs (validated, contiguous): memory [S, hd] bf16 / f32, updated in place to the final
-// bank; k_idx, k_val [P, T, W]; v [P, T, hd]; beta [P, T(, 1)]; g [P, T, G]; q_idx,
-// q_val [P, T, R]. Output: readings [P, T, hd] in the bank dtype E; with saving, `saved`
-// (saved_layout.hpp): delta, residual, and the snapshot of every write group's pre-write row.
-//
-// Per time step ti = 0 .. Nt-1 (the P chunks of a step touch disjoint rows, docs/spec.md §1):
-//   plan:   per stream, the Phase 1 plan of the chunk (chunk_plan.hpp);
-//   pass 1, per stream, only when saving: encode the pre-write row of each write group into
-//           the snapshot.
-//   pass 2, per (stream, column tile), with M0 the bank rows at the chunk start:
-//     gather   ret_i   = sum_w k_eff_(i,w) M0[s_(i,w)]     (w ascending, f32)
-//              inter_i = sum_r q_w(i,r) M0[sigma_(i,r)]    (r ascending, f32)
-//     dual     res_i   = f32(rnd_E(v_i)) - ret_i;  U_i = beta_i res_i
-//              delta_i = sum_{j<=i} X[i][j] U_j              (j ascending)
-//              y_i     = rnd_E(inter_i + sum_{j<=i} QK[i][j] delta_j)
-//     writer   per write group (one writer per row, groups are disjoint):
-//              M[s] = rnd_E(decay_s M0[s] + sum_{e in group, sorted} coef_e delta_{i_e})
-//              - one rounding to E per chunk (docs/spec.md §3).
-//   The sums run in the register-blocked kernels of row_kernels.hpp (gathers and writer:
-//   weighted_rows; delta and y: triangular_product), in exactly the orders above.
-// Parallel decomposition: with at least as many streams as threads, one parallel pass over
-// the streams, each running all its chunks in time order (streams touch disjoint rows).
-// Otherwise per step: pass 2 over (stream, column tile); the item of a stream's first
-// tile then builds the stream's next Phase 1 plan (it reads no bank row; plans are double
-// buffered), so a step is one parallel pass (two when saving: the snapshot pass). Every
-// operation of pass 2 is column-separable (no sum runs across columns), so each element is
-// the same fixed sequence of f32 operations whatever the tiling; the tiling (more tiles
-// when P < threads) therefore never changes a bit. Phase 1 and the snapshot are sequential
-// per chunk. Results are bitwise identical for any thread count, run to run, and between
-// the no-grad and the saving forward (the saving one only adds stores).
-// Masked (out-of-range) entries are skipped everywhere (chunk_plan.hpp); no access leaves
-// the stream's rows, hence the bank.
+// Inputs (validated, contiguous): memory [S, hd] bf16 / f32, updated in place; k_idx, k_val
+// [P, T, W]; v [P, T, hd]; beta [P, T(, 1)]; g [P, T, G]; q_idx, q_val [P, T, R]. Output: readings
+// [P, T, hd] in the bank dtype E; with saving, `saved` (saved_layout.hpp): delta, residual and the
+// snapshot of every write group's pre-write row. Per chunk of a stream, M0 its rows at the start:
+//   plan    Phase 1 (chunk_plan.hpp); when saving, the snapshot of each write group's row
+//   gather  ret_i = sum_w k_eff_(i,w) M0[s_(i,w)],  inter_i = sum_r q_w(i,r) M0[sigma_(i,r)]
+//   dual    res_i = f32(rnd_E(v_i)) - ret_i;  U_i = beta_i res_i;  delta_i = sum_{j<=i} X[i][j] U_j
+//           y_i = rnd_E(inter_i + sum_{j<=i} QK[i][j] delta_j)
+//   writer  per group: M[s] = rnd_E(decay_s M0[s] + sum_{e in group, sorted} coef_e delta_{i_e})
+// All sums f32 in ascending order, in row_kernels.hpp's kernels; one rounding to E per chunk
+// (docs/spec.md §3). Threads: with P >= threads, one pass over the streams, each running its
+// chunks in time order (streams share no row); else per step one pass over (stream, column tile),
+// the first tile's item building the stream's next plan (double buffered: Phase 1 reads no bank
+// row), plus the snapshot pass when saving. Every operation is column-separable, so the tiling
+// changes no bit: results are bitwise identical for any thread count, run to run, and between the
+// no-grad and the saving forward. Masked entries (chunk_plan.hpp) are skipped everywhere; no
+// access leaves the stream's rows.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -78,18 +63,24 @@ ColumnTiling column_tiling(const core::WriteReadShape& shape, int threads) {
   return t;
 }
 
-// Per-worker scratch of pass 2: f32 [C, width] matrices and the row lists of one sum.
+// Per-worker scratch of pass 2: f32 [C, width] matrices; the chunk's gathered rows (token i's
+// write sum, then its read sum, i ascending: 2C sums, sum_start[s] .. sum_start[s + 1]) with
+// their weights; the row lists of one writer sum.
 template <typename Elem>
 struct ColumnScratch {
   std::vector<float> ret, inter, res, u, delta, acc;
   std::vector<const Elem*> bank_rows;
+  std::vector<float> bank_weights;
+  std::vector<std::int64_t> sum_start;
   std::vector<const float*> token_rows;
   std::vector<float> weights;
-  void reserve(std::int64_t C, std::int64_t width, std::int64_t terms) {
+  void reserve(std::int64_t C, std::int64_t W, std::int64_t R, std::int64_t width) {
     for (auto* v : {&ret, &inter, &res, &u, &delta, &acc}) v->assign(at(C * width), 0.0f);
-    bank_rows.resize(at(terms));
-    token_rows.resize(at(terms));
-    weights.resize(at(terms));
+    bank_rows.resize(at(C * (W + R)));
+    bank_weights.resize(at(C * (W + R)));
+    sum_start.resize(at(2 * C + 1));
+    token_rows.resize(at(C * W));  // a group has <= C * W entries
+    weights.resize(at(C * W));
   }
 };
 
@@ -122,36 +113,35 @@ void forward_columns(const ForwardJob& job, const ChunkPlan& plan, std::int64_t 
   auto tile = [&](std::vector<float>& m, std::int64_t i) { return &m[at(i * nc)]; };
   const std::int64_t token0 = plan.stream * sh.T + plan.t0;
 
-  // sum_k weight_k * M0[row_k] over the unmasked entries [first, first + count), k ascending.
-  auto gather = [&](const std::vector<std::int64_t>& rows, const std::vector<float>& weight, std::int64_t first,
-                    std::int64_t count, float* out) {
-    std::int64_t terms = 0;
+  // The gathers: ret_i = sum_k weight_k * M0[row_k] over token i's unmasked write entries, k
+  // ascending, and inter_i over its read entries. The rows of the whole chunk are listed
+  // first, so the kernel of each sum can hint, term by term, the row listed kRowsAhead places
+  // later into the cache (a steady stream of prefetches, not a burst per token).
+  std::int64_t listed = 0, sums = 0;
+  auto list = [&](const std::vector<std::int64_t>& rows, const std::vector<float>& weight, std::int64_t first,
+                  std::int64_t count) {
+    ws.sum_start[at(sums++)] = listed;
     for (std::int64_t k = first; k < first + count; ++k) {
       if (rows[at(k)] == kMaskedRow) continue;
-      ws.bank_rows[at(terms)] = bank_cols(rows[at(k)]);
-      ws.weights[at(terms++)] = weight[at(k)];
-    }
-    weighted_rows<Elem>(ws.bank_rows.data(), ws.weights.data(), terms, nullptr, 0.0f, out, nc);
-  };
-  // Prefetch hints only (no effect on any value): the rows of a token a few tokens ahead.
-  const std::size_t row_bytes = at(nc) * sizeof(Elem);
-  auto prefetch_rows = [&](const std::vector<std::int64_t>& rows, std::int64_t first, std::int64_t count) {
-    for (std::int64_t k = first; k < first + count; ++k) {
-      if (rows[at(k)] != kMaskedRow) prefetch_row(bank_cols(rows[at(k)]), row_bytes);
+      ws.bank_rows[at(listed)] = bank_cols(rows[at(k)]);
+      ws.bank_weights[at(listed++)] = weight[at(k)];
     }
   };
-  constexpr std::int64_t kAhead = 2;
-  for (std::int64_t i = 0; i < std::min(kAhead, n); ++i) {
-    prefetch_rows(plan.k_row, i * sh.W, sh.W);
-    prefetch_rows(plan.q_row, i * sh.R, sh.R);
-  }
   for (std::int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) {
-      prefetch_rows(plan.k_row, (i + kAhead) * sh.W, sh.W);
-      prefetch_rows(plan.q_row, (i + kAhead) * sh.R, sh.R);
-    }
-    gather(plan.k_row, plan.k_eff, i * sh.W, sh.W, tile(ws.ret, i));
-    gather(plan.q_row, plan.q_w, i * sh.R, sh.R, tile(ws.inter, i));
+    list(plan.k_row, plan.k_eff, i * sh.W, sh.W);
+    list(plan.q_row, plan.q_w, i * sh.R, sh.R);
+  }
+  ws.sum_start[at(sums)] = listed;
+  constexpr std::int64_t kRowsAhead = 32;  // prefetch hints only (no effect on any value)
+  const std::size_t row_bytes = at(nc) * sizeof(Elem);
+  for (std::int64_t k = 0; k < std::min(kRowsAhead, listed); ++k) prefetch_row(ws.bank_rows[at(k)], row_bytes);
+  for (std::int64_t s = 0; s < sums; ++s) {
+    const std::int64_t first = ws.sum_start[at(s)], count = ws.sum_start[at(s + 1)] - first;
+    const std::int64_t ahead = std::clamp<std::int64_t>(listed - first - kRowsAhead, 0, count);
+    const Elem* const* rows = ws.bank_rows.data() + first;
+    weighted_rows<Elem>(rows, ws.bank_weights.data() + first, count, nullptr, 0.0f,
+                        tile(s % 2 == 0 ? ws.ret : ws.inter, s / 2), nc, ahead > 0 ? rows + kRowsAhead : nullptr,
+                        ahead);
   }
 
   for (std::int64_t i = 0; i < n; ++i) {
@@ -188,8 +178,7 @@ void forward_columns(const ForwardJob& job, const ChunkPlan& plan, std::int64_t 
       ws.token_rows[at(terms)] = tile(ws.delta, plan.token_of_write(e));
       ws.weights[at(terms++)] = plan.coef[at(e)];
     }
-    weighted_rows<Elem>(ws.token_rows.data(), ws.weights.data(), terms, m, group.decay, acc, nc);
-    store_row(m, acc, nullptr, nc);
+    weighted_rows_into_row<Elem>(ws.token_rows.data(), ws.weights.data(), terms, m, group.decay, acc, nc);
   }
 
   if (job.layout) {
@@ -213,8 +202,7 @@ void run_forward(const ForwardJob& job) {
   const std::int64_t items = sh.P * tiling.tiles;
   const std::int64_t workers = worker_count(items, job.threads);
   std::vector<ColumnScratch<Elem>> scratch(at(workers));
-  const std::int64_t terms = std::max({sh.W, sh.R, sh.C * sh.W});  // a group has <= C * W entries
-  for (auto& ws : scratch) ws.reserve(sh.C, tiling.width, terms);
+  for (auto& ws : scratch) ws.reserve(sh.C, sh.W, sh.R, tiling.width);
 
   if (tiling.tiles == 1) {
     // One worker per stream for the whole call: a stream's chunks run in time order on its

@@ -85,13 +85,17 @@ inline void round_row_to_bank(float* row, std::int64_t width, const std::uint16_
 // product and each sum rounded to f32; init(c) = +0 (base == nullptr) or
 // base_weight * f32(base[c]). Rows are read, out is written, once per element; out may be
 // base itself (Elem = float). Runs on row_kernels_avx512.hpp's path when that is active
-// (the same bits).
+// (the same bits). Prefetch hints only: term k also hints row ahead[k]'s columns [0, width)
+// into the cache for k < ahead_count (the rows of a later sum, a fixed distance ahead).
 template <typename Elem, typename Src>
 void weighted_rows(const Src* const* rows, const float* weight, std::int64_t count, const Elem* base,
-                   float base_weight, float* out, std::int64_t width) {
+                   float base_weight, float* out, std::int64_t width, const Src* const* ahead = nullptr,
+                   std::int64_t ahead_count = 0) {
   using vec::f32x4;
   if constexpr (!(std::is_same_v<Elem, float> && std::is_same_v<Src, std::uint16_t>)) {
-    if (row_kernels_avx512_active()) return weighted_rows_avx512(rows, weight, count, base, base_weight, out, width);
+    if (row_kernels_avx512_active()) {
+      return weighted_rows_avx512(rows, weight, count, base, base_weight, out, width, ahead, ahead_count);
+    }
   }
   std::int64_t c = 0;
   for (; c + 2 * kStrip <= width; c += 2 * kStrip) {
@@ -103,6 +107,7 @@ void weighted_rows(const Src* const* rows, const float* weight, std::int64_t cou
       a0 = d * a0, a1 = d * a1, a2 = d * a2, a3 = d * a3;
     }
     for (std::int64_t k = 0; k < count; ++k) {
+      if (c == 0 && k < ahead_count) prefetch_row(ahead[k], static_cast<std::size_t>(width) * sizeof(Src));
       const f32x4 w = vec::splat(weight[k]);
       f32x4 x0, x1, x2, x3;
       vec::load8(rows[k] + c, x0, x1);
@@ -117,6 +122,21 @@ void weighted_rows(const Src* const* rows, const float* weight, std::int64_t cou
     for (std::int64_t k = 0; k < count; ++k) acc += weight[k] * load_bank(rows[k][c]);
     out[c] = acc;
   }
+}
+
+// row[c] = rnd_Elem(base_weight * f32(row[c]) + sum_{k < count} weight[k] * rows[k][c]): the
+// weighted_rows sum with `row` as its base, rounded once and stored back into `row` (the
+// group writer's update). scratch: width f32. With a bf16 row and the AVX-512 path active,
+// the rounding runs in registers (weighted_rows_to_bf16_avx512); otherwise weighted_rows into
+// scratch, then store_row: the same sum, the same rounding, the same bits.
+template <typename Elem>
+void weighted_rows_into_row(const float* const* rows, const float* weight, std::int64_t count, Elem* row,
+                            float base_weight, float* scratch, std::int64_t width) {
+  if constexpr (std::is_same_v<Elem, std::uint16_t>) {
+    if (row_kernels_avx512_active()) return weighted_rows_to_bf16_avx512(rows, weight, count, row, base_weight, row, width);
+  }
+  weighted_rows<Elem>(rows, weight, count, row, base_weight, scratch, width);
+  store_row(row, scratch, nullptr, width);
 }
 
 // sum_c x[c] * f32(y[c]) in row_math.hpp's dot order (8 lanes, lane l taking the columns
@@ -151,7 +171,9 @@ float dot_row(const float* x, const Elem* y, std::int64_t n) {
 // at +0 is never -0, so adding +-0 leaves it unchanged (with in_k inf or NaN the skipped term
 // would have made the sum NaN). The rule depends on the rows only, never on the column, so
 // the column split still changes no bit. A and QK are sparse (tokens of a chunk rarely share
-// a row), so X and QK mostly are too; the kept terms are listed once per row block.
+// a row), so X and QK mostly are too; the kept terms are listed once per row block. With
+// row_kernels_avx512.hpp's path active, each block's (and leftover row's) column sweep runs
+// there (16-lane vectors, the same terms in the same order: the same bits).
 inline constexpr std::int64_t kMaxChunkRows = 256;
 
 template <bool Lower>
@@ -170,6 +192,10 @@ void triangular_product(const float* coef, std::int64_t ldc, const float* in, fl
         std::int64_t count = 0;
         for (std::int64_t k = Lower ? 0 : r; k <= (Lower ? r : n - 1); ++k) {
           if (cf(r, k) != 0.0f) kept[count++] = static_cast<std::int32_t>(k);
+        }
+        if (row_kernels_avx512_active()) {
+          triangular_rows_avx512(Lower, coef, ldc, in, out, r, 1, kept, count, width);
+          continue;
         }
         std::int64_t c = 0;
         for (; c + kStrip <= width; c += kStrip) {
@@ -203,6 +229,10 @@ void triangular_product(const float* coef, std::int64_t ldc, const float* in, fl
       for (std::int64_t k = 0; k < r0; ++k) keep_shared(k);
     } else {
       for (std::int64_t k = r0 + kRows; k < n; ++k) keep_shared(k);
+    }
+    if (row_kernels_avx512_active()) {
+      triangular_rows_avx512(Lower, coef, ldc, in, out, r0, kRows, kept, count, width);
+      continue;
     }
     // Row r of the block takes triangle term r0 + t when t <= r (Lower) or t >= r (upper).
     auto in_triangle = [](std::int64_t r, std::int64_t t) { return Lower ? t <= r : t >= r; };

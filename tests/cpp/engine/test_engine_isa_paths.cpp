@@ -1,5 +1,5 @@
 // The CPU engine gives the same bits on every bf16 store path (bf16_store.hpp: baseline
-// x86-64 vectors vs AVX2, chosen at run time): a full saving forward + backward on a bf16
+// x86-64 vectors vs AVX2 vs AVX-512, chosen at run time): a full saving forward + backward on a bf16
 // bank with bf16 gradient rows, forced through each path, compared bitwise.
 #include <gtest/gtest.h>
 
@@ -27,9 +27,9 @@ FullRun full_run_on(cpu::Bf16StorePath path, const Problem& pb, const WriteReadO
   return run;
 }
 
-TEST(EngineIsaPaths, Bf16StorePathsAgreeBitwise) {
-  if (!cpu::bf16_store_path_available(cpu::Bf16StorePath::avx2)) GTEST_SKIP() << "this CPU has no AVX2";
-  // hd 70: whole 16-column AVX2 blocks plus a tail; T 90 with C 16: a partial last chunk.
+// Each wide path against the baseline; a path this CPU lacks is skipped.
+void check_bf16_store_path_agrees(cpu::Bf16StorePath path) {
+  // hd 70: whole 16-column blocks plus a tail; T 90 with C 16: a partial last chunk.
   const ProblemSpec spec = spec_of(3, 90, 3, 4, 70, 24, 3, DType::bf16, 140);
   const Problem pb = make_problem(spec);
   const HostTensor dy = random_tensor({spec.P, spec.T, spec.hd}, 1.0, 141);
@@ -39,16 +39,26 @@ TEST(EngineIsaPaths, Bf16StorePathsAgreeBitwise) {
   options.chunk_size = 16;
   options.num_threads = 2;
   const FullRun base = full_run_on(cpu::Bf16StorePath::baseline, pb, options, dy, d_final);
-  const FullRun avx2 = full_run_on(cpu::Bf16StorePath::avx2, pb, options, dy, d_final);
-  EXPECT_TRUE(base.forward.readings.bitwise_equal(avx2.forward.readings)) << "readings";
-  EXPECT_TRUE(base.forward.final_bank.bitwise_equal(avx2.forward.final_bank)) << "final bank";
-  EXPECT_TRUE(base.forward.saved.bitwise_equal(avx2.forward.saved)) << "saved";
-  EXPECT_TRUE(base.grads.memory.bitwise_equal(avx2.grads.memory)) << "grad memory";
-  EXPECT_TRUE(base.grads.k_val.bitwise_equal(avx2.grads.k_val)) << "grad k_val";
-  EXPECT_TRUE(base.grads.v.bitwise_equal(avx2.grads.v)) << "grad v";
-  EXPECT_TRUE(base.grads.g.bitwise_equal(avx2.grads.g)) << "grad g";
-  EXPECT_TRUE(base.grads.q_val.bitwise_equal(avx2.grads.q_val)) << "grad q_val";
-  EXPECT_TRUE(base.grads.bank_after.bitwise_equal(avx2.grads.bank_after)) << "restored bank";
+  const FullRun wide = full_run_on(path, pb, options, dy, d_final);
+  EXPECT_TRUE(base.forward.readings.bitwise_equal(wide.forward.readings)) << "readings";
+  EXPECT_TRUE(base.forward.final_bank.bitwise_equal(wide.forward.final_bank)) << "final bank";
+  EXPECT_TRUE(base.forward.saved.bitwise_equal(wide.forward.saved)) << "saved";
+  EXPECT_TRUE(base.grads.memory.bitwise_equal(wide.grads.memory)) << "grad memory";
+  EXPECT_TRUE(base.grads.k_val.bitwise_equal(wide.grads.k_val)) << "grad k_val";
+  EXPECT_TRUE(base.grads.v.bitwise_equal(wide.grads.v)) << "grad v";
+  EXPECT_TRUE(base.grads.g.bitwise_equal(wide.grads.g)) << "grad g";
+  EXPECT_TRUE(base.grads.q_val.bitwise_equal(wide.grads.q_val)) << "grad q_val";
+  EXPECT_TRUE(base.grads.bank_after.bitwise_equal(wide.grads.bank_after)) << "restored bank";
+}
+
+TEST(EngineIsaPaths, Bf16StorePathsAgreeBitwise) {
+  if (!cpu::bf16_store_path_available(cpu::Bf16StorePath::avx2)) GTEST_SKIP() << "this CPU has no AVX2";
+  check_bf16_store_path_agrees(cpu::Bf16StorePath::avx2);
+}
+
+TEST(EngineIsaPaths, Bf16StoreAvx512PathAgreesBitwise) {
+  if (!cpu::bf16_store_path_available(cpu::Bf16StorePath::avx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+  check_bf16_store_path_agrees(cpu::Bf16StorePath::avx512);
 }
 
 // The same on the row-kernel paths (row_kernels_avx512.hpp: baseline 4-wide vectors vs the

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
@@ -95,6 +96,20 @@ TEST(RowKernels, Bf16StoreAvx2PathMatchesScalarRounding) {
   check_bf16_store_path(Bf16StorePath::avx2);
 }
 
+TEST(RowKernels, Bf16StoreAvx512PathMatchesScalarRounding) {
+  if (!bf16_store_path_available(Bf16StorePath::avx512)) {
+    try {
+      set_bf16_store_path(Bf16StorePath::avx512);
+      ADD_FAILURE() << "forcing AVX-512 on a CPU without it must throw";
+    } catch (const ValueError& e) {
+      EXPECT_EQ(e.argument(), "path");
+      EXPECT_STREQ(e.what(), "AVX-512 F/BW/VL is not available on this CPU");
+    }
+    GTEST_SKIP() << "this CPU has no AVX-512 F/BW/VL: only the refusal was checked";
+  }
+  check_bf16_store_path(Bf16StorePath::avx512);
+}
+
 // round_row_to_bank: f32(bf16(x)) in vector lanes and scalar tails, on every bf16 high half
 // with the rounding-boundary low halves (ties, NaN payloads, overflow to inf).
 TEST(RowKernels, RoundRowToBf16MatchesScalarRounding) {
@@ -125,6 +140,21 @@ TEST(RowKernels, Bf16LoadMatchesScalar) {
   for (std::size_t i = 0; i < all.size(); ++i) {
     ASSERT_EQ(core::float_bits(got[i]), core::float_bits(core::bf16_to_float(all[i]))) << i;
   }
+}
+
+// Forces a row-kernel path (row_kernels_avx512.hpp) for its lifetime.
+struct ForcedRowPath {
+  explicit ForcedRowPath(RowKernelPath path) { set_row_kernel_path(path); }
+  ~ForcedRowPath() { set_row_kernel_path(RowKernelPath::automatic); }
+  ForcedRowPath(const ForcedRowPath&) = delete;
+  ForcedRowPath& operator=(const ForcedRowPath&) = delete;
+};
+
+// The row-kernel paths this CPU can run (baseline always).
+std::vector<RowKernelPath> row_paths() {
+  std::vector<RowKernelPath> paths{RowKernelPath::baseline};
+  if (row_kernel_path_available(RowKernelPath::avx512)) paths.push_back(RowKernelPath::avx512);
+  return paths;
 }
 
 // The documented orders, one element at a time.
@@ -205,34 +235,27 @@ void check_column_split(std::int64_t n) {
 }
 
 TEST(RowKernels, TriangularProductBitsDoNotDependOnTheColumnSplit) {
-  for (std::int64_t n : {3, 4, 9, 14}) {
-    check_column_split<true>(n);
-    check_column_split<false>(n);
-  }
-}
-
-TEST(RowKernels, TriangularProductsFollowTheDocumentedOrderBitwise) {
-  for (std::int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 13}) {
-    for (std::int64_t width : {1, 3, 8, 9, 16, 19}) {
-      check_triangular<true>(n, width);
-      check_triangular<false>(n, width);
+  for (RowKernelPath path : row_paths()) {
+    const ForcedRowPath forced(path);
+    SCOPED_TRACE(::testing::Message() << "path " << static_cast<int>(path));
+    for (std::int64_t n : {3, 4, 9, 14}) {
+      check_column_split<true>(n);
+      check_column_split<false>(n);
     }
   }
 }
 
-// Forces a row-kernel path (row_kernels_avx512.hpp) for its lifetime.
-struct ForcedRowPath {
-  explicit ForcedRowPath(RowKernelPath path) { set_row_kernel_path(path); }
-  ~ForcedRowPath() { set_row_kernel_path(RowKernelPath::automatic); }
-  ForcedRowPath(const ForcedRowPath&) = delete;
-  ForcedRowPath& operator=(const ForcedRowPath&) = delete;
-};
-
-// The row-kernel paths this CPU can run (baseline always).
-std::vector<RowKernelPath> row_paths() {
-  std::vector<RowKernelPath> paths{RowKernelPath::baseline};
-  if (row_kernel_path_available(RowKernelPath::avx512)) paths.push_back(RowKernelPath::avx512);
-  return paths;
+TEST(RowKernels, TriangularProductsFollowTheDocumentedOrderBitwise) {
+  for (RowKernelPath path : row_paths()) {
+    const ForcedRowPath forced(path);
+    SCOPED_TRACE(::testing::Message() << "path " << static_cast<int>(path));
+    for (std::int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 13}) {
+      for (std::int64_t width : {1, 3, 8, 9, 16, 19, 64, 67, 130}) {
+        check_triangular<true>(n, width);
+        check_triangular<false>(n, width);
+      }
+    }
+  }
 }
 
 // Rows of Src, the base row (when used) of Elem: the forward's gathers (Elem rows, no base),
@@ -257,9 +280,13 @@ void check_weighted_rows(std::int64_t count, std::int64_t width, bool with_base)
   for (std::int64_t k = 0; k < count; ++k) rows.push_back(store.data() + (k + 1) * width);
   const auto weight = wide_values(static_cast<std::size_t>(count) + 1, 9);
   const Elem* base = with_base ? base_row.data() : nullptr;
-  std::vector<float> out(static_cast<std::size_t>(width));
+  std::vector<float> out(static_cast<std::size_t>(width)), hinted(out.size());
   weighted_rows<Elem>(rows.data(), weight.data(), count, base, weight[static_cast<std::size_t>(count)], out.data(),
                       width);
+  // Prefetch hints (here the same rows in reverse order) must change no bit.
+  const std::vector<const Src*> ahead(rows.rbegin(), rows.rend());
+  weighted_rows<Elem>(rows.data(), weight.data(), count, base, weight[static_cast<std::size_t>(count)],
+                      hinted.data(), width, ahead.data(), count);
   std::vector<float> want(static_cast<std::size_t>(width));
   for (std::int64_t c = 0; c < width; ++c) {
     float acc = with_base ? weight[static_cast<std::size_t>(count)] * load_bank(base[c]) : 0.0f;
@@ -270,6 +297,7 @@ void check_weighted_rows(std::int64_t count, std::int64_t width, bool with_base)
   }
   SCOPED_TRACE(::testing::Message() << "count " << count << " width " << width << " base " << with_base);
   expect_same_bits(out, want);
+  expect_same_bits(hinted, want);
 }
 
 TEST(RowKernels, WeightedRowsFollowTheDocumentedOrderBitwise) {
@@ -283,6 +311,57 @@ TEST(RowKernels, WeightedRowsFollowTheDocumentedOrderBitwise) {
           check_weighted_rows<std::uint16_t>(count, width, with_base);
           check_weighted_rows<std::uint16_t, float>(count, width, with_base);
         }
+      }
+    }
+  }
+}
+
+// weighted_rows_into_row (the group writer's update, in place): the documented sum with the row
+// as its base, rounded once to the row's dtype, on each row-kernel path (the AVX-512 one rounds
+// bf16 rows in registers). The row holds some special bf16 patterns (NaN quiet and signalling,
+// +-inf, a subnormal, -0) so the rounding's NaN and edge lanes run in the fused store too.
+template <typename Elem>
+void check_weighted_rows_into_row(std::int64_t count, std::int64_t width) {
+  const auto values = wide_values(static_cast<std::size_t>(count * width), 7);
+  std::vector<float> store = values;
+  std::vector<const float*> rows;
+  for (std::int64_t k = 0; k < count; ++k) rows.push_back(store.data() + k * width);
+  const auto base_values = wide_values(static_cast<std::size_t>(width), 8);
+  std::vector<Elem> row(static_cast<std::size_t>(width));
+  if constexpr (sizeof(Elem) == 2) {
+    row = to_bf16(base_values);
+    const std::uint16_t specials[] = {0x7fc1u, 0x7f81u, 0x7f80u, 0xff80u, 0x0001u, 0x8000u};
+    for (std::size_t c = 0; c < std::size(specials) && c < row.size(); ++c) row[(c * 5) % row.size()] = specials[c];
+  } else {
+    row = base_values;
+  }
+  const auto weight = wide_values(static_cast<std::size_t>(count) + 1, 10);
+  const float base_weight = count == 0 ? 1.0f : weight[static_cast<std::size_t>(count)];
+  std::vector<Elem> want(row.size());
+  for (std::int64_t c = 0; c < width; ++c) {
+    float acc = base_weight * load_bank(row[static_cast<std::size_t>(c)]);
+    for (std::int64_t k = 0; k < count; ++k) acc += weight[static_cast<std::size_t>(k)] * rows[static_cast<std::size_t>(k)][c];
+    store_bank(want[static_cast<std::size_t>(c)], acc);
+  }
+  std::vector<float> scratch(static_cast<std::size_t>(width));
+  weighted_rows_into_row<Elem>(rows.data(), weight.data(), count, row.data(), base_weight, scratch.data(), width);
+  SCOPED_TRACE(::testing::Message() << "count " << count << " width " << width);
+  for (std::size_t c = 0; c < row.size(); ++c) {
+    std::uint32_t got_bits = 0, want_bits = 0;
+    std::memcpy(&got_bits, &row[c], sizeof(Elem));
+    std::memcpy(&want_bits, &want[c], sizeof(Elem));
+    EXPECT_EQ(got_bits, want_bits) << "column " << c;
+  }
+}
+
+TEST(RowKernels, WeightedRowsIntoRowRoundOnceInPlaceBitwise) {
+  for (RowKernelPath path : row_paths()) {
+    const ForcedRowPath forced(path);
+    SCOPED_TRACE(::testing::Message() << "path " << static_cast<int>(path));
+    for (std::int64_t count : {0, 1, 3, 33}) {
+      for (std::int64_t width : {1, 7, 16, 17, 128, 131, 256, 300}) {
+        check_weighted_rows_into_row<float>(count, width);
+        check_weighted_rows_into_row<std::uint16_t>(count, width);
       }
     }
   }
