@@ -12,33 +12,9 @@
 // sum below (no decay, no write, nothing read, zero gradient). So is a write lane repeating an
 // earlier lane's row within its token (core/repeated_writes.hpp): the first lane writes.
 //
-// Write groups: the valid write entries sorted by (row, token, lane); a group is the run of
-// one row. Within a group (entries in token order), float64 segmented scans from +0
-// (docs/spec.md §2; float64 so that differences of two sums are exact, core/log_decay.hpp):
-//   L_e        = sum of gamma over the group's entries up to and including e   (f64)
-//   Lambda_s   = L of the group's last entry;  decay_s = expf(f32(Lambda_s))
-//   P_e        = f32(Lambda_s - L_e), the sum of gamma over the group's entries after e
-//   k_eff_e    = kappa_e * expf(f32(L_e))      coef_e = kappa_e * expf(P_e)
-// Reads: Lq_q = L of the last entry of the read row's group with token <= i (0 if none:
-// reads come after the token's writes), q_w = rho_q * expf(f32(Lq_q)) (one f32 rounding, SPEC
-// B.1). q_end marks that entry: entries [group.begin, q_end) are the writes the read sees.
-// Matrices (C x C, row-major, rows and columns >= n unused), f32, docs/spec.md §2; each decay
-// factor is expf of the float64 difference rounded to f32 (core::decay_factor):
-//   A[i][j]  = sum over groups (ascending row) of kappa_e kappa_e' expf(f32(L_e - L_e')),
-//              e in token i, e' in token j < i
-//   QK[i][j] = sum over the reads of token i (ascending r), then the entries e' <= i of the
-//              read row's group (token order), of rho_q kappa_e' expf(f32(Lq_q - L_e')), j <= i
-//   X        = (I + diag(beta) A)^-1, unit lower triangular, by forward substitution
-//              X[i][j] = -beta_i * sum_{k=j}^{i-1} A[i][k] X[k][j] (k ascending), skipping
-//              the terms with A[i][k] = +-0 (tokens i and k share no row): they add +-0 to
-//              a sum that starts at +0 and so is never -0, which changes no bit while X is
-//              finite.
-// exp(0) is taken as exactly 1 without the call (the value expf returns). expf(f32(L_e)) is
-// computed once per entry and reused where the same argument recurs (Lambda_s is the L of the
-// group's last entry, Lq_q the L of an entry): the same value, one call.
-//
-// Everything is a deterministic function of the chunk's inputs (sequential, fixed orders),
-// so the backward recomputes a plan bit-identical to the forward's.
+// Write groups, the scans, reads and the C x C matrices: stated above ChunkPlan below. Everything
+// is a deterministic function of the chunk's inputs (sequential, fixed orders), so the backward
+// recomputes a plan bit-identical to the forward's.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +48,30 @@ struct ReadGroup {
   std::int32_t write_group = -1;
 };
 
+// Write groups: the valid write entries sorted by (row, token, lane); a group is the run of
+// one row. Within a group (entries in token order), float64 segmented scans from +0
+// (docs/spec.md §2; float64 so that differences of two sums are exact, core/log_decay.hpp):
+//   L_e        = sum of gamma over the group's entries up to and including e   (f64)
+//   Lambda_s   = L of the group's last entry;  decay_s = expf(f32(Lambda_s))
+//   P_e        = f32(Lambda_s - L_e), the sum of gamma over the group's entries after e
+//   k_eff_e    = kappa_e * expf(f32(L_e))      coef_e = kappa_e * expf(P_e)
+// Reads: Lq_q = L of the last entry of the read row's group with token <= i (0 if none:
+// reads come after the token's writes), q_w = rho_q * expf(f32(Lq_q)) (one f32 rounding, SPEC
+// B.1). q_end marks that entry: entries [group.begin, q_end) are the writes the read sees.
+// Matrices (C x C, row-major, rows and columns >= n unused), f32, docs/spec.md §2; each decay
+// factor is expf of the float64 difference rounded to f32 (core::decay_factor):
+//   A[i][j]  = sum over groups (ascending row) of kappa_e kappa_e' expf(f32(L_e - L_e')),
+//              e in token i, e' in token j < i
+//   QK[i][j] = sum over the reads of token i (ascending r), then the entries e' <= i of the
+//              read row's group (token order), of rho_q kappa_e' expf(f32(Lq_q - L_e')), j <= i
+//   X        = (I + diag(beta) A)^-1, unit lower triangular, by forward substitution
+//              X[i][j] = -beta_i * sum_{k=j}^{i-1} A[i][k] X[k][j] (k ascending), skipping
+//              the terms with A[i][k] = +-0 (tokens i and k share no row): they add +-0 to
+//              a sum that starts at +0 and so is never -0, which changes no bit while X is
+//              finite.
+// exp(0) is taken as exactly 1 without the call (the value expf returns). expf(f32(L_e)) is
+// computed once per entry and reused where the same argument recurs (Lambda_s is the L of the
+// group's last entry, Lq_q the L of an entry): the same value, one call.
 struct ChunkPlan {
   std::int64_t stream = 0, t0 = 0, n = 0;  // tokens [t0, t0 + n) of `stream`
   std::int64_t C = 0, W = 0, R = 0;

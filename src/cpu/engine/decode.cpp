@@ -16,19 +16,7 @@
 // Numerics (docs/spec.md §1, §3): kappa, v, rho rounded to the bank dtype E, then used in
 // f32; beta, g, d in f32; r, ret, delta, the new rows and the reading sums in f32; reads
 // load the rounded updated rows.
-// Parallel decomposition: one work item per (stream, tile of kTileCols columns), split over
-// the pool by parallel_for. The recurrence is column-separable (no sum runs across
-// columns) and streams own private rows (a precondition, docs/spec.md §1), so each item writes
-// then reads its own columns of its own rows and no two items touch the same bytes. Every
-// column is computed by the same fixed sequence of f32 operations whatever the item
-// split, hence results are bitwise independent of the thread count.
-// Worker count: a step moves few bytes (streams * (2W + R) rows), and handing work to the
-// pool costs tens of microseconds, so the step takes one worker per kBytesPerWorker of row
-// traffic, up to the configured count ($SDM_NUM_THREADS or the hardware's).
-// Out-of-range entries (only reachable with validation off, docs/spec.md §8): an index outside
-// the stream's rows (or outside [0, S) when slots_per_stream == 0) is masked: its row is
-// neither decayed nor written and contributes 0 to ret and y. No access leaves the bank. A write
-// lane repeating an earlier lane's row is masked the same way (core/repeated_writes.hpp).
+// Decomposition, worker count and masking: stated above decode_all, decode_step and stage_token.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -68,6 +56,10 @@ struct DecodeJob {
   std::int64_t slots_per_stream;  // 0: rows are only bounded by the bank
 };
 
+// Out-of-range entries (only reachable with validation off, docs/spec.md §8): an index outside
+// the stream's rows (or outside [0, S) when slots_per_stream == 0) is masked: its row is
+// neither decayed nor written and contributes 0 to ret and y. No access leaves the bank. A write
+// lane repeating an earlier lane's row is masked the same way (core/repeated_writes.hpp).
 void stage_token(const DecodeJob& job, std::int64_t stream, StagedToken& tok) {
   const auto& a = job.args;
   const auto& sh = job.shape;
@@ -150,6 +142,12 @@ void decode_columns(const DecodeJob& job, std::int64_t stream, const StagedToken
   for (std::int64_t c = 0; c < n; ++c) out[c] = E::store(y[c]);
 }
 
+// Parallel decomposition: one work item per (stream, tile of kTileCols columns), split over
+// the pool by parallel_for. The recurrence is column-separable (no sum runs across
+// columns) and streams own private rows (a precondition, docs/spec.md §1), so each item writes
+// then reads its own columns of its own rows and no two items touch the same bytes. Every
+// column is computed by the same fixed sequence of f32 operations whatever the item
+// split, hence results are bitwise independent of the thread count.
 template <typename Elem>
 void decode_all(const DecodeJob& job, int threads) {
   const auto& sh = job.shape;
@@ -175,6 +173,9 @@ void decode_step_on_threads(const WriteReadArgs& args, const TensorRef& readings
   }
 }
 
+// Worker count: a step moves few bytes (streams * (2W + R) rows), and handing work to the
+// pool costs tens of microseconds, so the step takes one worker per kBytesPerWorker of row
+// traffic, up to the configured count ($SDM_NUM_THREADS or the hardware's).
 void decode_step(const WriteReadArgs& args, const TensorRef& readings,
                  const core::DecodeShape& shape, const DecodeOptions& options) {
   const std::int64_t row_bytes = shape.hd * static_cast<std::int64_t>(dtype_size(shape.bank));
