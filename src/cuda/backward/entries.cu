@@ -40,22 +40,6 @@ constexpr unsigned kAll = 0xffffffffu;
 
 unsigned blocks_for(std::int64_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
 
-// a / b for a >= 0, b > 0; in 32 bits when both fit (a fraction of the 64-bit division's work).
-__device__ __forceinline__ std::int64_t index_div(std::int64_t a, std::int64_t b) {
-  constexpr std::int64_t kU32 = 0xffffffff;
-  if (a <= kU32 && b <= kU32) return static_cast<std::uint32_t>(a) / static_cast<std::uint32_t>(b);
-  return a / b;
-}
-
-struct EntryPlace {
-  std::int64_t n, p, t, token;  // chunk, stream, time in the stream, flat token p*T + t
-};
-
-__device__ __forceinline__ EntryPlace place(const Geometry& geo, std::int64_t n, std::int64_t i) {
-  const std::int64_t ti = index_div(n, geo.P), p = n - ti * geo.P, t = ti * geo.C + i;
-  return {n, p, t, p * geo.T + t};
-}
-
 __device__ __forceinline__ int task_write_size(std::int32_t sizes) { return sizes & ((1 << kReadSizeShift) - 1); }
 __device__ __forceinline__ int task_read_size(std::int32_t sizes) { return sizes >> kReadSizeShift; }
 
@@ -88,7 +72,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kThreads, 8))
   if (in_range) key = p1.keys[e], own = tasks[e];
   const std::int64_t local = geo.keys.local_slot(key), i = geo.keys.token(key), w = geo.keys.lane(key);
   const bool real = in_range && local != geo.sps;
-  const EntryPlace at = place(geo, n, i);
+  const EntryPlace at = entry_place(geo, n, i);
   const std::int64_t entry = chunk0 + i * geo.W + w;
   // The entry's own records, issued before its group is known so that their latency overlaps it.
   double L_e = 0.0;
@@ -165,7 +149,7 @@ __global__ void read_entry_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers
   if (q >= static_cast<int>(geo.C) * R) return;
   const std::int64_t C = geo.C, CW = C * geo.W, CR = C * geo.R;
   const std::int64_t i = q / R, r = q % R, read = n * CR + q;
-  const EntryPlace at = place(geo, n, i);
+  const EntryPlace at = entry_place(geo, n, i);
   if (at.t >= geo.T) return;
   // Phase 1 writes the four records of every read entry: one round of loads.
   const std::int32_t slot = p1.q_slot[read], pos = p1.q_pos[read];
@@ -273,7 +257,7 @@ __global__ void token_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, 
   const std::int64_t ci = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // n*C + i
   if (ci >= geo.N * geo.C) return;  // whole warps
   const std::int64_t C = geo.C, W = geo.W, n = index_div(ci, C), i = ci - n * C;
-  const EntryPlace at = place(geo, n, i);
+  const EntryPlace at = entry_place(geo, n, i);
   if (at.t >= geo.T) return;
   // Every load before the first store (the stores may alias them for all the compiler knows): the
   // first kHeldCols pieces of A / dMs, rdot, and the first kHeldLanes pieces of the token's dgamma.

@@ -76,6 +76,25 @@ struct Geometry {
 
 Geometry make_geometry(const core::WriteReadShape& shape);
 
+// a / b for a >= 0, b > 0; in 32 bits when both fit (the same quotient, a fraction of the 64-bit
+// division's work on the device).
+SDM_HOST_DEVICE std::int64_t index_div(std::int64_t a, std::int64_t b) {
+  constexpr std::int64_t kU32 = 0xffffffff;
+  if (a <= kU32 && b <= kU32) return static_cast<std::uint32_t>(a) / static_cast<std::uint32_t>(b);
+  return a / b;
+}
+
+// Where token i of chunk n sits in the inputs: stream p, time t in the stream (t >= T: padding)
+// and the flat token p*T + t of the [P, T, ...] inputs.
+struct EntryPlace {
+  std::int64_t n, p, t, token;
+};
+
+SDM_HOST_DEVICE EntryPlace entry_place(const Geometry& geo, std::int64_t n, std::int64_t i) {
+  const std::int64_t ti = index_div(n, geo.P), p = n - ti * geo.P, t = ti * geo.C + i;
+  return {n, p, t, p * geo.T + t};
+}
+
 // Raw views of the op's inputs, stream-major [P, T, ...] (or [streams, ...] for decode).
 struct Inputs {
   const void* k_idx = nullptr;
