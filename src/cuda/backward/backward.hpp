@@ -131,8 +131,6 @@ struct TokenGrads {
   AnyFloat k_val, v, beta, g, q_val;
 };
 
-// The read records' key layout; throws sdm::RuntimeError when it needs more than 64 bits.
-KeyLayout read_key_layout(const Geometry& geo);
 // Plans the read keys and their sort's temporary storage in `ws` (before ws.allocate()).
 void plan_read_records(const Geometry& geo, Workspace& ws, BackwardBuffers& bb);
 // Sorts the read entries of every chunk by (slot, token, lane) (after Phase 1).

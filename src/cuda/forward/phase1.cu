@@ -1,12 +1,7 @@
 // phase1.cu - Phase 1 of the chunked forward (see phase1.hpp for the outputs and contracts).
 //
 // Kernels, in launch order:
-//   make_write_keys  one thread per write entry (n, i, w): sort key and absolute slot; a chunk-sliced
-//                    grid (slices_for): a CTA never straddles two chunks
-//   (sort_chunk_keys, chunk_sort.hpp: make_write_keys stores entry (n, i, w) at n*C*W + i*W + w, so
-//   the keys arrive chunk-major in ascending (token, lane) order and a stable sort of each chunk's
-//   C*W keys on its slot bits alone leaves them fully sorted: one CTA per chunk up to 8192 keys,
-//   else cub's device-wide radix sort on the chunk and slot bits)
+//   (the write keys and their per-chunk sort: sort/entry_keys.hpp)
 //   scan_groups      one CTA per chunk: the per-slot scans (L, k_eff, wcoef, gdecay) and the
 //                    sorted / previous positions of every write entry
 //   lookup_reads     one CTA per chunk: each read's last visible write of its slot, Lq and q_w
@@ -15,7 +10,7 @@
 // Each kernel's decomposition and order of sums is stated above its definition.
 #include "cuda/forward/phase1.hpp"
 
-#include "cuda/sort/chunk_sort.hpp"
+#include "cuda/sort/entry_keys.hpp"
 #include "core/log_decay.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/values.cuh"
@@ -23,61 +18,6 @@
 
 namespace sdm::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-
-// Chunk-sliced grids: CTA b covers the entries [s * kThreads, (s + 1) * kThreads) of chunk
-// b / slices, s = b % slices, so the chunk is one 32-bit division per CTA and the entry's place in
-// its chunk (below C * max(W, R) < 2^31) is 32-bit arithmetic.
-unsigned slices_for(std::int64_t per_chunk) { return static_cast<unsigned>((per_chunk + kThreads - 1) / kThreads); }
-
-struct ChunkSlice {
-  std::int64_t n;  // chunk
-  int q;           // entry within the chunk (may be past its end)
-};
-
-__device__ __forceinline__ ChunkSlice chunk_slice(unsigned slices) {
-  return {static_cast<std::int64_t>(blockIdx.x / slices),
-          static_cast<int>((blockIdx.x % slices) * kThreads + threadIdx.x)};
-}
-
-struct EntryPlace {
-  std::int64_t n, p, ti, t;
-};
-
-__device__ __forceinline__ EntryPlace place_of(const Geometry& geo, std::int64_t n, std::int64_t i) {
-  const std::int64_t p = n % geo.P, ti = n / geo.P;
-  return {n, p, ti, ti * geo.C + i};
-}
-
-__global__ void make_write_keys(Geometry geo, Inputs in, unsigned slices, std::uint64_t* keys, std::int32_t* k_slot) {
-  const ChunkSlice cs = chunk_slice(slices);
-  const int W = static_cast<int>(geo.W);
-  if (cs.q >= static_cast<int>(geo.C) * W) return;
-  const std::int64_t n = cs.n, i = cs.q / W, w = cs.q % W, e = n * geo.C * W + cs.q;
-  const EntryPlace at = place_of(geo, n, i);
-  std::int64_t local = geo.sps;  // padding / masked: sorts after every real slot of the chunk
-  std::int32_t slot = -1;
-  if (at.t < geo.T) {
-    const std::int64_t lane0 = (at.p * geo.T + at.t) * geo.W;  // the token's first write lane
-    const std::int64_t idx = load_index(in.k_idx, in.k_index64, lane0 + w);
-    const std::int64_t l = idx - at.p * geo.sps;
-    // An earlier lane of the token names the same slot: masked (Inputs::distinct_writes). No early
-    // exit, so the unrolled loads overlap; the W threads of a token load the same addresses
-    // (one broadcast per warp), a few instructions per entry against its row traffic.
-    bool repeat = false;
-    if (!in.distinct_writes) {
-#pragma unroll 4
-      for (std::int64_t e = 0; e < w; ++e) repeat |= load_index(in.k_idx, in.k_index64, lane0 + e) == idx;
-    }
-    if (l >= 0 && l < geo.sps && !repeat) {
-      local = l;
-      slot = static_cast<std::int32_t>(idx);
-    }
-  }
-  keys[e] = geo.keys.encode(n, local, i, w);
-  k_slot[e] = slot;
-}
 
 // scan_groups and lookup_reads: one CTA per chunk. A chunk of at most
 // kMaxStagedEntries write entries is staged in shared memory (kStaged), so the gathers and scatters
@@ -605,15 +545,7 @@ void launch_per_chunk(ChunkKernel kernel, int threads, std::size_t smem, const c
   check_launch(name);
 }
 
-// The sort of the write keys (planned the same way by plan_phase1_forward_only and run_phase1).
-ChunkSort write_key_sort(const Geometry& geo) {
-  const int begin = sorted_bits_begin(geo.keys);
-  return plan_chunk_sort(geo.N, geo.C * geo.W, begin, begin + geo.keys.slot_bits, geo.keys.total_bits());
-}
-
 }  // namespace
-
-int sorted_bits_begin(const KeyLayout& layout) { return layout.lane_bits + layout.token_bits; }
 
 void plan_phase1_kept(const Geometry& geo, Workspace& ws, Phase1Buffers& buf) {
   const std::int64_t ew = geo.write_entries(), er = geo.read_entries(), cc = geo.N * geo.C * geo.C;
@@ -638,17 +570,13 @@ void plan_phase1_forward_only(const Geometry& geo, Workspace& ws, Phase1Buffers&
   ws.plan(&buf.keys_unsorted, geo.write_entries());
   ws.plan(&buf.prev_pos, geo.write_entries());
   ws.plan(&buf.QX, geo.N * geo.C * geo.C);
-  buf.sort_temp_bytes = write_key_sort(geo).temp_bytes;
+  buf.sort_temp_bytes = entry_key_sort_bytes(geo, geo.keys, geo.W);
   ws.plan_bytes(&buf.sort_temp, buf.sort_temp_bytes);
 }
 
 void run_phase1(const Geometry& geo, const Inputs& in, bool bf16_bank, const Phase1Buffers& buf,
                 cudaStream_t stream) {
-  const unsigned write_blocks = static_cast<unsigned>(geo.N) * slices_for(geo.C * geo.W);
-  make_write_keys<<<write_blocks, kThreads, 0, stream>>>(geo, in, slices_for(geo.C * geo.W), buf.keys_unsorted,
-                                                         buf.k_slot);
-  check_launch("make_write_keys");
-  sort_chunk_keys(write_key_sort(geo), buf.keys_unsorted, buf.keys, buf.sort_temp, stream);
+  sort_write_keys(geo, in, buf.keys_unsorted, buf.keys, buf.k_slot, buf.sort_temp, stream);
   const bool staged = staged_chunk(geo);
   launch_per_chunk(staged ? scan_groups<true> : scan_groups<false>, kScanThreads,
                    staged ? static_cast<std::size_t>(2 * geo.C * geo.W + geo.C) * sizeof(std::uint32_t) : 0,

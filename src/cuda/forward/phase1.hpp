@@ -2,7 +2,7 @@
 // (docs/spec.md §2, per-chunk quantities); it does not touch the bank.
 //
 // Outputs (per chunk n; "sorted" arrays are indexed by n*C*W + q, q the sorted position):
-//   keys      u64 [N*C*W] sorted write keys (common/geometry.hpp): slot groups in token order
+//   keys      u64 [N*C*W] sorted write keys (sort/entry_keys.hpp): slot groups in token order
 //   L         f64 sorted   L_e = per-slot inclusive cumulative log-decay (segmented f64 scan of the
 //                          floored gammas, core/log_decay.hpp: every factor is expf(f32(.)) of an
 //                          f64 L or difference of two); 0 for padding / masked
@@ -64,12 +64,6 @@ struct Phase1Buffers {
   void* sort_temp = nullptr;         // the write-key sort's device storage (chunk_sort.hpp; 0 bytes
   std::size_t sort_temp_bytes = 0;   // when every chunk is sorted by one CTA)
 };
-
-// The lowest key bit the sorts of Phase 1's write keys and the backward's read keys sort on (the
-// chunk and slot bits above it; chunk_sort.hpp sorts each chunk on its slot bits). Exact for keys
-// generated in entry order, n*C*X + i*X + x: they arrive in ascending (token, lane) order within
-// each chunk, and the sort is stable.
-int sorted_bits_begin(const KeyLayout& layout);
 
 // Where Phase 1's arrays live: those the backward reads (keys, L, kappa, wcoef, gdecay, inv_pos, k_slot,
 // k_eff, q_slot, q_pos, q_rho, q_w, A, QK, X: plan_phase1_kept) sit in the workspace of a no-grad
