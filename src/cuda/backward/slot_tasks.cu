@@ -193,10 +193,7 @@ void find_slot_tasks(const Geometry& geo, const Inputs& in, const Phase1Buffers&
   const bool staged = reads <= kMaxStagedReads && bb.read_layout.slot_bits <= 32;
   const std::size_t smem = static_cast<std::size_t>((staged ? reads : 0) + (reads + 3) / 4) * sizeof(std::uint32_t);
   const auto kernel = staged ? chunk_slot_tasks<true> : chunk_slot_tasks<false>;
-  if (smem > 48 * 1024) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-               "cudaFuncSetAttribute (chunk_slot_tasks shared memory)");
-  }
+  allow_dynamic_shared_memory(kernel, smem, "cudaFuncSetAttribute (chunk_slot_tasks shared memory)");
   kernel<<<static_cast<unsigned>(geo.N), kThreads, smem, stream>>>(geo, in, p1, bb.read_layout, bb.read_keys,
                                                                    bb.slot_tasks);
   check_launch("chunk_slot_tasks");
