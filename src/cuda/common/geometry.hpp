@@ -109,7 +109,7 @@ struct Inputs {
   DType k_val_dtype = DType::f32, v_dtype = DType::f32, beta_dtype = DType::f32, g_dtype = DType::f32,
         q_val_dtype = DType::f32;
   // True when the device index check ran (validate = true, not capturing): the W write slots of
-  // every token are distinct. Otherwise the kernels that read k_idx (make_write_keys, decode_token)
+  // every token are distinct. Otherwise the kernels that read k_idx (make_entry_keys, decode_token)
   // mask a write lane that repeats an earlier lane's slot of its token (docs/spec.md §8: the first
   // lane writes), as the CPU engine does (core/repeated_writes.hpp).
   bool distinct_writes = false;
