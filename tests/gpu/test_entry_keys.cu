@@ -54,7 +54,8 @@ std::int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) 
 
 std::vector<std::uint64_t> host_sorted(std::vector<std::uint64_t> keys, const KeyLayout& layout) {
   const int begin = layout.lane_bits + layout.token_bits;
-  std::stable_sort(keys.begin(), keys.end(), [begin](std::uint64_t a, std::uint64_t b) { return (a >> begin) < (b >> begin); });
+  std::stable_sort(keys.begin(), keys.end(),
+                   [begin](std::uint64_t a, std::uint64_t b) { return (a >> begin) < (b >> begin); });
   return keys;
 }
 

@@ -29,9 +29,10 @@ inline KeyLayout entry_key_layout(const Geometry& geo, std::int64_t lanes) {
   layout.slot_bits = bits_for(static_cast<std::uint64_t>(geo.sps));
   layout.chunk_bits = bits_for(static_cast<std::uint64_t>(geo.N - 1));
   if (layout.total_bits() > 64) {
+    const std::string sizes = "chunks " + std::to_string(geo.N) + ", slots_per_stream " + std::to_string(geo.sps) +
+                              ", chunk_size " + std::to_string(geo.C) + ", lanes " + std::to_string(lanes);
     throw RuntimeError("sdm CUDA engine: this call needs a " + std::to_string(layout.total_bits()) +
-                       "-bit sort key (chunks " + std::to_string(geo.N) + ", slots_per_stream " + std::to_string(geo.sps) +
-                       ", chunk_size " + std::to_string(geo.C) + ", lanes " + std::to_string(lanes) +
+                       "-bit sort key (" + sizes +
                        "), more than the 64 bits supported on CUDA so far; split the call over time or streams");
   }
   return layout;

@@ -69,8 +69,8 @@ __device__ __forceinline__ bool repeats_earlier_lane(const Geometry& geo, const 
 }
 
 template <typename Slots>
-__global__ void __launch_bounds__(kKeyThreads) make_entry_keys(Geometry geo, KeyLayout layout, KeyGrid grid, Slots slots,
-                                                               std::uint64_t* __restrict__ keys) {
+__global__ void __launch_bounds__(kKeyThreads)
+    make_entry_keys(Geometry geo, KeyLayout layout, KeyGrid grid, Slots slots, std::uint64_t* __restrict__ keys) {
   const std::int64_t n = blockIdx.x / grid.ctas_per_chunk;
   const KeyThread th = key_thread(grid, geo.C, blockIdx.x % grid.ctas_per_chunk, static_cast<int>(threadIdx.x));
   const EntryPlace at = entry_place(geo, n, th.i);

@@ -97,11 +97,13 @@ void replay_cta(const Geometry& geo, const KeyLayout& layout, Kind kind, const s
 Keys replay(const Geometry& geo, const KeyLayout& layout, Kind kind, const std::vector<std::int64_t>& k_idx,
             bool mask_repeats, const std::vector<std::int32_t>& q_slot) {
   const std::int64_t count = kind == Kind::writes ? geo.write_entries() : geo.read_entries();
-  Keys out{std::vector<std::uint64_t>(static_cast<std::size_t>(count), 0),
-           std::vector<std::int32_t>(static_cast<std::size_t>(count), 0), std::vector<int>(static_cast<std::size_t>(count))};
+  const auto size = static_cast<std::size_t>(count);
+  Keys out{std::vector<std::uint64_t>(size), std::vector<std::int32_t>(size), std::vector<int>(size)};
   const sdm::cuda::KeyGrid grid = sdm::cuda::key_grid(geo.C, kind == Kind::writes ? geo.W : geo.R);
   for (std::int64_t n = 0; n < geo.N; ++n) {
-    for (unsigned cta = 0; cta < grid.ctas_per_chunk; ++cta) replay_cta(geo, layout, kind, k_idx, mask_repeats, q_slot, n, cta, out);
+    for (unsigned cta = 0; cta < grid.ctas_per_chunk; ++cta) {
+      replay_cta(geo, layout, kind, k_idx, mask_repeats, q_slot, n, cta, out);
+    }
   }
   return out;
 }
