@@ -32,8 +32,9 @@ namespace sdm::cuda {
 
 constexpr std::int64_t kSplitRowBytes = std::int64_t{16} << 20;
 
-// Whether a call of this shape splits its steps over two streams (bank_element: 2 or 4 bytes).
-inline bool split_steps(const Geometry& geo, std::int64_t bank_element) {
+// Whether a call of this shape splits its steps over two streams (`bank`: the bank's dtype).
+inline bool split_steps(const Geometry& geo, DType bank) {
+  const auto bank_element = static_cast<std::int64_t>(dtype_size(bank));
   static const int forced = [] {
     const char* value = std::getenv("SDM_CUDA_STEP_STREAMS");
     if (value == nullptr) return -1;
