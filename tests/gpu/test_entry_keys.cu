@@ -6,9 +6,8 @@
 // make_read_keys at commit 67d0cb6), with and without the repeat mask (Inputs::distinct_writes),
 // int32 and int64 indices; the sorted keys must equal a host stable sort of those keys on their
 // chunk and slot bits. Outputs are filled with 0xab first, so an unwritten entry shows up.
-// Shapes: lanes 1..256 (tokens inside a warp, across warps, straddling warps), T % C != 0,
-// C 1..256, sps 1..100 (frequent repeats), indices outside the stream's rows, negative and far;
-// and the readme and flagship configurations (W = 64 and 128).
+// Cases: entry_key_oracle.hpp's shapes (int32 and int64 indices alternately), indices outside the
+// stream's rows, negative and far; and the readme and flagship configurations (W = 64 and 128).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,11 +31,9 @@ using sdm::testing::cuda_ok;
 using sdm::testing::DeviceArray;
 using sdm::testing::expect;
 
-struct KeyCase {
-  std::int64_t P, T, C, W, R, sps;
-};
+using sdm::testing::KeyShape;
 
-Geometry geometry_of(const KeyCase& c) {
+Geometry geometry_of(const KeyShape& c) {
   sdm::core::WriteReadShape shape;
   shape.P = c.P, shape.T = c.T, shape.W = c.W, shape.R = c.R, shape.hd = 1, shape.slots_per_stream = c.sps;
   shape.S = c.P * c.sps;
@@ -72,7 +69,7 @@ struct DeviceIndices {
         i64(index64 ? idx : std::vector<std::int64_t>{}) {}
 };
 
-void run_case(const KeyCase& c, bool index64, std::mt19937_64& rng, cudaStream_t stream) {
+void run_case(const KeyShape& c, bool index64, std::mt19937_64& rng, cudaStream_t stream) {
   const Geometry geo = geometry_of(c);
   std::printf("  P %lld T %4lld C %3lld W %3lld R %3lld sps %5lld %s\n", static_cast<long long>(c.P),
               static_cast<long long>(c.T), static_cast<long long>(geo.C), static_cast<long long>(c.W),
@@ -114,11 +111,11 @@ void run_case(const KeyCase& c, bool index64, std::mt19937_64& rng, cudaStream_t
   expect_same(first_difference(read_sorted.to_host(), host_sorted(want, read_layout)), "reads: sorted == host");
 }
 
-void run_cases(const std::vector<KeyCase>& cases, std::uint64_t seed) {
+void run_cases(const std::vector<KeyShape>& cases, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   const sdm::testing::CudaStream stream;
   bool index64 = false;
-  for (const KeyCase& c : cases) {
+  for (const KeyShape& c : cases) {
     run_case(c, index64, rng, stream.get());
     index64 = !index64;
   }
@@ -128,16 +125,7 @@ void run_cases(const std::vector<KeyCase>& cases, std::uint64_t seed) {
 
 namespace sdm::testing {
 
-void test_entry_key_shapes() {
-  std::vector<KeyCase> cases;
-  for (const std::int64_t W : {1, 2, 3, 7, 16, 31, 32, 33, 48, 64, 100, 128, 255, 256}) {
-    for (const KeyCase& c : {KeyCase{1, 5, 5, W, 1, 1}, KeyCase{2, 37, 8, W, 7, 5}, KeyCase{3, 100, 64, W, 33, 100},
-                             KeyCase{2, 70, 7, W, 64, 3}, KeyCase{1, 300, 256, W, 256, 50}}) {
-      cases.push_back(c);
-    }
-  }
-  run_cases(cases, 20240701);
-}
+void test_entry_key_shapes() { run_cases(entry_key_shapes(), 20240701); }
 
 void test_entry_key_engine_configs() {
   run_cases({{2, 8192, 64, 64, 64, 36864},     // readme

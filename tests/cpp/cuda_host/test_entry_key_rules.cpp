@@ -5,9 +5,8 @@
 // support/entry_key_oracle.hpp): every key and k_slot bitwise equal, every entry written once.
 // The replay stands for the device's two warp votes by their definitions: __match_any_sync (the
 // warp's lanes holding the same 64-bit word) and __ballot_sync (the lanes whose predicate holds).
-// Shapes: P 1..3, T % C != 0, C 1..256, lanes 1..256 (tokens within, across and straddling warps),
-// sps 1..100 (repeats frequent), indices outside the stream's rows, negative and large, int64;
-// with and without the repeat mask (Inputs::distinct_writes).
+// Cases: entry_key_oracle.hpp's shapes, indices outside the stream's rows, negative and large,
+// int64; with and without the repeat mask (Inputs::distinct_writes).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,11 +25,10 @@ using sdm::cuda::EntryPlace;
 using sdm::cuda::Geometry;
 using sdm::cuda::KeyLayout;
 
-struct Shape {
-  std::int64_t P, T, C, W, R, sps;
-};
+using sdm::testing::KeyShape;
 
-Geometry geometry_of(const Shape& s) {
+// Geometry as make_geometry (src/cuda/forward/write_read.cu, not part of sdm_core) builds it.
+Geometry geometry_of(const KeyShape& s) {
   Geometry g;
   g.P = s.P, g.T = s.T, g.W = s.W, g.R = s.R, g.C = std::min(s.C, s.T), g.sps = s.sps;
   g.Nt = (g.T + g.C - 1) / g.C;
@@ -120,7 +118,7 @@ void expect_equal(const Keys& got, const std::vector<std::uint64_t>& keys, const
   }
 }
 
-void check_shape(const Shape& s, std::uint64_t seed) {
+void check_shape(const KeyShape& s, std::uint64_t seed) {
   const Geometry geo = geometry_of(s);
   const KeyLayout read_layout = sdm::cuda::entry_key_layout(geo, geo.R);
   std::mt19937_64 rng(seed);
@@ -139,15 +137,8 @@ void check_shape(const Shape& s, std::uint64_t seed) {
 }
 
 TEST(EntryKeyRules, SameKeysAsTheReplacedKernels) {
-  const std::int64_t widths[] = {1, 2, 3, 7, 16, 31, 32, 33, 48, 64, 100, 128, 255, 256};
   std::uint64_t seed = 1;
-  for (const std::int64_t W : widths) {
-    for (const Shape& s : {Shape{1, 5, 5, W, 1, 1}, Shape{2, 37, 8, W, 7, 5}, Shape{3, 100, 64, W, 33, 100},
-                           Shape{2, 70, 7, W, 64, 3}, Shape{1, 300, 256, W, 256, 50}}) {
-      check_shape(s, seed++);
-    }
-  }
-  for (const std::int64_t R : widths) check_shape({2, 40, 16, 5, R, 4}, seed++);
+  for (const KeyShape& s : sdm::testing::entry_key_shapes()) check_shape(s, seed++);
 }
 
 // The grid: whole tokens per CTA, every entry of a chunk covered once (the replay counts writes),

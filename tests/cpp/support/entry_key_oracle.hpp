@@ -2,7 +2,8 @@
 // computed them before one kernel built both (make_write_keys of forward/phase1.cu, make_read_keys
 // of backward/reads.cu, commit 67d0cb6), and random indices to feed them. The oracle of the host
 // replay (tests/cpp/cuda_host/test_entry_key_rules.cpp) and of the GPU test
-// (tests/gpu/test_entry_keys.cu); header-only, plain C++ (src/cuda/common/geometry.hpp's types).
+// (tests/gpu/test_entry_keys.cu), and the cases both run; header-only, plain C++
+// (src/cuda/common/geometry.hpp's types).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,26 @@
 #include "cuda/common/geometry.hpp"
 
 namespace sdm::testing {
+
+// The sizes of one case (C is clamped to T, as the op does).
+struct KeyShape {
+  std::int64_t P, T, C, W, R, sps;
+};
+
+// The cases of both tests: W 1..256 (a token's lanes inside a warp, across warps, straddling warps)
+// on five shapes (T % C != 0, C 1..256, sps 1..100: repeats frequent), then R 1..256.
+inline std::vector<KeyShape> entry_key_shapes() {
+  const std::int64_t widths[] = {1, 2, 3, 7, 16, 31, 32, 33, 48, 64, 100, 128, 255, 256};
+  std::vector<KeyShape> shapes;
+  for (const std::int64_t W : widths) {
+    for (const KeyShape& s : {KeyShape{1, 5, 5, W, 1, 1}, KeyShape{2, 37, 8, W, 7, 5}, KeyShape{3, 100, 64, W, 33, 100},
+                              KeyShape{2, 70, 7, W, 64, 3}, KeyShape{1, 300, 256, W, 256, 50}}) {
+      shapes.push_back(s);
+    }
+  }
+  for (const std::int64_t R : widths) shapes.push_back({2, 40, 16, 5, R, 4});
+  return shapes;
+}
 
 struct OracleKeys {
   std::vector<std::uint64_t> keys;  // entry order
