@@ -6,9 +6,9 @@
 // Slots says where an entry's slot comes from (WriteSlots: k_idx; ReadSlots: Phase 1's q_slot).
 // Repeated write lanes (WriteSlots, unless distinct_writes): each thread stages its repeat word in
 // shared memory; a lane repeats when an earlier lane of its token holds the same word: the lanes of
-// its warp by one __match_any_sync, the token's lanes in earlier warps (W > 32, or a token starting
-// in an earlier warp) from shared memory, which the first lane of every token of the warp reads in
-// step (broadcasts). An integer-only test: any order of the comparisons gives the same answer.
+// its warp by one __match_any_sync, the token's lanes in earlier warps from shared memory (only the
+// warp's first token can start in an earlier warp; its lanes read the same words in step:
+// broadcasts). An integer-only test: any order of the comparisons gives the same answer.
 #include "cuda/sort/entry_keys.hpp"
 
 #include "cuda/common/cuda_check.hpp"
