@@ -1,6 +1,7 @@
-// test_chunk_sort.cu - GPU test of the per-chunk key sort (src/cuda/sort/chunk_sort.hpp). A plain
-// program run by gpu_test_harness.hpp like the other GPU tests: one line per case and its failed
-// checks; the exit status 1 on any failed check, 0 with a message where no CUDA device exists.
+// test_chunk_sort.cu - GPU test of the per-chunk key sort (src/cuda/sort/chunk_sort.hpp), and the
+// main of sdm_gpu_sort_tests (with the entry-key tests, test_entry_keys.cu). A plain program run
+// by gpu_test_harness.hpp like the other GPU tests: one line per case and its failed checks; the
+// exit status 1 on any failed check, 0 with a message where no CUDA device exists.
 //
 // Keys are made like the engine's (common/geometry.hpp's KeyLayout): chunk n | random local slot |
 // token i | lane x, stored in entry order n*C*X + i*X + x. Slots are drawn uniformly, from a few
@@ -23,7 +24,8 @@
 
 #include "cuda/common/geometry.hpp"
 #include "cuda/sort/chunk_sort.hpp"
-#include "device_tensor.hpp"
+#include "device_array.hpp"
+#include "entry_key_tests.hpp"
 #include "gpu_test_harness.hpp"
 
 namespace {
@@ -32,41 +34,9 @@ using sdm::cuda::bits_for;
 using sdm::cuda::ChunkSort;
 using sdm::cuda::KeyLayout;
 using sdm::testing::cuda_ok;
+using sdm::testing::CudaStream;
+using DeviceKeys = sdm::testing::DeviceArray<std::uint64_t>;
 using sdm::testing::expect;
-
-// A CUDA stream, destroyed on scope exit.
-class Stream {
- public:
-  Stream() { cuda_ok(cudaStreamCreate(&stream_), "cudaStreamCreate"); }
-  ~Stream() { cudaStreamDestroy(stream_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-// A device array of `count` keys (at least one byte allocated), freed on scope exit.
-class DeviceKeys {
- public:
-  explicit DeviceKeys(std::size_t count) : bytes_(count * sizeof(std::uint64_t)) {
-    cuda_ok(cudaMalloc(&data_, bytes_ == 0 ? 1 : bytes_), "cudaMalloc");
-  }
-  ~DeviceKeys() { cudaFree(data_); }
-  DeviceKeys(const DeviceKeys&) = delete;
-  DeviceKeys& operator=(const DeviceKeys&) = delete;
-  std::uint64_t* get() const { return static_cast<std::uint64_t*>(data_); }
-  std::vector<std::uint64_t> to_host() const {
-    std::vector<std::uint64_t> host(bytes_ / sizeof(std::uint64_t));
-    cuda_ok(cudaMemcpy(host.data(), data_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy (to host)");
-    return host;
-  }
-
- private:
-  std::size_t bytes_;
-  void* data_ = nullptr;
-};
 
 enum class Slots { uniform, few, mostly_all_ones };
 
@@ -140,9 +110,8 @@ void run_case(const Case& c, std::mt19937_64& rng, cudaStream_t stream) {
          "planned path: tile " + std::to_string(plan.tile) + ", want " + std::to_string(want_tile) +
              " (0: device-wide, with temp storage)");
 
-  DeviceKeys in(count), out(count), ref(count), temp(plan.temp_bytes / sizeof(std::uint64_t) + 1);
-  cuda_ok(cudaMemcpy(in.get(), keys.data(), count * sizeof(std::uint64_t), cudaMemcpyHostToDevice), "cudaMemcpy");
-  cuda_ok(cudaMemset(out.get(), 0xab, count * sizeof(std::uint64_t)), "cudaMemset");  // unwritten keys show up
+  DeviceKeys in(keys), out(count), ref(count), temp(plan.temp_bytes / sizeof(std::uint64_t) + 1);
+  out.fill_bytes(0xab);  // unwritten keys show up
   sdm::cuda::sort_chunk_keys(plan, in.get(), out.get(), temp.get(), stream);
 
   std::size_t ref_temp_bytes = 0;
@@ -165,7 +134,7 @@ void run_case(const Case& c, std::mt19937_64& rng, cudaStream_t stream) {
 
 void run_cases(const std::vector<Case>& cases, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
-  const Stream stream;
+  const CudaStream stream;
   for (const Case& c : cases) run_case(c, rng, stream.get());
 }
 
@@ -206,6 +175,8 @@ int main(int argc, char** argv) {
       {"shapes: chunks x keys per chunk x slot widths", test_shapes},
       {"engine configurations: small, readme, big, flagship", test_engine_configs},
       {"70000 chunks: gridDim.x beyond 65535", test_many_chunks},
+      {"entry keys: shapes, == the replaced kernels", sdm::testing::test_entry_key_shapes},
+      {"entry keys: readme and flagship", sdm::testing::test_entry_key_engine_configs},
   };
   return sdm::testing::run_gpu_tests("sdm_gpu_sort_tests", tests, argc, argv);
 }

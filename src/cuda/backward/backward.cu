@@ -110,7 +110,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   launch_entry_coefs(geo, p1, bb, stream);
   init_grad_bank(geo, bb, grad_rows, any_float(grad_final_bank), stream);
   const AnyFloat grad_v = any_float(grads.v);
-  StepStreams steps(geo, stream, split_steps(geo, bb.bf16_bank, call.capturing()));
+  StepStreams steps(geo, stream, split_steps(geo, shape.bank, call.capturing()));
   for (std::int64_t ti = geo.Nt - 1; ti >= 0; --ti) {
     for (int h = 0; h < steps.count(); ++h) {
       launch_token_side(steps.geometry(h), in, p1, bb, grad_v, ti, steps.stream(h));

@@ -1,14 +1,13 @@
 // backward.hpp - the pieces of the CUDA backward of the chunked op (docs/spec.md §4), shared by
-// backward.cu (the entry point: planning and launch order) and the kernel files:
-//   backward/grad_bank.cu  the gradient bank G: initial value, final conversion into grad_memory
-//   backward/reads.cu      read records: the read entries of every chunk sorted by slot
-//   backward/slot_tasks.cu the slot kernel's warp tasks (roles, group sizes, entry scalars)
-//   backward/tokens.cu     per step, token side: GWR (gather.cu's kernel on G), dy staging, the
-//                          transposed solves; before the loop the GWR weights in entry order,
-//                          after it the C x C dots of every chunk
-//   backward/slots.cu      per step, slot side: write groups (PA) and read groups (GDS), one kernel
-//   backward/entries.cu    after the loop, per entry: the sparse A / QK backward, the chain to
-//                          k_val, q_val, beta, and the per-slot scans to g
+// backward.cu (the entry point: planning and launch order) and the kernel files of backward/:
+//   grad_bank.cu   the gradient bank G: initial value, final conversion into grad_memory
+//   reads.cu       read records: the read entries of every chunk sorted by slot (sort/entry_keys.hpp)
+//   slot_tasks.cu  the slot kernel's warp tasks (roles, group sizes, entry scalars)
+//   tokens.cu      per step, token side: GWR (gather.cu's kernel on G), dy staging, the transposed
+//                  solves; before the loop the GWR weights in entry order, after it the C x C dots
+//   slots.cu       per step, slot side: write groups (PA) and read groups (GDS), one kernel
+//   entries.cu     after the loop, per entry: the sparse A / QK backward, the chain to k_val,
+//                  q_val, beta, and the per-slot scans to g
 //
 // Names follow backward_chunk.hpp of the CPU engine (the same math): for chunk n of step ti,
 //   ddelta = D_w + QK^T dy,  D_w[i] = sum_w coef_(i,w) G[s_(i,w)],  dU = X^T ddelta,
@@ -42,17 +41,22 @@ struct AnyFloat {
 };
 
 // What slot_groups_backward's warp at one sorted position of a chunk does (the C*W write
-// positions, then the C*R read positions), found before the loop (backward/slot_tasks.cu, which
-// states every field). role: kSlotIdle (no work), else the warp is its slot's only worker; at a
-// write position the first read position of the slot (>= 0) or kSlotNoPartner, at a read position
-// kSlotNoPartner. sizes = write group size | read group size << kReadSizeShift. For groups of at
-// most one write and one read entry, tokens = write token i | read entry (i*R + r) << 16 and the
-// entries' scalars.
+// positions, then the C*R read positions), found before the loop (backward/slot_tasks.cu):
+//   role    write position q starting a write group of local slot s: the first sorted read
+//           position of s in the chunk (>= 0), or kSlotNoPartner when the chunk does not read s;
+//           read position q starting a read group of s that the chunk does not write:
+//           kSlotNoPartner (the read-only worker of s); every other position (inside a group,
+//           padding / masked entries, a read group of a written slot, which its write worker
+//           finishes): kSlotIdle, and nothing else of the task is set;
+//   local   s;  sizes  the write group's size | the read group's size << kReadSizeShift;
+//   decay   exp(Lambda_s) of a write group (gdecay at its first sorted position);
+//   and for a group of at most one write entry and one read entry: tokens = the write entry's
+//   token i | the read entry's index (i*R + r) << 16, write_scale = -beta_i, write_k_eff, read_q_w.
 constexpr std::int32_t kSlotNoPartner = -1;
 constexpr std::int32_t kSlotIdle = -2;
 constexpr int kReadSizeShift = 9;
 // A write group has at most one entry per token of the chunk (a lane repeating an earlier lane's
-// slot is masked by make_write_keys, docs/spec.md §8), so at most C <= 256 entries; a read group
+// slot is masked by make_entry_keys, sort/entry_keys.hpp, docs/spec.md §8), so at most C <= 256 entries; a read group
 // may hold every read of the chunk (reads may repeat): C * R <= 65536 entries.
 static_assert(kMaxChunk < (std::int64_t{1} << kReadSizeShift), "a write group's size fits below kReadSizeShift");
 static_assert(kMaxChunk * kMaxWidth <= (std::int64_t{INT32_MAX} >> kReadSizeShift),
@@ -131,8 +135,6 @@ struct TokenGrads {
   AnyFloat k_val, v, beta, g, q_val;
 };
 
-// The read records' key layout; throws sdm::RuntimeError when it needs more than 64 bits.
-KeyLayout read_key_layout(const Geometry& geo);
 // Plans the read keys and their sort's temporary storage in `ws` (before ws.allocate()).
 void plan_read_records(const Geometry& geo, Workspace& ws, BackwardBuffers& bb);
 // Sorts the read entries of every chunk by (slot, token, lane) (after Phase 1).

@@ -1,31 +1,17 @@
-// entries.cu - the per-entry gradients of the CUDA backward (docs/spec.md §4: through A,
-// QK, the exponentials and the per-slot scans), batched over all N chunks after the reverse loop. Inputs: Phase 1 (sorted keys, L, kappa, wcoef, k_eff,
-// q_pos, q_rho, q_w, A), the read records, the slot kernel's tasks, and what the steps left: dMs, dQK,
-// rdot, dk_eff, dc, dlambda, dq_w. With da(i, j) = beta_i dMs[i][j] and E(x, y) = expf(f32(x - y)) of the
-// f64 L's (core/log_decay.hpp), exp(x) = expf(f32(x)). Kernels, in order:
+// entries.cu - the per-entry gradients of the CUDA backward (docs/spec.md §4: through A, QK, the
+// exponentials and the per-slot scans), batched over all N chunks after the reverse loop.
 //
-//   write_entry_grads  one thread per sorted write entry e (token i, slot group of e):
-//       dkappa_e = sum_{e' in group, i' < i} da(i, i') kappa_e' E(L_e, L_e')
-//                + sum_{e' in group, i' > i} da(i', i) kappa_e' E(L_e', L_e)
-//                + sum_{reads q of the slot, token i_q >= i} dQK[i_q][i] rho_q E(Lq_q, L_e)
-//                + exp(L_e) dk_eff_e + exp(Lambda - L_e) dc_e
-//       dL_e     = the same pair terms times kappa_e, with signs + (i' < i), - (i' > i), - (reads)
-//                + k_eff_e dk_eff_e
-//       dP_e     = wcoef_e dc_e.  Group entries in sorted (token) order, then reads in sorted order.
-//       Writes grad_k_val (0 for masked entries) and dL, dP; dgamma = 0 for masked entries.
-//   read_entry_grads   one thread per read entry q (token i, seeing the group's writes up to q_pos;
-//                      a CTA covers one slice of one chunk's reads, 32-bit index math):
-//       drho_q = sum_{e' in group, pos <= q_pos} dQK[i][i_e'] kappa_e' E(Lq, L_e') + exp(Lq) dq_w
-//       dLq_q  = sum (same) rho_q kappa_e' E(Lq, L_e') + q_w dq_w.   Writes grad_q_val, dLq.
-//   group_scans        one thread per write group (its first entry; the other positions'
-//                      threads stop after one load), the CPU engine's scans:
-//       dgamma_e = (sum_{e' >= e} dL_e' + sum_{reads at tokens >= i_e} dLq) + sum_{e' < e} dP_e'
-//                  + dLambda, the first sum built from the group's last entry backwards.
-//   token_grads        one warp per token: grad_beta = rdot_i + sum_{j<i} A[i][j] dMs[i][j]
-//                      (j ascending); grad_g = dgamma (G = W) or sum_w dgamma_(i,w) (w ascending).
-// Every sum has one thread and a fixed order; no atomics.
-//
-// Groups and reads come from the slot kernel's tasks, with no searches (see write_entry_grads).
+// Inputs: Phase 1 (sorted keys, L, kappa, wcoef, k_eff, q_pos, q_rho, q_w, A), the read records,
+// the slot kernel's tasks, and what the steps left: dMs, dQK, rdot, dk_eff, dc, dlambda, dq_w.
+// Outputs: grad_k_val, grad_q_val, grad_beta, grad_g (those requested) and the scratch dL, dP, dLq,
+// dgamma. Notation: da(i, j) = beta_i dMs[i][j]; E(x, y) = expf(f32(x - y)) of the f64 L's
+// (core/log_decay.hpp); exp(x) = expf(f32(x)). Kernels, in order (each one's math above it):
+//   write_entry_grads  one thread per sorted write entry: dkappa (grad_k_val), dL, dP
+//   read_entry_grads   one thread per read entry: drho (grad_q_val), dLq
+//   group_scans        one thread per write group: dgamma, the CPU engine's scans
+//   token_grads        one warp per token: grad_beta, grad_g
+// Every sum has one thread and a fixed order; no atomics. Groups and reads come from the slot
+// kernel's tasks, with no searches (see write_entry_grads).
 #include "cuda/backward/backward.hpp"
 #include "cuda/common/rows.cuh"
 #include "core/log_decay.hpp"
@@ -40,25 +26,18 @@ constexpr unsigned kAll = 0xffffffffu;
 
 unsigned blocks_for(std::int64_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
 
-// a / b for a >= 0, b > 0; in 32 bits when both fit (a fraction of the 64-bit division's work).
-__device__ __forceinline__ std::int64_t index_div(std::int64_t a, std::int64_t b) {
-  constexpr std::int64_t kU32 = 0xffffffff;
-  if (a <= kU32 && b <= kU32) return static_cast<std::uint32_t>(a) / static_cast<std::uint32_t>(b);
-  return a / b;
-}
-
-struct EntryPlace {
-  std::int64_t n, p, t, token;  // chunk, stream, time in the stream, flat token p*T + t
-};
-
-__device__ __forceinline__ EntryPlace place(const Geometry& geo, std::int64_t n, std::int64_t i) {
-  const std::int64_t ti = index_div(n, geo.P), p = n - ti * geo.P, t = ti * geo.C + i;
-  return {n, p, t, p * geo.T + t};
-}
-
 __device__ __forceinline__ int task_write_size(std::int32_t sizes) { return sizes & ((1 << kReadSizeShift) - 1); }
 __device__ __forceinline__ int task_read_size(std::int32_t sizes) { return sizes >> kReadSizeShift; }
 
+// write_entry_grads, for sorted write entry e (token i, slot group of e):
+//   dkappa_e = sum_{e' in group, i' < i} da(i, i') kappa_e' E(L_e, L_e')
+//            + sum_{e' in group, i' > i} da(i', i) kappa_e' E(L_e', L_e)
+//            + sum_{reads q of the slot, token i_q >= i} dQK[i_q][i] rho_q E(Lq_q, L_e)
+//            + exp(L_e) dk_eff_e + exp(Lambda - L_e) dc_e
+//   dL_e     = the same pair terms times kappa_e, with signs + (i' < i), - (i' > i), - (reads)
+//            + k_eff_e dk_eff_e
+//   dP_e     = wcoef_e dc_e.  Group entries in sorted (token) order, then reads in sorted order.
+// Writes grad_k_val (0 for masked entries) and dL, dP; dgamma = 0 for masked entries.
 // Groups and reads without searches: the slot kernel's tasks (bb.slot_tasks, backward/slot_tasks.cu:
 // found once per call before the loop, which does not change them) hold at every write group's
 // first sorted position the group's size, the first sorted read position of its slot in the chunk
@@ -88,7 +67,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kThreads, 8))
   if (in_range) key = p1.keys[e], own = tasks[e];
   const std::int64_t local = geo.keys.local_slot(key), i = geo.keys.token(key), w = geo.keys.lane(key);
   const bool real = in_range && local != geo.sps;
-  const EntryPlace at = place(geo, n, i);
+  const EntryPlace at = entry_place(geo, n, i);
   const std::int64_t entry = chunk0 + i * geo.W + w;
   // The entry's own records, issued before its group is known so that their latency overlaps it.
   double L_e = 0.0;
@@ -159,13 +138,17 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kThreads, 8))
   if (grad_k.data != nullptr) store_any(grad_k.data, grad_k.dtype, at.token * geo.W + w, dkappa);
 }
 
+// read_entry_grads, for read entry q (token i, seeing the group's writes up to q_pos; a CTA covers
+// one slice of one chunk's reads, 32-bit index math):
+//   drho_q = sum_{e' in group, pos <= q_pos} dQK[i][i_e'] kappa_e' E(Lq, L_e') + exp(Lq) dq_w
+//   dLq_q  = sum (same) rho_q kappa_e' E(Lq, L_e') + q_w dq_w.   Writes grad_q_val, dLq.
 __global__ void read_entry_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_q, unsigned slices) {
   const std::int64_t n = blockIdx.x / slices;
   const int q = static_cast<int>((blockIdx.x % slices) * kThreads + threadIdx.x), R = static_cast<int>(geo.R);
   if (q >= static_cast<int>(geo.C) * R) return;
   const std::int64_t C = geo.C, CW = C * geo.W, CR = C * geo.R;
   const std::int64_t i = q / R, r = q % R, read = n * CR + q;
-  const EntryPlace at = place(geo, n, i);
+  const EntryPlace at = entry_place(geo, n, i);
   if (at.t >= geo.T) return;
   // Phase 1 writes the four records of every read entry: one round of loads.
   const std::int32_t slot = p1.q_slot[read], pos = p1.q_pos[read];
@@ -205,6 +188,10 @@ __global__ void read_entry_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers
   if (grad_q.data != nullptr) store_any(grad_q.data, grad_q.dtype, at.token * geo.R + r, drho);
 }
 
+// group_scans, one thread per write group (its first entry; the other positions' threads stop
+// after one load), the CPU engine's scans:
+//   dgamma_e = (sum_{e' >= e} dL_e' + sum_{reads at tokens >= i_e} dLq) + sum_{e' < e} dP_e'
+//              + dLambda, the first sum built from the group's last entry backwards.
 __global__ void group_scans(Geometry geo, Phase1Buffers p1, BackwardBuffers bb) {
   const std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= geo.write_entries()) return;
@@ -264,7 +251,9 @@ __device__ __forceinline__ int piece_count(std::int64_t remaining) {
   return remaining <= 0 ? 0 : remaining < 32 ? static_cast<int>(remaining) : 32;
 }
 
-// token_grads: rows are loaded 32 columns at a time, one per lane; every lane runs the serial sums
+// token_grads, one warp per token: grad_beta = rdot_i + sum_{j<i} A[i][j] dMs[i][j] (j ascending);
+// grad_g = dgamma (G = W) or sum_w dgamma_(i,w) (w ascending).
+// Rows are loaded 32 columns at a time, one per lane; every lane runs the serial sums
 // on shuffled values (the one-thread order); G = W stores by lanes. The first 64 columns, rdot and
 // the first 128 dgamma are loaded before the sums and stores (all of them when C <= 64 and
 // W <= 128).
@@ -273,7 +262,7 @@ __global__ void token_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers bb, 
   const std::int64_t ci = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // n*C + i
   if (ci >= geo.N * geo.C) return;  // whole warps
   const std::int64_t C = geo.C, W = geo.W, n = index_div(ci, C), i = ci - n * C;
-  const EntryPlace at = place(geo, n, i);
+  const EntryPlace at = entry_place(geo, n, i);
   if (at.t >= geo.T) return;
   // Every load before the first store (the stores may alias them for all the compiler knows): the
   // first kHeldCols pieces of A / dMs, rdot, and the first kHeldLanes pieces of the token's dgamma.

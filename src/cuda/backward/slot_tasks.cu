@@ -1,22 +1,13 @@
-// slot_tasks.cu - what each warp of slot_groups_backward does, found once per call for
-// every chunk (before the reverse loop: it reads only Phase 1's write keys and per-entry scalars,
-// beta and the read keys, none of which the loop changes).
+// slot_tasks.cu - what each warp of slot_groups_backward does, found once per call for every
+// chunk (before the reverse loop: it reads only Phase 1's write keys and per-entry scalars, beta
+// and the read keys, none of which the loop changes).
 //
-// For chunk n the slot kernel has one warp per sorted position: the C*W write positions, then the
-// C*R read positions. tasks[n*(C*W + C*R) + position] (SlotTask, backward.hpp) holds:
-//   role    write position q starting a write group of local slot s: the first sorted read
-//           position of s in the chunk (>= 0), or kSlotNoPartner when the chunk does not read s;
-//           read position q starting a read group of s that the chunk does not write:
-//           kSlotNoPartner (the read-only worker of s); every other position (inside a group,
-//           padding / masked entries, a read group of a written slot, which its write worker
-//           finishes): kSlotIdle, and nothing else of the task is set;
-//   local   s;  sizes  the write group's size | the read group's size << kReadSizeShift;
-//   decay   exp(Lambda_s) of a write group (gdecay at its first sorted position);
-//   and for a group of at most one write entry and one read entry (nearly all of them:
-//   slots_per_stream is large) the entries' data, so that the worker starts its row passes after
-//   one load: the write entry's token i, -beta_i and k_eff, the read entry's index i*R + r and
-//   q_w. These are the values the worker would load itself (the same words, no arithmetic but
-//   beta's negation), so nothing downstream changes by a bit.
+// Output: tasks[n*(C*W + C*R) + position] (SlotTask, backward.hpp, which states every field): for
+// chunk n the slot kernel has one warp per sorted position, the C*W write positions, then the C*R
+// read positions. For a group of at most one write entry and one read entry (nearly all of them:
+// slots_per_stream is large) a task also holds the entries' data, so that the worker starts its row
+// passes after one load: the values the worker would load itself (the same words, no arithmetic
+// but beta's negation), so nothing downstream changes by a bit.
 //
 // Parallel decomposition: one CTA per chunk (chunk_slot_tasks, its three passes described above
 // the kernel). Integer work and copies only; each task has one writer.
@@ -193,10 +184,7 @@ void find_slot_tasks(const Geometry& geo, const Inputs& in, const Phase1Buffers&
   const bool staged = reads <= kMaxStagedReads && bb.read_layout.slot_bits <= 32;
   const std::size_t smem = static_cast<std::size_t>((staged ? reads : 0) + (reads + 3) / 4) * sizeof(std::uint32_t);
   const auto kernel = staged ? chunk_slot_tasks<true> : chunk_slot_tasks<false>;
-  if (smem > 48 * 1024) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-               "cudaFuncSetAttribute (chunk_slot_tasks shared memory)");
-  }
+  allow_dynamic_shared_memory(kernel, smem, "cudaFuncSetAttribute (chunk_slot_tasks shared memory)");
   kernel<<<static_cast<unsigned>(geo.N), kThreads, smem, stream>>>(geo, in, p1, bb.read_layout, bb.read_keys,
                                                                    bb.slot_tasks);
   check_launch("chunk_slot_tasks");

@@ -1,21 +1,16 @@
 // chunk_products.cuh - the per-chunk products of a triangular C x C f32 matrix with a C x hd
 // column tile, shared by the forward's dual product (dual.cu) and the backward's transposed solve
-// (backward/tokens.cu).
-//
-// Tiling. A CTA works on one column tile of kCols columns and on 64-row blocks of the chunk
-// (kBlock). Thread t owns column t % kCols of the tile and the kRows = 4 consecutive rows
-// r0 = 4 (t / kCols) .. r0 + 3 of the block: a 4 x 1 micro-tile of each product in registers.
-// The matrix is staged into shared memory one 64 x 64 block at a time (stage_block: row-major,
-// leading dimension 64, zero outside the chunk); the column operand lies transposed in shared memory
-// (bt[row], one array per column with a padded leading dimension), so one 16-byte load brings four
-// consecutive rows of it. Per four steps of the inner index a thread issues four 16-byte loads of
-// the matrix (warp broadcasts) and one of the operand for 16 fmaf per matrix. The inner loops are
-// not unrolled further (unroll 1): unrolled, they spill registers for some kCols.
-//
+// (backward/tokens.cu). Tiling: a CTA works on one column tile of kCols columns and on 64-row
+// blocks of the chunk (kBlock). Thread t owns column t % kCols of the tile and the kRows = 4
+// consecutive rows r0 = 4 (t / kCols) .. r0 + 3 of the block: a 4 x 1 micro-tile of each product in
+// registers. The matrix is staged into shared memory one 64 x 64 block at a time (stage_block:
+// row-major, leading dimension 64, zero outside the chunk); the column operand lies transposed in
+// shared memory (bt[row], one array per column with a padded leading dimension), so one 16-byte
+// load brings four consecutive rows of it. Per four steps of the inner index a thread issues four
+// 16-byte loads of the matrix (warp broadcasts) and one of the operand for 16 fmaf per matrix.
 // Small chunks (C <= 64, one block): stage_chunk_async copies the whole C x C matrix with cp.async,
 // so a kernel issues every global load of its CTA (both matrices and its operand rows, the latter
-// as raw bits: load_input_bits / load_any_bits defer the dtype conversion, which would otherwise
-// wait for each load in turn) before its first __syncthreads: one global round trip in all.
+// as raw bits: load_input_bits / load_any_bits) before its first __syncthreads.
 //
 // Numerics: every output is ONE fmaf chain over the inner index in ascending order, starting from
 // the caller's accumulator: the lower product sums j = 0 .. i for row i, the transposed product
@@ -146,7 +141,8 @@ __device__ __forceinline__ void stage_chunk_async(const float* __restrict__ M, i
   }
 }
 
-// load_input (common/values.cuh) split in two: the raw bits now, the exact conversion later.
+// load_input (common/values.cuh) split in two: the raw bits now, the exact conversion later (which
+// would otherwise wait for each load in turn; so the small-chunk kernels make one global round trip).
 __device__ __forceinline__ std::uint32_t load_input_bits(const void* data, DType dtype, std::int64_t i) {
   return dtype == DType::bf16 || dtype == DType::f16 ? std::uint32_t{static_cast<const std::uint16_t*>(data)[i]}
                                                      : static_cast<const std::uint32_t*>(data)[i];
@@ -173,7 +169,8 @@ __device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_ca
 
 // Lower product, two matrices sharing the operand: for the thread's rows r0 + r (r < 4)
 //   a[r] += sum_j A[r0 + r][j] bt[j],  b[r] += sum_j B[r0 + r][j] bt[j]
-// over j in [0, jn) (jn % 4 == 0, all below the rows' diagonal), j ascending.
+// over j in [0, jn) (jn % 4 == 0, all below the rows' diagonal), j ascending. This loop and
+// transposed_rows' are not unrolled further (unroll 1): unrolled, they spill registers for some kCols.
 __device__ __forceinline__ void lower_rows(const float* As, const float* Bs, const float* bt, int r0, int jn,
                                            float (&a)[kRows], float (&b)[kRows]) {
 #pragma unroll 1

@@ -76,6 +76,25 @@ struct Geometry {
 
 Geometry make_geometry(const core::WriteReadShape& shape);
 
+// a / b for a >= 0, b > 0; in 32 bits when both fit (the same quotient, a fraction of the 64-bit
+// division's work on the device).
+SDM_HOST_DEVICE std::int64_t index_div(std::int64_t a, std::int64_t b) {
+  constexpr std::int64_t kU32 = 0xffffffff;
+  if (a <= kU32 && b <= kU32) return static_cast<std::uint32_t>(a) / static_cast<std::uint32_t>(b);
+  return a / b;
+}
+
+// Where token i of chunk n sits in the inputs: stream p, time t in the stream (t >= T: padding)
+// and the flat token p*T + t of the [P, T, ...] inputs.
+struct EntryPlace {
+  std::int64_t n, p, t, token;
+};
+
+SDM_HOST_DEVICE EntryPlace entry_place(const Geometry& geo, std::int64_t n, std::int64_t i) {
+  const std::int64_t ti = index_div(n, geo.P), p = n - ti * geo.P, t = ti * geo.C + i;
+  return {n, p, t, p * geo.T + t};
+}
+
 // Raw views of the op's inputs, stream-major [P, T, ...] (or [streams, ...] for decode).
 struct Inputs {
   const void* k_idx = nullptr;
@@ -90,7 +109,7 @@ struct Inputs {
   DType k_val_dtype = DType::f32, v_dtype = DType::f32, beta_dtype = DType::f32, g_dtype = DType::f32,
         q_val_dtype = DType::f32;
   // True when the device index check ran (validate = true, not capturing): the W write slots of
-  // every token are distinct. Otherwise the kernels that read k_idx (make_write_keys, decode_token)
+  // every token are distinct. Otherwise the kernels that read k_idx (make_entry_keys, decode_token)
   // mask a write lane that repeats an earlier lane's slot of its token (docs/spec.md §8: the first
   // lane writes), as the CPU engine does (core/repeated_writes.hpp).
   bool distinct_writes = false;

@@ -2,7 +2,7 @@
 //
 // One kernel scans every token's k_idx and q_idx, then one host sync reads back the first
 // violation in (stream, token, tensor, lane) order, with the same precedence and message as
-// the host check (core/validate.cpp): k_idx out of range, then k_idx repeats within the
+// the host check (core/validate_indices.cpp): k_idx out of range, then k_idx repeats within the
 // token, then q_idx out of range. Throws sdm::ValueError naming the tensor, stream, token
 // (absent for the decode step) and lane. Skipped by the callers while the stream is being
 // captured into a CUDA graph (no syncs there); then out-of-range entries are masked by the

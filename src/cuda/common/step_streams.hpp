@@ -32,15 +32,16 @@ namespace sdm::cuda {
 
 constexpr std::int64_t kSplitRowBytes = std::int64_t{16} << 20;
 
-// Whether a call of this shape splits its steps over two streams (never while capturing).
-inline bool split_steps(const Geometry& geo, bool bf16_bank, bool capturing) {
+// Whether a call of this shape splits its steps over two streams (`bank`: the bank's dtype; never
+// while capturing).
+inline bool split_steps(const Geometry& geo, DType bank, bool capturing) {
+  const auto bank_element = static_cast<std::int64_t>(dtype_size(bank));
   static const int forced = [] {
     const char* value = std::getenv("SDM_CUDA_STEP_STREAMS");
     if (value == nullptr) return -1;
     return std::strcmp(value, "0") == 0 ? 0 : 1;
   }();
   if (capturing || geo.P < 2 || forced == 0) return false;
-  const std::int64_t bank_element = bf16_bank ? 2 : 4;
   return forced == 1 || geo.P / 2 * geo.C * (geo.W + geo.R) * geo.hd * bank_element >= kSplitRowBytes;
 }
 

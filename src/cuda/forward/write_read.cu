@@ -13,7 +13,6 @@
 // skipped (docs/spec.md §8) and out-of-range entries are masked.
 // Scratch comes from one stream-ordered allocation (workspace.hpp).
 #include <cstdint>
-#include <string>
 
 #include "cuda/common/alignment.hpp"
 #include "cuda/engine.hpp"
@@ -21,6 +20,7 @@
 #include "cuda/forward/phase1.hpp"
 #include "cuda/saved/layout.hpp"
 #include "cuda/saved/snapshot_rows.cuh"
+#include "cuda/sort/entry_key_rules.hpp"
 #include "cuda/common/step_kernels.hpp"
 #include "cuda/common/step_streams.hpp"
 
@@ -32,15 +32,7 @@ Geometry make_geometry(const core::WriteReadShape& s) {
   g.Nt = s.num_time_chunks();
   g.N = g.Nt * g.P;
   g.p_count = g.P;
-  g.keys.lane_bits = bits_for(static_cast<std::uint64_t>(g.W - 1));
-  g.keys.token_bits = bits_for(static_cast<std::uint64_t>(g.C - 1));
-  g.keys.slot_bits = bits_for(static_cast<std::uint64_t>(g.sps));
-  g.keys.chunk_bits = bits_for(static_cast<std::uint64_t>(g.N - 1));
-  if (g.keys.total_bits() > 64) {
-    throw RuntimeError("sdm CUDA engine: this call needs a " + std::to_string(g.keys.total_bits()) +
-                       "-bit sort key (chunks " + std::to_string(g.N) + ", slots_per_stream " + std::to_string(g.sps) +
-                       "), more than the 64 bits supported on CUDA so far; split the call over time or streams");
-  }
+  g.keys = entry_key_layout(g, g.W);
   return g;
 }
 
@@ -106,7 +98,7 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
 
   run_phase1(geo, in, sb.bf16_bank, p1, stream);
   if (saved != nullptr) zero_unwritten_saved(geo, layout, p1.keys, saved_base, stream);
-  StepStreams steps(geo, stream, split_steps(geo, sb.bf16_bank, call.capturing()));
+  StepStreams steps(geo, stream, split_steps(geo, shape.bank, call.capturing()));
   for (std::int64_t ti = 0; ti < geo.Nt; ++ti) {
     for (int h = 0; h < steps.count(); ++h) {
       launch_gather(steps.geometry(h), p1, sb, ti, steps.stream(h));

@@ -1,24 +1,11 @@
-// layout.hpp - what the CUDA saving forward stores in the caller's `saved` buffer
-// (docs/spec.md §4, §5), for the backward (backward.cu), which runs none of Phase 1: it reads the
-// forward's Phase 1 arrays from here. Offsets in bytes from the buffer start, each region 256-byte
-// aligned; N = Nt*P chunks (time-major n = ti*P + p), rows = N*C*W snapshot rows.
-//
-//   delta     f32 [N*C, hd]         delta of chunk-token row n*C + i; rows of padding tokens are 0
-//   residual  f32 [N*C, hd]         v - retrieved, same rows; padding rows are 0
-//   snapshot  u8  [rows, row_bytes] the pre-write bank row of each write group, at row n*C*W + q,
-//                                   q = the sorted position (within chunk n) of the group's first
-//                                   entry, encoded in the effective snapshot mode (snapshot_rows.cuh):
-//                                   row_bytes = core::snapshot_payload_bytes(mode, bank, hd):
-//                                   none hd * sizeof(E), bf16 (f32 bank) 2 hd, fp8 hd, int4 ceil(hd/2)
-//   scales    f32 [rows]            the row's quantiser scale (fp8 / int4 only; else an empty region)
-//   Phase 1   the arrays phase1.hpp lists as read by the backward, in this order: keys u64, L f64,
-//             kappa, wcoef, gdecay f32 (sorted, [N*C*W]); inv_pos, k_slot i32, k_eff f32 [N, C, W];
-//             q_slot, q_pos i32, q_rho, q_w f32 [N, C, R]; A, QK, X f32 [N, C, C]
+// layout.hpp - what the CUDA saving forward stores in the caller's `saved` buffer (docs/spec.md
+// §4, §5), for the backward (backward.cu), which runs none of Phase 1: it reads the forward's
+// Phase 1 arrays from here. SavedLayout gives each region's offset in bytes from the buffer start
+// (each region 256-byte aligned) and, at its field, its contents; N = Nt*P chunks (time-major
+// n = ti*P + p), rows = N*C*W snapshot rows.
 // Every byte is written by a saving forward (an op output: the same bytes for the same inputs):
 // rows that start no group (and their scales) and L / kappa at padding / masked positions hold 0,
 // and so do the gaps between regions (zero_unwritten_saved).
-// Phase 1 takes 40 bytes per write entry, 16 per read entry and 12 C^2 per chunk (the sizes for the
-// benchmark configurations: docs/performance.md).
 // Alignment: with hd % 8 == 0 a row's lane pieces (8 columns at c0 % 8 == 0) sit at multiples of
 // 16 (none, bf16), 8 (fp8) or 4 (int4) bytes from the region start, so a 16-byte aligned buffer
 // allows the vector accesses; the u64 keys and f64 L need an 8-byte aligned buffer.
@@ -36,7 +23,11 @@
 
 namespace sdm::cuda {
 
-// Byte offsets of the Phase 1 regions (phase1.hpp's names).
+// Byte offsets of the Phase 1 regions: the arrays phase1.hpp lists as read by the backward, in this
+// order: keys u64, L f64, kappa, wcoef, gdecay f32 (sorted, [N*C*W]); inv_pos, k_slot i32, k_eff f32
+// [N, C, W]; q_slot, q_pos i32, q_rho, q_w f32 [N, C, R]; A, QK, X f32 [N, C, C]. 40 bytes per write
+// entry, 16 per read entry and 12 C^2 per chunk (the sizes for the benchmark configurations:
+// docs/performance.md).
 struct SavedPhase1 {
   std::size_t keys = 0, L = 0, kappa = 0, wcoef = 0, gdecay = 0, inv_pos = 0, k_slot = 0, k_eff = 0;
   std::size_t q_slot = 0, q_pos = 0, q_rho = 0, q_w = 0;
@@ -50,12 +41,19 @@ struct SavedGap {
 constexpr int kMaxSavedGaps = 20;  // one before each region after the first (18 regions)
 
 struct SavedLayout {
-  std::size_t delta = 0, residual = 0, snapshot = 0, scales = 0, total = 0;
+  std::size_t delta = 0;     // f32 [N*C, hd]: delta of chunk-token row n*C + i; rows of padding tokens are 0
+  std::size_t residual = 0;  // f32 [N*C, hd]: v - retrieved, same rows; padding rows are 0
+  std::size_t snapshot = 0;  // u8 [rows, row_bytes]: the pre-write bank row of each write group, at row
+                             // n*C*W + q, q = the sorted position (within chunk n) of the group's first
+                             // entry, encoded in the effective snapshot mode (snapshot_rows.cuh)
+  std::size_t scales = 0;    // f32 [rows]: the row's quantiser scale (fp8 / int4 only; else an empty region)
+  std::size_t total = 0;
   SavedGap gaps[kMaxSavedGaps];
   int gap_count = 0;
   SavedPhase1 phase1;
   SnapshotQuant mode = SnapshotQuant::none;  // effective mode ("bf16" on a bf16 bank is "none")
-  std::size_t row_bytes = 0;                 // payload bytes per snapshot row
+  std::size_t row_bytes = 0;                 // payload bytes per snapshot row: core::snapshot_payload_bytes
+                                             // (none hd * sizeof(E), bf16 (f32 bank) 2 hd, fp8 hd, int4 ceil(hd/2))
   bool has_scales = false;                   // fp8 / int4
 };
 

@@ -15,14 +15,9 @@
 // the bank, each exactly representable in E: x' = rnd_E(f32(q) * f32(rnd_E(scale))) for fp8 /
 // int4, the bf16 value for bf16, the element for none. restore_snapshot_piece writes them back;
 // for "none" it copies the saved bits, so that restore is exact (NaN payloads included).
-//
-// Pieces follow the backward's column ownership (common/rows.cuh): lane l owns the kLaneCols = 8
-// consecutive columns c0 .. c0+7 (c0 = 256 s + 8 l). With kVec (hd % 8 == 0 and a 16-byte aligned
-// saved buffer) a piece is one vector access: 16 or 32 bytes (none, bf16), 8 bytes (fp8) or
-// 4 bytes (int4; c0 even, so the piece starts at byte c0 / 2); otherwise element by element.
-//
-// Encoding (the saving forward's writer, group_writer.cu) and the per-value codec: see their
-// sections below; codes, scales and restored values are bitwise core's.
+// Pieces follow the backward's column ownership (common/rows.cuh; the decoding section says how
+// they are accessed). Encoding (the saving forward's writer, group_writer.cu) and the per-value
+// codec: their sections below; codes, scales and restored values are bitwise core's.
 #pragma once
 
 #include <cstdint>
@@ -195,6 +190,10 @@ __device__ __forceinline__ void restore_pair(float q0, float q1, float factor, f
 }
 
 // ---- decoding (the backward) ------------------------------------------------------------------
+// Pieces follow the backward's column ownership (common/rows.cuh): lane l owns the kLaneCols = 8
+// consecutive columns c0 .. c0+7 (c0 = 256 s + 8 l). With kVec (hd % 8 == 0 and a 16-byte aligned
+// saved buffer) a piece is one vector access: 16 or 32 bytes (none, bf16), 8 bytes (fp8) or
+// 4 bytes (int4; c0 even, so the piece starts at byte c0 / 2); otherwise element by element.
 
 // Decoded values of the piece of snapshot row `row` at column c0 (c0 < hd, c0 % 8 == 0) of a bank
 // of dtype E; columns beyond hd read as 0. fp8 / int4: the piece's codes are gathered into words

@@ -1,0 +1,153 @@
+// solve.cu - Phase 1's chunk solve (docs/spec.md §2): per chunk, from A and QK (pair_products)
+// and beta,
+//   X  = (I + diag(beta) A)^-1   f32 [N, C, C], unit lower triangular (padding rows: 0 off the diagonal)
+//   QX = tril(QK) X              f32 [N, C, C], zeros above the diagonal
+// One CTA per chunk, one warp per column k, lanes over rows: right-looking forward substitution
+// fused with the QX product (solve_column); every sum from +0 over j ascending (fmaf), bitwise the
+// textbook left-looking column solve. C <= 64: the four matrices staged in shared memory; larger C:
+// the same code on global memory.
+#include "core/validate.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/common/values.cuh"
+#include "cuda/forward/phase1_kernels.hpp"
+
+namespace sdm::cuda {
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kSolveWarps = 16;       // columns in flight per chunk
+constexpr int kStagedMaxChunk = 64;   // C up to this: A, QK, X, QX of the chunk in shared memory
+constexpr int kStageBatch = 8;        // elements per thread and matrix loaded at once when staging
+
+// Column k of X and QX for one chunk, by one warp; lane l owns rows l, l + 32, ... (kRows of them,
+// 32 * kRows >= C). Right-looking forward substitution: at step j = k, k+1, ..., the owner of row
+// j finalises x_j = X[j, k] (1 at j == k, else -(beta_j s_j), 0 for a padding row), broadcasts it
+// by a shuffle, and every row i > j adds s_i = fmaf(A[i, j], x_j, s_i) and every row i >= j adds
+// q_i = fmaf(QK[i, j], x_j, q_i). So s_i = sum_{j in [k, i)} and q_i = QX[i, k] = sum_{j in [k, i]},
+// each from +0 in j ascending order: the sums of the textbook left-looking column solve, bit for
+// bit. A, QK: row stride lda; X, QX: row stride ldx (shared or global memory).
+template <int kRows>
+__device__ __forceinline__ void solve_column(const float* A, const float* QK, int lda, float* X, float* QX, int ldx,
+                                             int C, int k, int lane, const float (&beta)[kRows],
+                                             const bool (&valid)[kRows]) {
+  float s[kRows], q[kRows];
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) s[m] = 0.0f, q[m] = 0.0f;
+#pragma unroll
+  for (int mj = 0; mj < kRows; ++mj) {  // the block of 32 rows holding step j
+    const int base = 32 * mj, own_row = base + lane;
+    const int jj_end = C - base < 32 ? C - base : 32;
+    for (int jj = k - base > 0 ? k - base : 0; jj < jj_end; ++jj) {  // warp-uniform bounds
+      const int j = base + jj;
+      const float own = own_row == k ? 1.0f : (valid[mj] ? -(beta[mj] * s[mj]) : 0.0f);
+      const float x = __shfl_sync(kFullMask, own, jj);
+      if (lane >= jj && own_row < C) {
+        if (lane > jj) s[mj] = fmaf(A[own_row * lda + j], x, s[mj]);
+        q[mj] = fmaf(QK[own_row * lda + j], x, q[mj]);
+      }
+#pragma unroll
+      for (int m = mj + 1; m < kRows; ++m) {  // rows all > j
+        const int i = 32 * m + lane;
+        if (i < C) {
+          s[m] = fmaf(A[i * lda + j], x, s[m]);
+          q[m] = fmaf(QK[i * lda + j], x, q[m]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const int i = 32 * m + lane;
+    if (i >= C) break;
+    X[i * ldx + k] = i < k ? 0.0f : i == k ? 1.0f : (valid[m] ? -(beta[m] * s[m]) : 0.0f);
+    QX[i * ldx + k] = q[m];
+  }
+}
+
+static_assert(8 * 32 >= core::kMaxChunk, "solve's global-memory instantiation covers every chunk size");
+
+// solve: one CTA per chunk, one warp per column k (zig-zag over 16 warps), lanes over
+// rows: right-looking forward substitution for column k of X = (I + diag(beta)
+// A)^-1 fused with QX = tril(QK) X (solve_column); every sum from +0 over j
+// ascending, bitwise the left-looking column solve. C <= 64: A, QK, X, QX staged
+// in shared memory (odd row stride), X / QX stored coalesced; larger C: the same
+// code on global memory.
+template <int kRows, bool kStaged>
+__global__ void __launch_bounds__(kSolveWarps * 32) solve(Geometry geo, Inputs in, Phase1Buffers buf) {
+  extern __shared__ float solve_tiles[];  // kStaged: A, QK, X, QX, each [C][C | 1]
+  const int C = static_cast<int>(geo.C);
+  const std::int64_t n = blockIdx.x, cc = static_cast<std::int64_t>(C) * C;
+  const std::int64_t p = n % geo.P, t0 = (n / geo.P) * C;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  float beta[kRows];
+  bool valid[kRows];
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const int i = 32 * m + lane;
+    valid[m] = i < C && t0 + i < geo.T;
+    beta[m] = valid[m] ? load_input(in.beta, in.beta_dtype, p * geo.T + t0 + i) : 0.0f;
+  }
+  const float* A = buf.A + n * cc;
+  const float* QK = buf.QK + n * cc;
+  float* X = buf.X + n * cc;
+  float* QX = buf.QX + n * cc;
+  int ld = C;
+  if constexpr (kStaged) {  // odd row stride: a warp's 32 rows of one column hit 32 banks
+    ld = C | 1;
+    float* As = solve_tiles;
+    float* QKs = As + C * ld;
+    // All of a thread's loads (kStageBatch per matrix) are issued before its first shared store.
+    const int threads = static_cast<int>(blockDim.x);
+    for (int o0 = static_cast<int>(threadIdx.x); o0 < C * C; o0 += kStageBatch * threads) {
+      float a[kStageBatch], qk[kStageBatch];
+#pragma unroll
+      for (int b = 0; b < kStageBatch; ++b) {
+        const int o = o0 + b * threads;
+        a[b] = o < C * C ? A[o] : 0.0f;
+        qk[b] = o < C * C ? QK[o] : 0.0f;
+      }
+#pragma unroll
+      for (int b = 0; b < kStageBatch; ++b) {
+        const int o = o0 + b * threads;
+        if (o < C * C) As[o / C * ld + o % C] = a[b], QKs[o / C * ld + o % C] = qk[b];
+      }
+    }
+    __syncthreads();
+    A = As, QK = QKs, X = QKs + C * ld, QX = X + C * ld;
+  }
+  // Columns zig-zag over the warps (round r: warp w takes r*warps + w, or r*warps + warps-1-w when
+  // r is odd) so that the long (left) and short (right) columns even out.
+  for (int round = 0; round * warps < C; ++round) {
+    const int k = round * warps + (round % 2 == 0 ? warp : warps - 1 - warp);
+    if (k < C) solve_column<kRows>(A, QK, ld, X, QX, ld, C, k, lane, beta, valid);
+  }
+  if constexpr (kStaged) {
+    __syncthreads();
+    float* Xg = buf.X + n * cc;
+    float* QXg = buf.QX + n * cc;
+    for (int o = static_cast<int>(threadIdx.x); o < C * C; o += static_cast<int>(blockDim.x)) {
+      Xg[o] = X[o / C * ld + o % C];
+      QXg[o] = QX[o / C * ld + o % C];
+    }
+  }
+}
+
+template <int kRows, bool kStaged>
+void launch_solve_with(const Geometry& geo, const Inputs& in, const Phase1Buffers& buf, cudaStream_t stream) {
+  const auto kernel = solve<kRows, kStaged>;
+  const std::size_t smem = kStaged ? 4 * static_cast<std::size_t>(geo.C * (geo.C | 1)) * sizeof(float) : 0;
+  allow_dynamic_shared_memory(kernel, smem, "cudaFuncSetAttribute (solve shared memory)");
+  const unsigned threads = 32u * static_cast<unsigned>(geo.C < kSolveWarps ? geo.C : kSolveWarps);
+  kernel<<<static_cast<unsigned>(geo.N), threads, smem, stream>>>(geo, in, buf);
+  check_launch("solve");
+}
+
+}  // namespace
+
+void launch_solve(const Geometry& geo, const Inputs& in, const Phase1Buffers& buf, cudaStream_t stream) {
+  if (geo.C <= kStagedMaxChunk) launch_solve_with<2, true>(geo, in, buf, stream);
+  else launch_solve_with<8, false>(geo, in, buf, stream);
+}
+
+}  // namespace sdm::cuda
