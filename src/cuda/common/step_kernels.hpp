@@ -59,4 +59,10 @@ void launch_dual(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
 void launch_group_writer(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
                          cudaStream_t stream);
 
+// The most warps that share one write group's row in the group writer (clamped to 1 ..
+// kMaxGroupWriterSplit, the default; 1: the group's first warp alone). Every value gives the same
+// bits; tests set it to show that. Process-wide, read at each launch.
+constexpr int kMaxGroupWriterSplit = 32;
+void set_group_writer_split(int warps);
+
 }  // namespace sdm::cuda

@@ -12,12 +12,20 @@
 //          core/snapshot_quant.hpp (scale from the row's amax, codes from the fast quotient on bf16
 //          rows, the IEEE division on f32 rows): the bytes and scale core::quantize_row gives.
 // Parallel decomposition: one warp per sorted write position of the step (a 1-D grid of P blocks
-//   of ceil(C*W / 8) CTAs); the warp at a group's first entry is the group's only writer, the
-//   others exit at once. Lane l owns columns l*kVec + 32*kVec*s (16-byte accesses when kVec == 8).
+//   of ceil(C*W / 8) CTAs). The row is cut into pieces of 32*kVec columns (lane l owns columns
+//   l*kVec of each, 16-byte accesses when kVec == 8); a group of g entries in the chunk shares
+//   them among its first w = min(g, pieces, split limit) warps: the warp at the group's j-th
+//   position (j < w) owns pieces j, j + w, j + 2w, ... and walks the whole group for them; the
+//   group's other warps exit at once. The quantised snapshot modes keep w = 1 (the scale needs the
+//   whole pre-write row, which the other warps would be overwriting).
 // Numerics: per element, f32 in group order (ascending token) starting from exp(Lambda) M0, one
-//   rounding to E per chunk. The update always uses the exact M0, so readings and the final bank
-//   do not depend on the snapshot mode. A single writer per row makes the in-place update safe and
-//   deterministic; padding and masked entries (local slot == sps) form no group.
+//   rounding to E per chunk, whichever warp owns the element: the bits do not depend on w. The
+//   update always uses the exact M0, so readings and the final bank do not depend on the snapshot
+//   mode. Each element has a single writer, which reads it before writing it: the in-place update
+//   is safe and deterministic; padding and masked entries (local slot == sps) form no group.
+#include <atomic>
+#include <type_traits>
+
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/dispatch.hpp"
@@ -36,6 +44,9 @@ constexpr int kWarps = 8;
 // Row pieces (of 32*kVec columns) a warp holds in registers at once.
 template <int kVec>
 constexpr int kHeldPieces = kVec == 8 ? 4 : 8;
+// In a group of two or more entries a warp writes one piece of the row at a time and loads the
+// delta pieces of this many entries at once (more spill past the 80 registers of 3 CTAs per SM).
+constexpr int kEntriesAtOnce = 2;
 
 // One batch of up to 32 consecutive entries of a group, one per lane: the entry's delta row
 // offset (token * hd) and coefficient; count = how many of the batch belong to the group (lanes
@@ -91,6 +102,17 @@ __device__ __forceinline__ void prefetch_later_row(const Geometry& geo, const Ph
   prefetch_row_l2(static_cast<const char*>(sb.bank) + (p * geo.sps + local) * row_bytes, row_bytes, lane);
 }
 
+// The group position of the warp at sorted position q (> 0) of slot `local`, whose predecessor
+// holds the same slot: j = how many positions before q hold it (looked at 32 back, so at most 32:
+// enough, since at most 32 warps share a row). Called by all 32 lanes (ballot).
+__device__ __forceinline__ int position_in_group(const std::uint64_t* __restrict__ keys, int q, std::int64_t local,
+                                                 const KeyLayout& layout, int lane) {
+  const int back = q - 1 - lane;
+  const bool same = back >= 0 && layout.local_slot(keys[back]) == local;
+  const unsigned run = __ballot_sync(0xffffffffu, same);
+  return run == 0xffffffffu ? 32 : __ffs(static_cast<int>(~run)) - 1;  // the run of ones from lane 0
+}
+
 // The writer (write_groups). Stream p and position q come from 32-bit block arithmetic. Every
 // warp first asks L2 for the row of the group (if any) at the position one wave of resident warps
 // later (prefetch_later_row, resident_warps.hpp), whose warp then finds its row on its way: the
@@ -99,17 +121,20 @@ __device__ __forceinline__ void prefetch_later_row(const Geometry& geo, const Ph
 // delta row offset, coefficient: one coalesced load), and then broadcast by shuffles; nearly every
 // group fits in one such batch. The first batch's keys and coefficients, the previous key and the
 // decay are loaded in one round trip before the warp knows whether it writes, and the first
-// entry's delta pieces are prefetched into L1 while the row's loads fly. The row is processed in
-// blocks of kHeld pieces (kVec 8: 4 pieces = 1024 columns; kVec 1: 8 pieces = 256 columns): a
-// block's row pieces are all loaded first (loads in flight together) and kept as loaded
-// (PackedRow) for the snapshot and the update, then for each entry all of the block's delta pieces
-// are loaded together. fp8 / int4 take the row's amax from the held pieces (lane maxima, then a
-// warp max: exact, any order) when the row is one block (hd <= 1024 resp. 256), else from a first
-// read of the row; lane 0 stores the scale. int4 with kVec == 1 pairs the adjacent columns of
-// lanes 2j, 2j+1 by a shuffle.
+// entry's delta pieces are prefetched into L1 while the row's loads fly. The only writer of a
+// one-entry group (or in a quantised mode) processes the row in blocks of kHeld pieces (kVec 8:
+// 4 pieces of 256 columns; kVec 1: 8 of 32): a block's row pieces are all loaded first (loads in
+// flight together) and kept as loaded (PackedRow) for the snapshot and the update, then for each
+// entry all of the block's delta pieces are loaded together. In a longer group each of the w
+// warps takes its pieces (j, j + w, ...) one at a time and the entries kEntriesAtOnce at a time
+// (their delta loads in flight together), so the chain of dependent loads per warp is
+// (pieces / w) * (entries / kEntriesAtOnce) long instead of blocks * entries. fp8 / int4 take the row's amax from
+// the held pieces (lane maxima, then a warp max: exact, any order) when the row is one block (hd <=
+// 1024 resp. 256), else from a first read of the row; lane 0 stores the scale. int4 with kVec == 1
+// pairs the adjacent columns of lanes 2j, 2j+1 by a shuffle.
 template <typename E, int kVec, SnapshotQuant kMode>
 __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, 3))
-    write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti, std::int64_t ahead) {
+    write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti, std::int64_t ahead, int split_limit) {
   constexpr int kHeld = kHeldPieces<kVec>;
   constexpr int kPiece = 32 * kVec;  // columns of one piece (the whole warp)
   constexpr bool kQuantised = kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4;
@@ -120,23 +145,38 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, 3))
   const int q = static_cast<int>(blockIdx.x - stream * ctas_per_stream) * kWarps + static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (q >= CW) return;
-  const std::int64_t p = geo.p_first + stream, n = ti * geo.P + p, e = n * CW + q;
+  const std::int64_t p = geo.p_first + stream, n = ti * geo.P + p;
   const std::uint64_t* __restrict__ keys = p1.keys + n * CW;  // the chunk's sorted keys
   const float* __restrict__ wcoef = p1.wcoef + n * CW;
   // One round trip for the warp's metadata: the keys and coefficients of positions q .. q + 31,
-  // the previous key and the decay, all loaded before the warp knows whether it writes.
+  // the previous key and the decay (the group's: every position of it holds the same), all loaded
+  // before the warp knows whether it writes.
   const int mine = q + lane;
   const std::uint64_t my_key = mine < CW ? keys[mine] : 0;
   const float my_coef = mine < CW ? wcoef[mine] : 0.0f;
   const std::uint64_t prev_key = q > 0 ? keys[q - 1] : 0;
-  const float decay = p1.gdecay[e];
+  const float decay = p1.gdecay[n * CW + q];
   prefetch_later_row<E>(geo, p1, sb, ti, static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32 + ahead,
                         ctas_per_stream, lane);
   const std::int64_t local = geo.keys.local_slot(__shfl_sync(0xffffffffu, my_key, 0));
   if (local == geo.sps) return;
-  if (q > 0 && geo.keys.local_slot(prev_key) == local) return;
 
   const std::int64_t hd = geo.hd;
+  const int pieces = static_cast<int>((hd + kPiece - 1) / kPiece);
+  const int most = kQuantised ? 1 : min(min(pieces, split_limit), 32);  // warps that may share the row
+  int j = 0;  // this warp's position in its group
+  if (q > 0 && geo.keys.local_slot(prev_key) == local) {
+    if (most == 1) return;
+    j = position_in_group(keys, q, local, geo.keys, lane);
+    if (j >= most) return;
+  }
+  const EntryBatch here = batch_of(my_key, my_coef, q, CW, local, geo.keys, hd, lane);
+  // here.count = min(32, g - j) entries from q on, so min(most, j + here.count) = min(most, g).
+  const int w = min(most, j + here.count);
+  const int group_first = q - j;
+  const EntryBatch head = j == 0 ? here : load_entries(keys, wcoef, group_first, CW, local, geo.keys, hd, lane);
+  const std::int64_t e = n * CW + group_first;  // the group's snapshot row
+
   E* __restrict__ row = static_cast<E*>(sb.bank) + (p * geo.sps + local) * hd;
   // kMode none: a saving call stores the exact row, a no-grad call (snapshot null) nothing.
   constexpr DType kBank = sizeof(E) == 2 ? DType::bf16 : DType::f32;
@@ -144,17 +184,26 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, 3))
   unsigned char* __restrict__ snapshot =
       sb.snapshot != nullptr ? static_cast<unsigned char*>(sb.snapshot) + e * row_bytes : nullptr;
   const float* __restrict__ delta = sb.delta + (sb.delta_per_chunk ? n * geo.C : p * geo.C) * hd;
-  const EntryBatch head = batch_of(my_key, my_coef, q, CW, local, geo.keys, hd, lane);
   // The group's first entry (lane 0 of the head batch is always a member).
   const std::int64_t offset0 = __shfl_sync(0xffffffffu, head.offset, 0);
 
-  // add(offset, coef) for every entry of the group, in group order (ascending token).
-  auto for_each_entry = [&](auto&& add) {
+  // add(offset[], coef[], count) for every entry of the group, in group order (ascending token),
+  // kE entries at a time (count <= kE of them real: the rest add nothing), so that their delta
+  // loads are issued together before the first of their sums (order of the sums unchanged).
+  const auto for_each_entry = [&](auto entries_at_once, auto&& add) {
+    constexpr int kE = decltype(entries_at_once)::value;
     EntryBatch batch = head;
-    for (int first = q;;) {
+    for (int first = group_first;;) {
 #pragma unroll 1
-      for (int k = 0; k < batch.count; ++k) {
-        add(__shfl_sync(0xffffffffu, batch.offset, k), __shfl_sync(0xffffffffu, batch.coef, k));
+      for (int k = 0; k < batch.count; k += kE) {
+        std::int64_t offset[kE];
+        float coef[kE];
+#pragma unroll
+        for (int u = 0; u < kE; ++u) {
+          offset[u] = __shfl_sync(0xffffffffu, batch.offset, (k + u) & 31);
+          coef[u] = __shfl_sync(0xffffffffu, batch.coef, (k + u) & 31);
+        }
+        add(offset, coef, min(kE, batch.count - k));
       }
       if (batch.count < 32) break;
       first += 32;
@@ -162,38 +211,34 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, 3))
     }
   };
 
-  constexpr int kBlock = kHeld * kPiece;  // columns of one block
-  const bool one_block = hd <= kBlock;
+  const bool one_block = w == 1 && pieces <= kHeld;  // the whole row held at once
   SnapshotScale quant;
   if constexpr (kQuantised) {
     if (!one_block) quant = snapshot_row_scale<kMode, kVec>(row, hd, lane);
   }
-  // Every lane runs every piece step (the shuffles need the whole warp); a lane's piece s is
-  // active when its first column is below hd, and inactive pieces load and store nothing.
-  for (std::int64_t c_block = 0; c_block < hd; c_block += kBlock) {
-    const std::int64_t c_lane = c_block + lane * kVec;
-    E* __restrict__ row_lane = row + c_lane;
-    const float* __restrict__ delta_lane = delta + c_lane;
-    // Piece s is active for the warp <=> s * kPiece < block_room, for this lane <=> s * kPiece <
-    // room (both clamped to the block, so they fit 32 bits).
-    const int block_room = hd - c_block < kBlock ? static_cast<int>(hd - c_block) : kBlock;  // warp-uniform
-    const int room = block_room - lane * kVec;
-    PackedRow<E, kVec> held[kHeld] = {};
+  // Writes kN pieces, piece s from column first(s) (< 2^31: hd is), the group's entries kE at a
+  // time: piece s is the warp's when first(s) < hd, this lane's when first(s) + lane kVec < hd too;
+  // pieces that are not load and store nothing. Every lane runs every piece step (the shuffles
+  // need the whole warp).
+  const int hd32 = static_cast<int>(hd), lane_col = lane * kVec;
+  const auto write_pieces = [&](auto held_count, auto entries_at_once, auto first) {
+    constexpr int kN = decltype(held_count)::value, kE = decltype(entries_at_once)::value;
+    PackedRow<E, kVec> held[kN] = {};
 #pragma unroll
-    for (int s = 0; s < kHeld; ++s) {
-      if (s * kPiece < room) load_packed(row_lane + s * kPiece, held[s]);
+    for (int s = 0; s < kN; ++s) {
+      if (first(s) + lane_col < hd32) load_packed(row + first(s) + lane_col, held[s]);
     }
     // The first entry's delta pieces are fetched into L1 while the row's loads fly (no registers
     // held): its adds below then wait for an L1 hit instead of a second round trip.
 #pragma unroll
-    for (int s = 0; s < kHeld; ++s) {
-      if (s * kPiece < room) prefetch_l1(delta_lane + offset0 + s * kPiece);
+    for (int s = 0; s < kN; ++s) {
+      if (first(s) + lane_col < hd32) prefetch_l1(delta + offset0 + first(s) + lane_col);
     }
     if constexpr (kQuantised) {
       if (one_block) {
         float amax = 0.0f;
 #pragma unroll
-        for (int s = 0; s < kHeld; ++s) {
+        for (int s = 0; s < kN; ++s) {
           float x[kVec];
           unpack(held[s], x);
 #pragma unroll
@@ -201,42 +246,77 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, 3))
         }
         quant = snapshot_scale_of<kMode>(amax);
       }
-      if (c_block == 0 && lane == 0) sb.snapshot_scales[e] = quant.scale;
+      if (first(0) == 0 && lane == 0) sb.snapshot_scales[e] = quant.scale;
     }
     if (snapshot != nullptr) {
 #pragma unroll
-      for (int s = 0; s < kHeld; ++s) {
-        if (s * kPiece < block_room) {
-          encode_snapshot_piece<kMode, kVec, E>(snapshot, c_lane + s * kPiece, s * kPiece < room, held[s], quant);
+      for (int s = 0; s < kN; ++s) {
+        if (first(s) < hd32) {
+          encode_snapshot_piece<kMode, kVec, E>(snapshot, first(s) + lane_col, first(s) + lane_col < hd32, held[s],
+                                                quant);
         }
       }
     }
-    float acc[kHeld][kVec];
+    float acc[kN][kVec];
 #pragma unroll
-    for (int s = 0; s < kHeld; ++s) {
+    for (int s = 0; s < kN; ++s) {
       float base[kVec];
       unpack(held[s], base);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) acc[s][k] = decay * base[k];
     }
-    for_each_entry([&](std::int64_t offset, float coef) {
-      const float* __restrict__ d = delta_lane + offset;
+    for_each_entry(entries_at_once, [&](const std::int64_t* offset, const float* coef, int count) {
+      if constexpr (kE == 1) {  // piece by piece: 8 registers of delta at a time
 #pragma unroll
-      for (int s = 0; s < kHeld; ++s) {
-        if (s * kPiece < room) {
-          float dv[kVec];
-          load_row<kVec>(d + s * kPiece, dv);
+        for (int s = 0; s < kN; ++s) {
+          if (first(s) + lane_col < hd32) {
+            float dv[kVec];
+            load_row<kVec>(delta + offset[0] + lane_col + first(s), dv);
 #pragma unroll
-          for (int k = 0; k < kVec; ++k) acc[s][k] = fmaf(coef, dv[k], acc[s][k]);
+            for (int k = 0; k < kVec; ++k) acc[s][k] = fmaf(coef[0], dv[k], acc[s][k]);
+          }
+        }
+      } else {  // kE entries' loads, then their sums in order
+        float dv[kE][kN][kVec];
+#pragma unroll
+        for (int u = 0; u < kE; ++u) {
+#pragma unroll
+          for (int s = 0; s < kN; ++s) {
+            if (u < count && first(s) + lane_col < hd32) load_row<kVec>(delta + offset[u] + lane_col + first(s), dv[u][s]);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kE; ++u) {
+#pragma unroll
+          for (int s = 0; s < kN; ++s) {
+            if (u < count && first(s) + lane_col < hd32) {
+#pragma unroll
+              for (int k = 0; k < kVec; ++k) acc[s][k] = fmaf(coef[u], dv[u][s][k], acc[s][k]);
+            }
+          }
         }
       }
     });
 #pragma unroll
-    for (int s = 0; s < kHeld; ++s) {
-      if (s * kPiece < room) store_row<kVec>(row_lane + s * kPiece, acc[s]);
+    for (int s = 0; s < kN; ++s) {
+      if (first(s) + lane_col < hd32) store_row<kVec>(row + first(s) + lane_col, acc[s]);
+    }
+  };
+  using One = std::integral_constant<int, 1>;
+  if (kQuantised || (j == 0 && here.count == 1)) {
+    // A group of one entry (nearly all at low reuse), or a quantised mode: the group's only
+    // writer, the row in blocks of kHeld consecutive pieces.
+    for (int b = 0; b < hd32; b += kHeld * kPiece) {
+      write_pieces(std::integral_constant<int, kHeld>{}, One{}, [&](int s) { return b + s * kPiece; });
+    }
+  } else {  // pieces j, j + w, ..., one at a time, the entries kEntriesAtOnce at a time
+    for (int piece = j; piece < pieces; piece += w) {
+      write_pieces(One{}, std::integral_constant<int, kEntriesAtOnce>{}, [&](int) { return piece * kPiece; });
     }
   }
 }
+
+std::atomic<int> split_limit{kMaxGroupWriterSplit};
 
 template <typename E, int kVec, SnapshotQuant kMode>
 void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
@@ -245,10 +325,15 @@ void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb,
   const std::int64_t ctas = geo.p_count * ((geo.C * geo.W + kWarps - 1) / kWarps);
   const std::int64_t ahead = resident_warps<kernel>(kWarps * 32, "write_groups");
   launch_dependent(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kWarps * 32), 0, stream, "write_groups", geo, p1,
-                   sb, ti, ahead);
+                   sb, ti, ahead, split_limit.load(std::memory_order_relaxed));
 }
 
 }  // namespace
+
+void set_group_writer_split(int warps) {
+  split_limit.store(warps < 1 ? 1 : warps > kMaxGroupWriterSplit ? kMaxGroupWriterSplit : warps,
+                    std::memory_order_relaxed);
+}
 
 void launch_group_writer(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
                          cudaStream_t stream) {

@@ -1,0 +1,134 @@
+// test_cuda_writer_split.cpp - GPU tests of the group writer's row split (src/cuda/forward/
+// group_writer.cu): a write group's row shared by up to 32 of the group's warps, each owning every
+// w-th piece of 32 * kVec columns. The split changes which warp computes an element, never how: the
+// no-grad forward (readings, final bank) and the saving forward (readings, final bank, every byte
+// of `saved`) must be bitwise equal at every split limit (1 = the group's first warp alone, 2, 3,
+// 5, 32), in every snapshot mode, for both banks and both column paths (kVec 8 and the exact
+// per-column path of odd hd), on problems of long groups (few slots per stream: each slot is
+// written by ~25 entries of a chunk) with T not a multiple of C; and agree with the float64
+// reference. Run by gpu_test_harness.hpp (exit status 1 if a check failed).
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cuda/common/step_kernels.hpp"
+#include "device_tensor.hpp"
+#include "engine_run.hpp"
+#include "gpu_test_harness.hpp"
+#include "host_tensor.hpp"
+#include "problem.hpp"
+#include "sdm/ops.hpp"
+
+namespace {
+
+using namespace sdm;
+using namespace sdm::testing;
+using sdm::cuda::kMaxGroupWriterSplit;
+using sdm::cuda::set_group_writer_split;
+
+const int kLimits[] = {1, 2, 3, 5, 32};
+
+struct Outputs {
+  HostTensor readings, final_bank, saved;  // saved: only for a saving run
+};
+
+Outputs run_cuda(const Problem& pb, const WriteReadOptions& opt, bool saving) {
+  DeviceProblem dp(pb);
+  DeviceTensor readings(pb.spec.bank, {pb.spec.P, pb.spec.T, pb.spec.hd});
+  Outputs out;
+  if (saving) {
+    DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(dp.args(), opt))});
+    cuda_ok(cudaMemset(saved.data(), 0xa5, saved.bytes()), "cudaMemset");
+    write_read_forward_saving(dp.args(), readings.ref(), saved.ref(), opt);
+    sync();
+    out.saved = saved.to_host();
+  } else {
+    write_read_forward(dp.args(), readings.ref(), opt);
+    sync();
+  }
+  out.readings = readings.to_host();
+  out.final_bank = dp.memory.to_host();
+  return out;
+}
+
+std::string describe(const ProblemSpec& s, std::int64_t C, SnapshotQuant mode, bool saving) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "hd%lld sps%lld W%lld T%lld C%lld %s %s%s", static_cast<long long>(s.hd),
+                static_cast<long long>(s.slots_per_stream), static_cast<long long>(s.W), static_cast<long long>(s.T),
+                static_cast<long long>(C), dtype_name(s.bank), saving ? "saving " : "no-grad",
+                saving ? snapshot_quant_name(mode) : "");
+  return buf;
+}
+
+void split_case(const ProblemSpec& spec, std::int64_t C, SnapshotQuant mode, bool saving) {
+  const std::string what = describe(spec, C, mode, saving);
+  std::printf("  %s\n", what.c_str());
+  const Problem pb = make_problem(spec);
+  WriteReadOptions opt;
+  opt.slots_per_stream = spec.slots_per_stream;
+  opt.chunk_size = C;
+  opt.snapshot_quant = mode;
+  set_group_writer_split(1);
+  const Outputs alone = run_cuda(pb, opt, saving);
+  for (int limit : kLimits) {
+    if (limit == 1) continue;
+    set_group_writer_split(limit);
+    const Outputs split = run_cuda(pb, opt, saving);
+    const std::string at = what + ", split limit " + std::to_string(limit);
+    expect(split.readings.bitwise_equal(alone.readings), at + ": readings bitwise equal limit 1's");
+    expect(split.final_bank.bitwise_equal(alone.final_bank), at + ": final bank bitwise equals limit 1's");
+    if (saving) expect(split.saved.bitwise_equal(alone.saved), at + ": saved bitwise equals limit 1's");
+  }
+  set_group_writer_split(kMaxGroupWriterSplit);
+  const ForwardRun ref = reference_forward(pb, opt);
+  const double bound = spec.bank == DType::bf16 ? 3e-2 : 1e-4;
+  const Outputs got = run_cuda(pb, opt, saving);
+  expect_error_at_most(rel_error(got.readings, ref.readings), bound, what + ": readings vs reference");
+  expect_error_at_most(rel_error(got.final_bank, ref.final_bank), bound, what + ": final bank vs reference");
+}
+
+// Few slots per stream: a chunk of 64 tokens x 16 lanes writes each of 40 slots ~25 times.
+ProblemSpec long_groups(std::int64_t hd, DType bank, std::uint64_t seed) {
+  ProblemSpec spec = spec_of(2, 300, 16, 8, hd, 40, 1, bank, seed);
+  spec.beta_max = 0.05;
+  return spec;
+}
+
+void test_every_limit_gives_the_same_bits() {
+  // hd 768: 3 pieces of 256 (kVec 8); 2056: 9 pieces, the last partial; 37: the per-column path
+  // (2 pieces of 32); 1000: 32 pieces of 32 on the per-column path, more than kHeld.
+  for (DType bank : {DType::bf16, DType::f32}) {
+    for (std::int64_t hd : {std::int64_t{768}, std::int64_t{2056}, std::int64_t{37}, std::int64_t{1000}}) {
+      const ProblemSpec spec = long_groups(hd, bank, 200 + static_cast<std::uint64_t>(hd));
+      split_case(spec, 64, SnapshotQuant::none, false);
+      for (SnapshotQuant mode : {SnapshotQuant::none, SnapshotQuant::bf16, SnapshotQuant::fp8, SnapshotQuant::int4}) {
+        if (mode == SnapshotQuant::bf16 && bank == DType::bf16) continue;  // the same as none there
+        split_case(spec, 64, mode, true);
+      }
+    }
+  }
+}
+
+void test_large_chunks_and_group_sizes() {
+  // C 256 with W 16 over 40 slots: ~100 entries per group, past one 32-entry batch.
+  ProblemSpec spec = long_groups(512, DType::bf16, 301);
+  spec.T = 700;
+  split_case(spec, 256, SnapshotQuant::none, false);
+  split_case(spec, 256, SnapshotQuant::none, true);
+  // G = W (a log-decay per lane) and groups of one entry mixed with long ones.
+  ProblemSpec lanes = spec_of(1, 200, 8, 4, 1536, 2000, 8, DType::f32, 302);
+  split_case(lanes, 64, SnapshotQuant::none, true);
+}
+
+}  // namespace
+
+// Arguments: substrings of test names to run (all tests without any), --verbose (gpu_test_harness.hpp).
+int main(int argc, char** argv) {
+  const GpuTest tests[] = {
+      {"group writer split: every limit gives the same bits", test_every_limit_gives_the_same_bits},
+      {"group writer split: C 256, G = W", test_large_chunks_and_group_sizes},
+  };
+  return run_gpu_tests("sdm_gpu_writer_split_tests", tests, argc, argv);
+}
