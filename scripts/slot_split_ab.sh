@@ -10,7 +10,7 @@
 # print per-tensor digests. --mutant also rebuilds this tree's split test twice with a planted
 # bug (the entry kernel's dk_eff step sum skips its last step; the write split skips column steps
 # when two or more warps share a group), runs its heavy-reuse test on each and reports whether
-# it failed, as it must; the sources are restored afterwards.
+# it failed, as it must (the tree's sources and build stay untouched).
 #
 #   scripts/slot_split_ab.sh --base DIR [--configs small,readme,big] [--slots product_key,heavy_reuse]
 #                            [--reps N] [--runs N] [--no-tests] [--no-sanitizer] [--mutant]
@@ -74,27 +74,83 @@ if [ "$tree_rc" != 0 ] || [ "$base_rc" != 0 ]; then
 fi
 grep -i "warning" "$out/build_tree.log" | head -5
 
+# The checks run side by side (they share the GPU; none of them is timed): the three test programs,
+# compute-sanitizer memcheck and racecheck on the split's small test, and the mutants.
+run_test() {  # run_test NAME
+  timeout 300 "$build/tree/tests/gpu/$1" > "$out/$1.log" 2>&1
+  echo "$?" > "$out/$1.rc"
+}
+run_sanitizer() {  # run_sanitizer TOOL
+  timeout 200 compute-sanitizer --tool "$1" --error-exitcode 9 "$build/tree/tests/gpu/sdm_gpu_slot_split_tests" \
+    "slot split small" > "$out/sanitizer_$1.log" 2>&1
+  echo "$?" > "$out/sanitizer_$1.rc"
+}
+# A mutant: a copy of src/ with one planted bug, the one object compiled from it by the tree
+# build's own nvcc command, swapped into a copy of libsdm_cuda.a, and the split test linked on it
+# (the tree's build stays untouched).
+mutant() {  # mutant NAME FILE(under src/) OBJECT(.cu under src/) SED_EXPR
+  local m="$build/mutant_$1" obj="CMakeFiles/sdm_cuda.dir/src/$3.o"
+  rm -rf "$m"; mkdir -p "$m"; cp -r "$tree/src" "$m/src"
+  sed -i "$4" "$m/src/$2"
+  if cmp -s "$m/src/$2" "$tree/src/$2"; then echo "mutant $1: the pattern did not match"; return 1; fi
+  local cc link
+  cc=$(ninja -C "$build/tree" -t commands "$obj" | tail -1)
+  cc=${cc//"$tree/src"/"$m/src"}
+  cc="${cc% -o *} -o $m/$(basename "$3").o"
+  link=$(ninja -C "$build/tree" -t commands tests/gpu/sdm_gpu_slot_split_tests | tail -1)
+  link=${link//" libsdm_cuda.a "/" $m/libsdm_cuda.a "}
+  link=${link//"-o tests/gpu/sdm_gpu_slot_split_tests"/"-o $m/sdm_gpu_slot_split_tests"}
+  ( cd "$build/tree" && eval "${cc/-MD -MT*-MF * -x cu/-x cu}" && cp libsdm_cuda.a "$m/" &&
+    ar r "$m/libsdm_cuda.a" "$m/$(basename "$3").o" && eval "$link" ) > "$m/build.log" 2>&1 ||
+    { echo "mutant $1: build failed"; tail -20 "$m/build.log"; return 1; }
+}
+run_mutant() {  # run_mutant NAME
+  local m="$build/mutant_$1"
+  timeout 200 "$m/sdm_gpu_slot_split_tests" "heavy reuse" > "$out/mutant_$1.log" 2>&1
+  local rc=$?
+  echo "mutant $1: rc $rc ($( [ "$rc" = 1 ] && echo caught || echo NOT caught)): $(tail -1 "$out/mutant_$1.log")"
+  grep FAIL "$out/mutant_$1.log" | sed 's/ (differ.*//' | sort | uniq -c | sort -rn | head -6
+  [ "$rc" = 1 ] || status=1
+}
+
+test_names="sdm_gpu_slot_split_tests sdm_gpu_backward_tests sdm_gpu_repeated_writes_tests"
 if [ "$tests" = 1 ]; then
-  for t in sdm_gpu_slot_split_tests sdm_gpu_backward_tests sdm_gpu_repeated_writes_tests; do
-    phase "$t"
-    timeout 300 "$build/tree/tests/gpu/$t" > "$out/$t.log" 2>&1
-    rc=$?
+  phase "checks: tests$( [ "$sanitizer" = 1 ] && echo ", sanitizers")$( [ "$mutant" = 1 ] && echo ", mutants") side by side"
+  pids=""
+  for t in $test_names; do run_test "$t" & pids="$pids $!"; done
+  if [ "$sanitizer" = 1 ]; then
+    for tool in memcheck racecheck; do run_sanitizer "$tool" & pids="$pids $!"; done
+  fi
+  if [ "$mutant" = 1 ]; then
+    ( mutant skip_step cuda/backward/entries.cu cuda/backward/entries.cu \
+        's/sum_steps(bb.dk_eff, bb.dot_steps, e)/sum_steps(bb.dk_eff, bb.dot_steps > 1 ? bb.dot_steps - 1 : 1, e)/' &&
+        run_mutant skip_step ) > "$out/mutant_skip_step.summary" 2>&1 & pids="$pids $!"
+    ( mutant split_stride cuda/backward/slot_split.cuh cuda/backward/slots.cu \
+        '0,/s += members) {/s//s += members + (members > 1 ? 1 : 0)) {/' &&
+        run_mutant split_stride ) > "$out/mutant_split_stride.summary" 2>&1 & pids="$pids $!"
+  fi
+  for pid in $pids; do wait "$pid"; done
+  phase "checks done"
+  for t in $test_names; do
+    rc=$(cat "$out/$t.rc")
     grep FAIL "$out/$t.log" | head -10
     echo "$t rc $rc: $(tail -1 "$out/$t.log")"
     [ "$rc" = 0 ] || status=1
   done
-fi
-
-if [ "$sanitizer" = 1 ]; then
-  for tool in memcheck racecheck; do
-    phase "compute-sanitizer $tool (sdm_gpu_slot_split_tests small)"
-    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tree/tests/gpu/sdm_gpu_slot_split_tests" \
-      "slot split small" > "$out/sanitizer_$tool.log" 2>&1
-    rc=$?
-    echo "$tool rc $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)" \
-      "$(tail -1 "$out/sanitizer_$tool.log")"
-    [ "$rc" = 0 ] || status=1
-  done
+  if [ "$sanitizer" = 1 ]; then
+    for tool in memcheck racecheck; do
+      rc=$(cat "$out/sanitizer_$tool.rc")
+      echo "compute-sanitizer $tool rc $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)" \
+        "| $(grep 'checks,' "$out/sanitizer_$tool.log" | tail -1)"
+      [ "$rc" = 0 ] || status=1
+    done
+  fi
+  if [ "$mutant" = 1 ]; then
+    for m in skip_step split_stride; do
+      cat "$out/mutant_$m.summary"
+      grep -q "(caught)" "$out/mutant_$m.summary" || status=1
+    done
+  fi
 fi
 
 phase "bench A/B: $configs, $slots, reps $reps, runs $runs"
@@ -128,25 +184,5 @@ for key in bm:
     print(f"| {key[0]} | {key[1]} | {b:.3f} | {t:.3f} | {t / b:.3f} | {' '.join(eq)} | {' '.join(ne) or '-'} |")
 EOF
 
-if [ "$mutant" = 1 ] && [ "$tests" = 1 ]; then
-  mutate() {  # mutate NAME FILE SED_EXPR
-    phase "mutant $1"
-    cp "$tree/$2" "$out/.orig"
-    sed -i "$3" "$tree/$2"
-    if cmp -s "$tree/$2" "$out/.orig"; then echo "mutant $1: the pattern did not match"; status=1; return; fi
-    ninja -C "$build/tree" -j "$jobs" sdm_gpu_slot_split_tests > "$out/build_mutant_$1.log" 2>&1 || tail -20 "$out/build_mutant_$1.log"
-    timeout 200 "$build/tree/tests/gpu/sdm_gpu_slot_split_tests" "heavy reuse" > "$out/mutant_$1.log" 2>&1
-    rc=$?
-    echo "mutant $1: rc $rc ($( [ "$rc" = 1 ] && echo caught || echo NOT caught)): $(tail -1 "$out/mutant_$1.log")"
-    grep FAIL "$out/mutant_$1.log" | sort | uniq -c | sort -rn | head -6
-    [ "$rc" = 1 ] || status=1
-    cp "$out/.orig" "$tree/$2"
-  }
-  mutate skip_step src/cuda/backward/entries.cu \
-    's/sum_steps(bb.dk_eff, bb.dot_steps, e)/sum_steps(bb.dk_eff, bb.dot_steps > 1 ? bb.dot_steps - 1 : 1, e)/'
-  mutate split_stride src/cuda/backward/slot_split.cuh \
-    '0,/s += members) {/s//s += members + (members > 1 ? 1 : 0)) {/'
-  ninja -C "$build/tree" -j "$jobs" sdm_gpu_slot_split_tests > /dev/null 2>&1
-fi
 phase "done, status $status"
 exit "$status"

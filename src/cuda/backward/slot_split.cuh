@@ -16,7 +16,8 @@
 // Numerics: per column the same fmaf chains as one warp walking the whole row (G' in group order
 // from exp(Lambda) G, the read sum in group order from +0, one rounding of base + sum), so G, the
 // restored bank and every column result keep their bits whatever g' is. Each dot's step partial
-// is the lane's fmaf chain over its 8 columns of the step, then warp_sum (common/rows.cuh); the
+// is the lane's fmaf chain over its 8 columns of the step, then warp_sum's butterfly (common/rows.cuh;
+// run transposed over two or four dots at once, bitwise the same); the
 // entry kernels add the steps in step order (sum_steps): bits independent of g', of the warps per
 // CTA and of the SM count. With hd <= 256 (one step) every dot equals the whole-row warp dot.
 #pragma once
@@ -38,7 +39,7 @@ __device__ __forceinline__ int split_members(int positions, std::int64_t steps, 
 }
 
 // The read side of one column piece for reads 0 .. size-1 (M0's piece m0): dq_w's step partials
-// (warp_sum; lane 0 stores plane `step`) and the read sum into sum (+0 on entry). Two entries at
+// (stored at plane `step`) and the read sum into sum (+0 on entry). Two entries at
 // a time: their dy pieces are loaded before either is used.
 template <bool kVec>
 __device__ __forceinline__ void read_step(const ReadGroup& reads, bool active, int c0, int rest, int valid,
@@ -53,14 +54,12 @@ __device__ __forceinline__ void read_step(const ReadGroup& reads, bool active, i
       load_piece<kVec>(reads.dy + r0.row + c0, 0, rest, y0);
       if (two) load_piece<kVec>(reads.dy + r1.row + c0, 0, rest, y1);
     }
-    float dots[2] = {};
-    add_read(r0.q_w, y0, valid, m0, dots[0], sum);
-    if (two) add_read(r1.q_w, y1, valid, m0, dots[1], sum);
-    warp_sums(dots);
-    if (lane == 0) {
-      reads.dq_w.at(step, r0.index) = dots[0];
-      if (two) reads.dq_w.at(step, r1.index) = dots[1];
-    }
+    float dot0 = 0.0f, dot1 = 0.0f;
+    add_read(r0.q_w, y0, valid, m0, dot0, sum);
+    if (two) add_read(r1.q_w, y1, valid, m0, dot1, sum);
+    const float total = warp_sum2_to_lanes(dot0, dot1, lane);  // lane 0: entry j's, lane 16: j + 1's
+    if (lane == 0) reads.dq_w.at(step, r0.index) = total;
+    if (two && lane == 16) reads.dq_w.at(step, r1.index) = total;
   }
 }
 
@@ -129,12 +128,12 @@ __device__ __noinline__ void write_split_group(const WriteRows<E, Gt> rows, cons
           acc[k] = fmaf(e1.k_eff, ret, acc[k]);
         }
       }
-      warp_sums(dots);
-      if (lane == 0) {
-        rows.dc.at(s, b) = dots[0];
-        rows.dk_eff.at(s, b) = dots[1];
-        if (two) rows.dc.at(s, b + 1) = dots[2], rows.dk_eff.at(s, b + 1) = dots[3];
-      }
+      // Lanes 0, 8 hold entry b's dc, dk_eff; lanes 16, 24 entry b + 1's.
+      const float total = warp_sum4_to_lanes(dots[0], dots[1], dots[2], dots[3], lane);
+      if (lane == 0) rows.dc.at(s, b) = total;
+      if (lane == 8) rows.dk_eff.at(s, b) = total;
+      if (two && lane == 16) rows.dc.at(s, b + 1) = total;
+      if (two && lane == 24) rows.dk_eff.at(s, b + 1) = total;
     }
     lambda_dot = warp_sum(lambda_dot);
     if (lane == 0) rows.dlambda.at(s, 0) = lambda_dot;

@@ -2,7 +2,8 @@
 // write group's entries and rows, and the row walk of a group of one write entry read at most once
 // (nearly every group; longer ones: slot_split.cuh). For the group's entry (token i), per column:
 //   dlambda's step partial G . pre, dc = <delta_i, G>, dk_eff = <-beta_i dU_i, pre> (per-lane fmaf
-//   chains over the lane's columns of one 256-column step, then warp_sum; lane 0 stores plane s);
+//   chains over the lane's columns of one 256-column step, then warp_sum's butterfly, transposed:
+//   warp_sum4_to_lanes; stored at plane s);
 //   G' = exp(Lambda) G + k_eff (-beta_i dU_i); G <- rnd(G') or, read once, rnd(G' + q_w dy_r) with
 //   dq_w's step partial dy_r . pre in the same walk; bank[s] <- pre from the snapshot row (a bit
 //   copy for mode "none").
@@ -74,8 +75,8 @@ constexpr int kWriteDots = 3;
 
 // The row walk of a write group of one entry (`entry`), read once (kRead: `reads` holds the single
 // read entry in every lane's `mine`, M0 = pre) or not at all: per column step s the dots' step
-// partials (stored at plane s by lane 0), G rounded once, the bank row restored. Every lane runs
-// every step (the warp_sums need all lanes); lanes past hd load and store nothing. Mode "none"
+// partials (stored at plane s), G rounded once, the bank row restored. Every lane runs every step
+// (the warp sums need all lanes); lanes past hd load and store nothing. Mode "none"
 // with vector access keeps the snapshot piece's bits from its one load and stores them back into
 // the bank (copy_piece's bits). Lane pointers advance by a column step; `rest` = the columns from
 // the piece on (load_piece / store_piece see the piece as column 0 of a row of `rest` columns).
@@ -137,12 +138,13 @@ __device__ __forceinline__ void write_single(const WriteRows<E, Gt>& rows, const
         restore_snapshot_piece<kVec>(rows.snapshot, 0, c0, hd, pre, rows.bank);
       }
     }
-    warp_sums(dots);
-    if (lane == 0) {
-      rows.dlambda.at(s, 0) = dots[0];
-      rows.dc.at(s, 0) = dots[1];
-      rows.dk_eff.at(s, 0) = dots[2];
-      if constexpr (kRead) reads.dq_w.at(s, reads.mine.index) = dots[kWriteDots];
+    // Lanes 0, 8, 16 (and 24) hold the step's dlambda, dc, dk_eff (and dq_w) partials.
+    const float total = warp_sum4_to_lanes(dots[0], dots[1], dots[2], kRead ? dots[kWriteDots] : 0.0f, lane);
+    if (lane == 0) rows.dlambda.at(s, 0) = total;
+    if (lane == 8) rows.dc.at(s, 0) = total;
+    if (lane == 16) rows.dk_eff.at(s, 0) = total;
+    if constexpr (kRead) {
+      if (lane == 24) reads.dq_w.at(s, reads.mine.index) = total;
     }
     grad += kWarpCols, bank += kWarpCols, delta += kWarpCols, du += kWarpCols, saved += kWarpCols;
     if constexpr (kRead) dy += kWarpCols;
