@@ -53,7 +53,7 @@ phase() { echo "== $(date -u +%H:%M:%S) $*"; }
 
 configure() {  # configure SRC BUILD
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSDM_ENABLE_CUDA=ON -DSDM_CUDA_ARCHS=90 \
-    -DSDM_BUILD_EXAMPLES=OFF > "$2.configure.log" 2>&1
+    -DSDM_BUILD_TESTS=OFF -DSDM_BUILD_BENCH=OFF -DSDM_BUILD_EXAMPLES=OFF > "$2.configure.log" 2>&1
 }
 
 phase "build (tree and base, in parallel)"
@@ -69,7 +69,7 @@ wait "$tree_pid"; tree_rc=$?
 wait "$base_pid"; base_rc=$?
 echo "build rc: tree $tree_rc, base $base_rc"
 if [ "$tree_rc" != 0 ] || [ "$base_rc" != 0 ]; then
-  tail -30 "$out/build_tree.log" "$out/build_base.log"
+  tail -30 "$out/build_tree.log" "$out/build_base.log" "$build/tree.configure.log" "$build/base.configure.log"
   exit 1
 fi
 grep -i "warning" "$out/build_tree.log" | head -5
