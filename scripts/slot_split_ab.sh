@@ -2,10 +2,11 @@
 # slot_split_ab.sh - run on the GPU machine from the S1 tree (issue 24, the backward slot kernel's
 # row split): builds this tree and a baseline source tree (--base DIR, e.g. an unpacked
 # `git archive` of main) with CUDA, runs the split's GPU tests and the backward suites on this
-# tree, compute-sanitizer (memcheck, racecheck) on the split's small test, then the C++ GPU
-# benchmark's training step (saving forward + backward, --training-only --digest) of both builds,
-# alternated base / tree per config, and prints per config and slot pattern: ms of each, the
-# ratio, and which tensors' digests (readings, saved, memory, k_val, v, beta, g, q_val) differ.
+# tree, compute-sanitizer (memcheck, racecheck) on the split's small test, and, first, while the
+# GPU is quiet, the C++ GPU benchmark's training step (saving forward + backward, --training-only
+# --digest) of both builds, alternated base / tree per config; it prints per config and slot
+# pattern: ms of each, the ratio, and which tensors' digests (readings, saved, memory, k_val, v,
+# beta, g, q_val) differ.
 # The baseline is built with this tree's bench/cuda/bench_cuda.cu (public API only) so that both
 # print per-tensor digests. --mutant also rebuilds this tree's split test twice with a planted
 # bug (the entry kernel's dk_eff step sum skips its last step; the write split skips column steps
@@ -73,6 +74,38 @@ if [ "$tree_rc" != 0 ] || [ "$base_rc" != 0 ]; then
   exit 1
 fi
 grep -i "warning" "$out/build_tree.log" | head -5
+
+phase "bench A/B: $configs, $slots, reps $reps, runs $runs"
+for r in $(seq 1 "$runs"); do
+  for c in ${configs//,/ }; do
+    for side in base tree; do
+      "$build/$side/bench/cuda/sdm_gpu_bench" --configs "$c" --slots "$slots" --reps "$reps" --training-only \
+        --digest >> "$out/bench_$side.log" 2>&1
+    done
+  done
+done
+python3 - "$out/bench_base.log" "$out/bench_tree.log" <<'EOF'
+import re, sys, collections
+def read(path):
+    ms, dig = collections.defaultdict(list), {}
+    for line in open(path):
+        m = re.match(r"(\S+), (\S+), C (\d+) training step, snapshot (\S+): ([\d.]+) ms", line)
+        if m: ms[(m.group(1), m.group(2))].append(float(m.group(5)))
+        m = re.match(r"digests (\S+), (\S+), C (\d+), snapshot (\S+): (.*)", line)
+        if m:
+            f = m.group(5).split()
+            dig[(m.group(1), m.group(2))] = dict(zip(f[0::2], f[1::2]))
+    return ms, dig
+(bm, bd), (tm, td) = read(sys.argv[1]), read(sys.argv[2])
+print("| config | slots | base ms | S1 ms | S1 / base | digests equal | digests differ |")
+print("|---|---|---|---|---|---|---|")
+for key in bm:
+    b, t = min(bm[key]), min(tm.get(key, [float("nan")]))
+    eq = [n for n in bd.get(key, {}) if bd[key][n] == td.get(key, {}).get(n)]
+    ne = [n for n in bd.get(key, {}) if n not in eq]
+    print(f"| {key[0]} | {key[1]} | {b:.3f} | {t:.3f} | {t / b:.3f} | {' '.join(eq)} | {' '.join(ne) or '-'} |")
+EOF
+
 
 # The checks run side by side (they share the GPU; none of them is timed): the three test programs,
 # compute-sanitizer memcheck and racecheck on the split's small test, and the mutants.
@@ -152,37 +185,6 @@ if [ "$tests" = 1 ]; then
     done
   fi
 fi
-
-phase "bench A/B: $configs, $slots, reps $reps, runs $runs"
-for r in $(seq 1 "$runs"); do
-  for c in ${configs//,/ }; do
-    for side in base tree; do
-      "$build/$side/bench/cuda/sdm_gpu_bench" --configs "$c" --slots "$slots" --reps "$reps" --training-only \
-        --digest >> "$out/bench_$side.log" 2>&1
-    done
-  done
-done
-python3 - "$out/bench_base.log" "$out/bench_tree.log" <<'EOF'
-import re, sys, collections
-def read(path):
-    ms, dig = collections.defaultdict(list), {}
-    for line in open(path):
-        m = re.match(r"(\S+), (\S+), C (\d+) training step, snapshot (\S+): ([\d.]+) ms", line)
-        if m: ms[(m.group(1), m.group(2))].append(float(m.group(5)))
-        m = re.match(r"digests (\S+), (\S+), C (\d+), snapshot (\S+): (.*)", line)
-        if m:
-            f = m.group(5).split()
-            dig[(m.group(1), m.group(2))] = dict(zip(f[0::2], f[1::2]))
-    return ms, dig
-(bm, bd), (tm, td) = read(sys.argv[1]), read(sys.argv[2])
-print("| config | slots | base ms | S1 ms | S1 / base | digests equal | digests differ |")
-print("|---|---|---|---|---|---|---|")
-for key in bm:
-    b, t = min(bm[key]), min(tm.get(key, [float("nan")]))
-    eq = [n for n in bd.get(key, {}) if bd[key][n] == td.get(key, {}).get(n)]
-    ne = [n for n in bd.get(key, {}) if n not in eq]
-    print(f"| {key[0]} | {key[1]} | {b:.3f} | {t:.3f} | {t / b:.3f} | {' '.join(eq)} | {' '.join(ne) or '-'} |")
-EOF
 
 phase "done, status $status"
 exit "$status"
