@@ -25,7 +25,9 @@
 // ratio to mode none's and the time's ratio to none's when none is in the list.
 // --digest: after a training step's timed runs, a 64-bit FNV-1a hash of the readings, the saved
 // buffer and the six gradients' bytes, one line per config / pattern / chunk / mode: two builds
-// that must agree bitwise (a kernel change that keeps every f32 chain) print the same digests.
+// that must agree bitwise (a kernel change that keeps every f32 chain) print the same digests;
+// then a "digests" line with one hash per tensor (readings, saved, memory, k_val, v, beta, g,
+// q_val), to tell which outputs a change moves.
 // --timeline: after its timed runs, one more training step per config and mode recorded kernel by
 // kernel (kernel_timeline.hpp: CUPTI's activity records), printed as a table per kernel name with
 // the time during which no kernel ran.
@@ -38,6 +40,7 @@
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_config.hpp"
@@ -312,6 +315,14 @@ void bench_chunked(const Config& c, bench::SlotPattern pattern, std::int64_t chu
       std::printf("digest %s, snapshot %s: %016llx\n", label.c_str(), snapshot_quant_name(mode),
                   static_cast<unsigned long long>(digest({&in.readings, &saved, &grad_memory, &grad_k_val, &grad_v,
                                                           &grad_beta, &grad_g, &grad_q_val})));
+      const std::pair<const char*, const DeviceTensor*> parts[] = {
+          {"readings", &in.readings}, {"saved", &saved}, {"memory", &grad_memory}, {"k_val", &grad_k_val},
+          {"v", &grad_v}, {"beta", &grad_beta}, {"g", &grad_g}, {"q_val", &grad_q_val}};
+      std::printf("digests %s, snapshot %s:", label.c_str(), snapshot_quant_name(mode));
+      for (const auto& [name, tensor] : parts) {
+        std::printf(" %s %016llx", name, static_cast<unsigned long long>(digest({tensor})));
+      }
+      std::printf("\n");
     }
     if (timeline) {
       KernelTimeline recorder;

@@ -18,6 +18,7 @@
 
 #include "cuda/common/alignment.hpp"
 #include "cuda/backward/backward.hpp"
+#include "cuda/backward/slot_split.hpp"
 #include "cuda/engine.hpp"
 #include "cuda/common/call.hpp"
 #include "cuda/saved/layout.hpp"
@@ -30,24 +31,31 @@ AnyFloat any_float(const TensorRef& t) { return t.defined() ? AnyFloat{t.data, t
 
 // Memory: the workspace holds the read records (two 8-byte keys per read entry), a 32-byte
 // slot-kernel task per write and read entry, per-chunk C x C dMs and dQK, per-entry scalars (7
-// floats per write entry: the GWR weight and six gradients; 2 per read entry), dy and dU of every chunk (f32 [N*C, hd] each), two
-// step-sized f32 buffers (D_w [P*C, hd] and the [P*C*W, hd] scratch rows that carry G' between the
-// passes of write groups of two or more entries), and, unless grad_memory has the row dtype (then G
-// lives in it), an owned G of P*sps rows; nothing of Phase 1 (its arrays are in `saved`).
+// floats per write entry: the GWR weight, dL, dP, dgamma, and the slot kernel's dk_eff, dc, dlambda
+// per 256-column step: 4 + 3 ceil(hd / 256); per read entry dLq and dq_w per step), dy and dU of
+// every chunk (f32 [N*C, hd] each), D_w (f32 step rows [P*C, hd]), and, unless grad_memory has the
+// row dtype (then G lives in it), an owned G of P*sps rows; nothing of Phase 1 (its arrays are in
+// `saved`).
 void plan_step_and_entry_buffers(const Geometry& geo, Workspace& ws, BackwardBuffers& bb) {
   const std::int64_t step_rows = geo.P * geo.C * geo.hd, chunk_rows = geo.N * geo.C * geo.hd;
   ws.plan(&bb.dy, chunk_rows);
   ws.plan(&bb.du, chunk_rows);
   ws.plan(&bb.dw, step_rows);
-  ws.plan(&bb.stash, step_rows * geo.W);
   const std::int64_t cc = geo.N * geo.C * geo.C, ew = geo.write_entries(), er = geo.read_entries();
   ws.plan(&bb.dms, cc);
   ws.plan(&bb.dqk, cc);
   ws.plan(&bb.rdot, geo.N * geo.C);
   ws.plan(&bb.entry_coef, ew);
-  for (float** entry : {&bb.dk_eff, &bb.dc, &bb.dL, &bb.dP, &bb.dlambda, &bb.dgamma}) ws.plan(entry, ew);
-  ws.plan(&bb.dq_w, er);
+  for (float** entry : {&bb.dL, &bb.dP, &bb.dgamma}) ws.plan(entry, ew);
   ws.plan(&bb.dLq, er);
+  bb.dot_steps = dot_steps_of(geo.hd);
+  for (DotPlanes* planes : {&bb.dk_eff, &bb.dc, &bb.dlambda}) {
+    planes->stride = ew;
+    ws.plan(&planes->base, bb.dot_steps * ew);
+  }
+  bb.dq_w.stride = er;
+  ws.plan(&bb.dq_w.base, bb.dot_steps * er);
+  bb.split_warps = slot_split_warps();
 }
 
 }  // namespace

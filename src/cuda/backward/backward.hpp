@@ -15,9 +15,12 @@
 //   (j <= i),  rdot[i] = <res_i, dU_i>;  per write group s: dLambda = exp(Lambda) <G[s], pre_s>,
 //   dc_e = <delta_i, G[s]>, dk_eff_e = <dret_i, pre_s>, G'[s] = exp(Lambda) G[s] + sum k_eff dret,
 //   bank[s] <- pre_s;  per read group sigma: dq_w = <dy_i, M0[sigma]>, G[sigma] <- rnd(base + sum q_w dy)
-//   with base = G'[sigma] if sigma is written in the chunk (one warp does both sides of such a slot,
-//   G' stays in its registers), else G[sigma]; written rows nobody reads store rnd(G'). One rounding
-//   of a G row per chunk (docs/spec.md §3, §4).
+//   with base = G'[sigma] if sigma is written in the chunk (the warps of the slot's write group do
+//   both sides of such a slot, G' stays in their registers), else G[sigma]; written rows nobody
+//   reads store rnd(G'). One rounding of a G row per chunk (docs/spec.md §3, §4).
+// The slot kernel's row dots (dlambda, dc, dk_eff, dq_w) are stored per 256-column step s, as
+// planes [dot_steps][entries] (DotPlanes); the entry kernels sum a dot's steps in step order
+// (sum_steps): a fixed order, whichever warps computed the steps (slot_split.cuh).
 #pragma once
 
 #include <cstdint>
@@ -73,6 +76,33 @@ struct alignas(16) SlotTask {
   float read_q_w = 0.0f;
 };
 
+// The offset of a kSlotIdle position from its group's worker (0: no helper).
+__host__ __device__ __forceinline__ int helper_offset(const SlotTask& task) { return task.local; }
+
+// Column steps of the slot kernel's row walks: a group's row is cut into steps of kDotStepCols
+// columns (one warp's 32 lanes x 8 columns, common/rows.cuh); each step's dots are one plane.
+constexpr std::int64_t kDotStepCols = 256;
+__host__ __device__ __forceinline__ std::int64_t dot_steps_of(std::int64_t hd) {
+  return (hd + kDotStepCols - 1) / kDotStepCols;
+}
+
+// Per-step partials of one row dot, plane s at base + s * stride (stride: the entries of a plane).
+struct DotPlanes {
+  float* base = nullptr;
+  std::int64_t stride = 0;
+  __device__ __forceinline__ float& at(std::int64_t step, std::int64_t index) const {
+    return base[step * stride + index];
+  }
+};
+
+// The dot at `index`: its step partials summed in step order (plane 0 first, then + plane 1, ...),
+// the one order every reader uses; bits never depend on which warps computed the steps.
+__device__ __forceinline__ float sum_steps(const DotPlanes& planes, std::int64_t steps, std::int64_t index) {
+  float sum = planes.base[index];
+  for (std::int64_t s = 1; s < steps; ++s) sum += planes.base[s * planes.stride + index];
+  return sum;
+}
+
 // Device pointers of one backward call. "Sorted" arrays follow Phase 1's sorted write positions
 // n*C*W + q; "read-sorted" ones the sorted read positions n*C*R + q; "entry" ones the unsorted
 // write entries n*C*W + i*W + w (reads: n*C*R + i*R + r). Step rows are p*C + i.
@@ -92,13 +122,10 @@ struct BackwardBuffers {
   AnyFloat grad_readings;
 
   // dy and dU of every chunk, f32 [N*C, hd] at row n*C + i (pair_dots reads them after the loop).
-  // Per step (reused): D_w as f32 step rows [P*C, hd]; the scratch rows of write groups of two or
-  // more entries (G' between their passes), f32 [P*C*W, hd] at step row p*C*W + q (the group's
-  // first position).
+  // Per step (reused): D_w as f32 step rows [P*C, hd].
   float* dy = nullptr;
   float* du = nullptr;
   float* dw = nullptr;
-  float* stash = nullptr;
 
   // Read records: sorted read keys (chunk | local slot | token | lane) of every chunk.
   std::uint64_t* read_keys_unsorted = nullptr;
@@ -118,16 +145,19 @@ struct BackwardBuffers {
   // The GWR weight of every write entry in entry order (wcoef at its sorted position, 0 if masked).
   float* entry_coef = nullptr;
 
-  // Per write entry: dk_eff, dc, dL, dP (sorted), dlambda (sorted, at a group's first position),
-  // dgamma (entry order). Per read entry (entry order): dq_w, dLq.
-  float* dk_eff = nullptr;
-  float* dc = nullptr;
+  // Per write entry: dL, dP (sorted), dgamma (entry order); per read entry (entry order): dLq.
+  // The slot kernel's row dots as step planes ([dot_steps][write entries] / [dot_steps][read
+  // entries]): dk_eff, dc (sorted), dlambda (sorted, at a group's first position: <G, pre>, the
+  // entry kernels multiply the step sum by exp(Lambda)), dq_w (entry order).
   float* dL = nullptr;
   float* dP = nullptr;
-  float* dlambda = nullptr;
   float* dgamma = nullptr;
-  float* dq_w = nullptr;
   float* dLq = nullptr;
+  std::int64_t dot_steps = 1;
+  DotPlanes dk_eff, dc, dlambda, dq_w;
+  // The most warps that share one group's row (0: as many as the group has positions, up to
+  // dot_steps); a test knob (slot_split_warps, backward/slot_split.hpp), never changes a bit.
+  int split_warps = 0;
 };
 
 // The token gradients the caller asked for (absent: data == nullptr).

@@ -2,7 +2,9 @@
 // exponentials and the per-slot scans), batched over all N chunks after the reverse loop.
 //
 // Inputs: Phase 1 (sorted keys, L, kappa, wcoef, k_eff, q_pos, q_rho, q_w, A), the read records,
-// the slot kernel's tasks, and what the steps left: dMs, dQK, rdot, dk_eff, dc, dlambda, dq_w.
+// the slot kernel's tasks, and what the steps left: dMs, dQK, rdot, and the row dots dk_eff, dc,
+// dlambda, dq_w as per-step planes (backward.hpp: DotPlanes), each summed in step order
+// (sum_steps) where it is read.
 // Outputs: grad_k_val, grad_q_val, grad_beta, grad_g (those requested) and the scratch dL, dP, dLq,
 // dgamma. Notation: da(i, j) = beta_i dMs[i][j]; E(x, y) = expf(f32(x - y)) of the f64 L's
 // (core/log_decay.hpp); exp(x) = expf(f32(x)). Kernels, in order (each one's math above it):
@@ -74,7 +76,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kThreads, 8))
   float kappa_e = 0.0f, beta_i = 0.0f, dk_eff = 0.0f, dc = 0.0f, wcoef = 0.0f, k_eff = 0.0f;
   if (real) {
     L_e = p1.L[e], kappa_e = p1.kappa[e], beta_i = load_input(in.beta, in.beta_dtype, at.token);
-    dk_eff = bb.dk_eff[e], dc = bb.dc[e], wcoef = p1.wcoef[e], k_eff = p1.k_eff[entry];
+    dk_eff = sum_steps(bb.dk_eff, bb.dot_steps, e), dc = sum_steps(bb.dc, bb.dot_steps, e);
+    wcoef = p1.wcoef[e], k_eff = p1.k_eff[entry];
   }
   // The group: a real entry with a role starts one (position 0 of a chunk does, when real). The
   // lanes from a start up to the next start or unreal lane are its group's entries in this warp;
@@ -155,7 +158,7 @@ __global__ void read_entry_grads(Geometry geo, Phase1Buffers p1, BackwardBuffers
   const float rho = p1.q_rho[read], q_w = p1.q_w[read];
   float drho = 0.0f, dLq = 0.0f;
   if (slot >= 0) {
-    const float dq_w = bb.dq_w[read];
+    const float dq_w = sum_steps(bb.dq_w, bb.dot_steps, read);
     double Lq = 0.0;
     if (pos >= 0) {
       // Position pos (the latest write of the slot at or before token i) and the one before it,
@@ -203,7 +206,8 @@ __global__ void group_scans(Geometry geo, Phase1Buffers p1, BackwardBuffers bb) 
   const std::uint64_t key = p1.keys[e];
   if (task.role == kSlotIdle) return;  // inside a group, padding or masked
   const float dL_e = bb.dL[e];
-  const float dlambda = bb.dlambda[e];  // written at group-first positions only
+  // exp(Lambda) <G, pre>, the dot's planes written at group-first positions only.
+  const float dlambda = task.decay * sum_steps(bb.dlambda, bb.dot_steps, e);
   const std::int64_t end = e + task_write_size(task.sizes);
   const std::uint64_t* reads = bb.read_keys + n * CR + (task.role >= 0 ? task.role : 0);
   int read = task_read_size(task.sizes) - 1;  // the slot's last read (reads are in token order)

@@ -69,6 +69,17 @@ __device__ __forceinline__ int find_slot(const Slots& slots, int count, std::int
   return slots[at] == bound ? at : -1;
 }
 
+// The offset j of position q from the first position of its group of slot `local` (a real slot,
+// q not that first position, so slots[q - 1] == local) when j < limit, else 0: at most limit - 1
+// probes backwards.
+template <typename Slots>
+__device__ __forceinline__ int group_offset(const Slots& slots, int q, std::int64_t local, int limit) {
+  for (int j = 1; j < limit; ++j) {
+    if (q - j == 0 || slots[q - j - 1] != local) return j;
+  }
+  return 0;
+}
+
 // Completes the task of the worker of slot `local`: its write group of write_size entries starting
 // at sorted write position write_at (write_size 0: none) and its read group starting at sorted
 // read position first_read (-1: none).
@@ -110,6 +121,10 @@ __device__ __forceinline__ void finish_task(const Geometry& geo, const Inputs& i
 //   3. read positions: a read group start that no write group claimed starts a slot the chunk
 //      reads but does not write (each written slot's write group claimed its first read position
 //      in pass 2): the read-only worker, which finds its group's size as in pass 2.
+//   In passes 2 and 3 a position j = 1 .. dot_steps - 1 places after the start of a real group
+//   that has a worker (any write group; a read group that no write group claimed) records j in
+//   its idle task (helper_offset): the slot kernel's warp there may take some of the group's
+//   column steps (slot_split.cuh). Found by at most dot_steps - 1 probes backwards.
 // A chunk's slots ascend along its sorted keys (the chunk field of every key is n), so the search
 // by slot finds the position of lower_bound(key (n, s, 0, 0)). Integer work and copies only; each
 // task has one writer; consecutive threads store consecutive tasks.
@@ -143,6 +158,7 @@ __global__ void __launch_bounds__(kThreads)
   else read_slots = reads;
   const ChunkKeys<ReadSlots> chunk{n, CW, CR, KeySlots{p1.keys + n * CW, geo.keys}, reads, read_slots};
   SlotTask* chunk_tasks = tasks + n * (CW + CR);
+  const int steps = static_cast<int>(dot_steps_of(geo.hd));
 
   // 2. Write positions: every written slot's worker, claiming its slot's first read position.
   for (int q = t; q < CW; q += kThreads) {
@@ -155,6 +171,8 @@ __global__ void __launch_bounds__(kThreads)
       task.decay = p1.gdecay[n * CW + q];
       if (first_read >= 0) claimed[first_read] = 1;
       finish_task(geo, in, p1, chunk, local, q, write_size, first_read, task);
+    } else if (local != geo.sps) {
+      task.local = group_offset(chunk.writes, q, local, steps);
     }
     chunk_tasks[q] = task;
   }
@@ -167,6 +185,9 @@ __global__ void __launch_bounds__(kThreads)
     if (starts_group(read_slots, q, local, geo.sps) && claimed[q] == 0) {
       task.role = kSlotNoPartner;
       finish_task(geo, in, p1, chunk, local, 0, 0, q, task);
+    } else if (local != geo.sps && !starts_group(read_slots, q, local, geo.sps)) {
+      const int j = group_offset(read_slots, q, local, steps);
+      if (j > 0 && claimed[q - j] == 0) task.local = j;
     }
     chunk_tasks[CW + q] = task;
   }

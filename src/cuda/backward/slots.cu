@@ -9,13 +9,19 @@
 //     dq_w_r = <dy_i, M0[s]>
 //   G[s] <- rnd(base + sum_r q_w dy_i), base = G'[s] if written, else G[s]; the read sum from +0.
 // Decomposition: one warp per sorted position of the chunk (C*W write, then C*R read positions);
-//   the warp at a group's first position is the slot's only worker (a read group's only when the
-//   chunk does not write the slot). Every row and output element has one writer.
-// Numerics: dots are per-lane fmaf chains over ascending columns, then warp_sum's butterfly
-//   (common/rows.cuh); G' and the read sum are fmaf chains in group order; base + sum is rounded
-//   once to G's dtype. Nothing depends on the access path or the SM count.
+//   the warp at a group's first position is the slot's worker (a read group's only when the chunk
+//   does not write the slot); a long group's row is split by 256-column steps over the warps at
+//   its first positions (slot_split.cuh). Every row piece and output element has one writer.
+// Numerics: each dot is stored per 256-column step (planes, backward.hpp): the lane's fmaf chain
+//   over its columns of the step, then warp_sum's butterfly (common/rows.cuh); the entry kernels
+//   add the steps in step order. G' and the read sum are fmaf chains in group order; base + sum is
+//   rounded once to G's dtype. Nothing depends on the access path, the split or the SM count.
+#include <cstdlib>
+
 #include "cuda/backward/backward.hpp"
 #include "cuda/backward/slot_reads.cuh"
+#include "cuda/backward/slot_split.cuh"
+#include "cuda/backward/slot_split.hpp"
 #include "cuda/backward/slot_writes.cuh"
 #include "cuda/common/rows.cuh"
 #include "cuda/common/cuda_check.hpp"
@@ -35,8 +41,8 @@ using namespace slot_side;
 // ---- the two kinds of workers -------------------------------------------------------------------
 
 // A task's single read entry (read group size 1), from the task: no load.
-__device__ __forceinline__ ReadGroup single_read(const SlotTask& task, const float* dy, float* dq_w, std::int64_t hd,
-                                                 std::int64_t R, std::int64_t entry0) {
+__device__ __forceinline__ ReadGroup single_read(const SlotTask& task, const float* dy, const DotPlanes& dq_w,
+                                                 std::int64_t hd, std::int64_t R, std::int64_t entry0) {
   const std::int64_t entry = task.tokens >> 16;
   ReadGroup reads;
   reads.dy = dy;
@@ -45,47 +51,70 @@ __device__ __forceinline__ ReadGroup single_read(const SlotTask& task, const flo
   reads.mine.row = entry / R * hd;
   reads.mine.index = entry0 + entry;
   reads.mine.q_w = task.read_q_w;
-  reads.batch.row[0] = reads.mine.row;
-  reads.batch.q_w[0] = reads.mine.q_w;
-  reads.batch.count = 1;
   return reads;
 }
 
 __device__ __forceinline__ int write_size_of(const SlotTask& task) { return task.sizes & ((1 << kReadSizeShift) - 1); }
 __device__ __forceinline__ int read_size_of(const SlotTask& task) { return task.sizes >> kReadSizeShift; }
 
-// The warp at sorted write position q of chunk n (stream p): the slot's only worker when q starts a
-// write group. A group of one entry read at most once (nearly all) takes everything from its task;
-// other groups load their keys and entries and run out of line (write_long_group).
+// The dot planes moved to index e.
+__device__ __forceinline__ DotPlanes planes_at(const DotPlanes& planes, std::int64_t e) {
+  return DotPlanes{planes.base + e, planes.stride};
+}
+
+// The task of the warp at sorted position `at` of a chunk's tasks: a group's worker (member 0), a
+// helper of the worker `member` positions before it (the worker's task replaces its own), or
+// nobody (returns false). `size_of` gives the group's positions from the worker's task.
+template <typename SizeOf>
+__device__ __forceinline__ bool group_member(const SlotTask* tasks, int at, const BackwardBuffers& bb,
+                                             SizeOf size_of, SlotTask& task, int& member, int& members) {
+  task = tasks[at];
+  member = 0;
+  if (task.role == kSlotIdle) {
+    member = helper_offset(task);
+    if (member == 0) return false;
+    task = tasks[at - member];
+  }
+  members = split_members(size_of(task), bb.dot_steps, bb.split_warps);
+  return member < members;
+}
+
+// The warp at sorted write position q of chunk n (stream p): the worker of the write group starting
+// at q, or a helper of the group starting `member` positions earlier. A group of one entry read
+// at most once (nearly all) takes everything from its task (write_single); other groups load
+// their keys and entries and split their row over their members (write_split_group).
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
 __device__ __forceinline__ void write_group_worker(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
                                                    const BackwardBuffers& bb, std::int64_t ti, std::int64_t p,
-                                                   int q, int lane) {
+                                                   int q_at, int lane) {
   const int CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C * geo.R);
   const std::int64_t n = ti * geo.P + p;
-  const int hd = static_cast<int>(geo.hd);
-  const std::int64_t e = n * CW + q;  // the group's first sorted position = its snapshot row
-  const SlotTask task = bb.slot_tasks[n * (CW + CR) + q];
-  if (task.role == kSlotIdle) return;
+  const int hd = static_cast<int>(geo.hd), steps = static_cast<int>(bb.dot_steps);
+  SlotTask task;
+  int member = 0, members = 1;
+  if (!group_member(bb.slot_tasks + n * (CW + CR), q_at, bb, write_size_of, task, member, members)) return;
+  const int q = q_at - member;        // the group's first sorted position
+  const std::int64_t e = n * CW + q;  // = its snapshot row
   const std::int64_t slot = p * geo.sps + task.local;
-  prefetch_row_l2(static_cast<const unsigned char*>(bb.grad_rows) + slot * geo.hd * sizeof(Gt),
-                  geo.hd * static_cast<std::int64_t>(sizeof(Gt)), lane);
-  prefetch_row_l2(static_cast<const unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes,
-                  bb.snapshot.row_bytes, lane);
+  if (member == 0) {
+    prefetch_row_l2(static_cast<const unsigned char*>(bb.grad_rows) + slot * geo.hd * sizeof(Gt),
+                    geo.hd * static_cast<std::int64_t>(sizeof(Gt)), lane);
+    prefetch_row_l2(static_cast<const unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes,
+                    bb.snapshot.row_bytes, lane);
+  }
 
   WriteRows<E, Gt> rows;
   rows.grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
   rows.bank = static_cast<E*>(bb.bank) + slot * geo.hd;
-  rows.stash = bb.stash + (p * CW + q) * geo.hd;
   rows.delta = bb.delta + n * geo.C * geo.hd;
   rows.du = bb.du + n * geo.C * geo.hd;
   rows.snapshot = bb.snapshot;
   rows.snapshot.mode = kMode;
   rows.snapshot.payload = static_cast<unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes;
   if constexpr (kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4) rows.snapshot.scales += e;
-  rows.dlambda = bb.dlambda + e;
-  rows.dc = bb.dc + e;
-  rows.dk_eff = bb.dk_eff + e;
+  rows.dlambda = planes_at(bb.dlambda, e);
+  rows.dc = planes_at(bb.dc, e);
+  rows.dk_eff = planes_at(bb.dk_eff, e);
   rows.decay = task.decay;
   const float* dy = bb.dy + n * geo.C * geo.hd;
 
@@ -93,10 +122,10 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
   if (write_size_of(task) == 1 && read_size <= 1) {
     const WriteEntry entry{(task.tokens & 0xffffu) * geo.hd, task.write_scale, task.write_k_eff};
     if (read_size == 1) {
-      write_pass<true, true, false, Reads::one, kMode, kVec>(rows, entry, hd, lane, 0,
-                                                             single_read(task, dy, bb.dq_w, geo.hd, geo.R, n * CR));
+      write_single<true, kMode, kVec>(rows, entry, single_read(task, dy, bb.dq_w, geo.hd, geo.R, n * CR), hd, steps,
+                                      lane);
     } else {
-      write_pass<true, true, false, Reads::none, kMode, kVec>(rows, entry, hd, lane, 0, ReadGroup{});
+      write_single<false, kMode, kVec>(rows, entry, ReadGroup{}, hd, steps, lane);
     }
     return;
   }
@@ -114,122 +143,85 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
     reads = load_read_group(read_size, lane_key(read_keys, CR, task.role, lane), read_keys, task.role, read_src, dy,
                             bb.dq_w, lane);
   }
-  reads.batch = share_reads(reads.mine, min(kHeldReads, reads.size));
-  write_long_group<kMode, kVec>(rows, mine, src, keys + q, size, reads, hd, lane);
+  write_split_group<kMode, kVec>(rows, mine, src, keys + q, size, reads, hd, steps, member, members, lane);
 }
 
-// The read main pass of a slot the chunk does not write (bank row = M0, base = G): the first
-// kHeldReads entries' dq_w and G <- rnd(G + read sum). Lane pointers advance by a column step;
-// `rest` = the columns from the piece on (the piece is column 0 of a row of `rest` columns).
-template <Reads kReads, bool kVec, typename E, typename Gt>
-__device__ __forceinline__ void read_main_pass(Gt* grad, const E* bank, const ReadGroup& reads, int hd, int lane) {
-  const int first = lane * kLaneCols;
-  const E* m0_at = bank + first;
-  const float* y_at = reads.dy + reads.batch.row[0] + first;
-  Gt* grad_at = grad + first;
-  float dots[kReadDots<kReads>] = {};
-  for (int c0 = first; c0 < hd; c0 += kWarpCols) {
-    const int rest = hd - c0;
-    float m0[kLaneCols], y[kLaneCols], base[kLaneCols], sum[kLaneCols] = {};
-    const int valid = load_piece<kVec>(m0_at, 0, rest, m0);
-    load_piece<kVec>(y_at, 0, rest, y);
-    load_piece<kVec>(grad_at, 0, rest, base);
-    add_read_piece<kReads, kVec>(reads, y, c0, hd, valid, m0, dots, sum);
-#pragma unroll
-    for (int k = 0; k < kLaneCols; ++k) sum[k] = base[k] + sum[k];
-    store_piece_cvt<kVec>(grad_at, 0, rest, sum);
-    m0_at += kWarpCols, y_at += kWarpCols, grad_at += kWarpCols;
-  }
-  warp_sums(dots);
-  store_read_dots(reads, dots, reads.batch.count, reads.mine, lane);
-}
-
-// The warp at sorted read position q of chunk n (stream p): the slot's only worker when q starts a
-// read group and the chunk does not write the slot (else the write group's worker does the reads).
-// A group of one entry (nearly all) takes it from its task; others load their keys and entries.
+// The warp at sorted read position q of chunk n (stream p): the worker of the read group starting
+// at q when the chunk does not write the slot (else the write group's warps do the reads), or a
+// helper of such a group's worker. A group of one entry (nearly all) takes it from its task;
+// others load their keys and entries and split their row over their members.
 template <typename E, typename Gt, bool kVec>
 __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Phase1Buffers& p1,
-                                                  const BackwardBuffers& bb, std::int64_t ti, std::int64_t p, int q,
-                                                  int lane) {
+                                                  const BackwardBuffers& bb, std::int64_t ti, std::int64_t p,
+                                                  int q_at, int lane) {
   const int CW = static_cast<int>(geo.C * geo.W), CR = static_cast<int>(geo.C * geo.R);
   const std::int64_t n = ti * geo.P + p;
-  const int hd = static_cast<int>(geo.hd);
-  const SlotTask task = bb.slot_tasks[n * (CW + CR) + CW + q];
-  if (task.role == kSlotIdle) return;  // not a group start, or the slot's write worker does the reads
+  const int hd = static_cast<int>(geo.hd), steps = static_cast<int>(bb.dot_steps);
+  SlotTask task;
+  int member = 0, members = 1;
+  if (!group_member(bb.slot_tasks + n * (CW + CR) + CW, q_at, bb, read_size_of, task, member, members)) return;
+  const int q = q_at - member;
   const std::int64_t slot = p * geo.sps + task.local;
   const std::int64_t row_bytes = geo.hd * static_cast<std::int64_t>(sizeof(E));
-  prefetch_row_l2(static_cast<const unsigned char*>(bb.grad_rows) + slot * geo.hd * sizeof(Gt),
-                  geo.hd * static_cast<std::int64_t>(sizeof(Gt)), lane);
-  prefetch_row_l2(static_cast<const unsigned char*>(bb.bank) + slot * row_bytes, row_bytes, lane);
+  if (member == 0) {
+    prefetch_row_l2(static_cast<const unsigned char*>(bb.grad_rows) + slot * geo.hd * sizeof(Gt),
+                    geo.hd * static_cast<std::int64_t>(sizeof(Gt)), lane);
+    prefetch_row_l2(static_cast<const unsigned char*>(bb.bank) + slot * row_bytes, row_bytes, lane);
+  }
   Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
   const E* bank = static_cast<const E*>(bb.bank) + slot * geo.hd;
   const float* dy = bb.dy + n * geo.C * geo.hd;
   if (read_size_of(task) == 1) {
-    read_main_pass<Reads::one, kVec>(grad, bank, single_read(task, dy, bb.dq_w, geo.hd, geo.R, n * CR), hd, lane);
+    read_single<kVec>(grad, bank, single_read(task, dy, bb.dq_w, geo.hd, geo.R, n * CR), hd, steps, lane);
     return;
   }
 
   const std::uint64_t* keys = bb.read_keys + n * CR;
   const ReadEntrySource src{p1.q_w, bb.read_layout, geo.hd, geo.R, n * CR};
-  ReadGroup reads = load_read_group(read_size_of(task), lane_key(keys, CR, q, lane), keys, q, src, dy, bb.dq_w, lane);
-  reads.batch = share_reads(reads.mine, min(kHeldReads, reads.size));
-  read_dot_passes<kVec>(
-      reads, [&](int c0, float(&m0)[kLaneCols]) { load_piece<kVec>(bank, c0, hd, m0); }, hd, lane);
-  read_main_pass<Reads::many, kVec>(grad, bank, reads, hd, lane);
+  const ReadGroup reads =
+      load_read_group(read_size_of(task), lane_key(keys, CR, q, lane), keys, q, src, dy, bb.dq_w, lane);
+  read_split_group<kVec>(grad, bank, reads, hd, steps, member, members, lane);
 }
 
 // slot_groups_backward in detail. Grid (P, (C*W + C*R) / 8), one warp per sorted position of chunk n:
 // first the C*W sorted write positions, then the C*R sorted read positions. The warp at a write
-// group's first position is the only worker of its slot: the write side, and, when the chunk
-// also reads the slot, the read side in the same walk over the row, with M0 = the decoded pre it
-// already holds (bitwise the values the restored bank row holds: restore stores exactly them, or
-// in mode "none" the saved bits, which decode to the same f32), so G' never leaves registers. The
-// warp at a read group's first position works only when the chunk does not write the slot (the
-// bank row is M0 there, base = G). Each warp first loads its task (bb.slot_tasks, found for
-// every chunk before the loop by backward/slot_tasks.cu: idle, or the slot, the group sizes, where
+// group's first position is its slot's worker: the write side, and, when the chunk also reads the
+// slot, the read side in the same walk over the row, with M0 = the decoded pre it already holds
+// (bitwise the values the restored bank row holds: restore stores exactly them, or in mode "none"
+// the saved bits, which decode to the same f32), so G' never leaves registers. The warp at a read
+// group's first position works only when the chunk does not write the slot (the bank row is M0
+// there, base = G). Each warp first loads its task (bb.slot_tasks, found for every chunk before
+// the loop by backward/slot_tasks.cu: idle, a helper's offset, or the slot, the group sizes, where
 // a written slot's reads start and, for a group of one write entry read at most once or of one
 // read entry, the entries' scalars); idle warps exit there, and no warp searches keys inside the
 // loop. A worker asks L2 for its G row and its snapshot row (write) or bank row (read)
-// (prefetch_row_l2); the common groups then start their row pass at once, the others first load
-// their keys (lane_key: lane l loads the key at position q + l, so the group's first 32 entries'
-// keys come from one load per lane; the task holds the group's size) and entries' scalars, with the
-// row fetches in flight. Lane l owns the 8-column pieces c0 = 256 s + 8 l (common/rows.cuh). A
-// worker walks the row's columns once per pass; every dot's lane partial stays in a register next
-// to the row accumulators, and the butterflies of a pass's dots run at its end (warp_sums).
-//   write: one pass per entry (nearly every group has one: slots_per_stream is large). Per piece it
-//     loads G, the entry's delta and dU pieces, the snapshot piece and, when the slot is read, the
-//     first read entry's dy piece once (all issued before any is used) and updates dlambda (first
-//     pass), dc, dk_eff, G' and the read side's dots and sum. A group of two or more entries
-//     carries G' from pass to pass in its own scratch row (the stash, f32: bitwise the same chain);
-//     G stays unchanged until the last pass, which does the read side, stores G and restores the
-//     bank row. In a long group lane l < size loads entry l's scalars (token row, -beta, k_eff)
-//     once, next to the read-key load; a pass gets them by shuffles. Read entries likewise (row, q_w, index).
-//   read: the main pass (the write group's last pass for a written slot) keeps the dots of the
-//     first kHeldReads entries and reads the further entries' data from memory for the row sum;
-//     their dots take one more pass per kHeldReads of them (M0 from the bank row, or decoded again
-//     from the snapshot row for a written slot).
+// (prefetch_row_l2); the common groups then walk their row at once (write_single / read_single,
+// every column step in turn), the others first load their keys (lane_key: lane l loads the key at
+// position q + l, so the group's first 32 entries' keys come from one load per lane) and entries'
+// scalars, with the row fetches in flight, and split the row: the warps at the group's first
+// split_members(size, steps) positions (the worker and its helpers, which load the worker's task
+// at q - offset) each take every g'-th 256-column step (slot_split.cuh), G' in registers. Lane l
+// owns the 8-column pieces c0 = 256 s + 8 l (common/rows.cuh).
 // Instruction economy of the column loops (they are instruction / latency bound): the snapshot
 // mode is a template parameter (the host knows it), so a loop holds one decoder and no mode
-// switch; each pass is compiled for its place in the group (first / last / G' to the scratch row
-// or G / no, one or more reads), so the loop has no run-time role tests; row pointers are formed
-// once per pass and then advanced by a column step (no 64-bit index products per piece); in mode
-// "none" the snapshot piece's bits from its one load are stored back into the bank (the bits
-// copy_piece would copy); a bf16 G piece is rounded by store_piece_cvt (the hardware pair
-// conversion, bitwise the integer rounding for every non-NaN value; a piece with a NaN takes
-// store_piece). Write groups of two or more entries and single-entry write groups whose slot the
-// chunk reads more than once (a few percent) run out of line (write_long_group), so the common
-// paths do not keep their state in registers or spill it.
-// At most 80 registers a thread (24 resident warps an SM); no spills in the hot column loops.
+// switch; row pointers are formed once per walk; in mode "none" the snapshot piece's bits from
+// its one load are stored back into the bank (the bits copy_piece would copy); a bf16 G piece is
+// rounded by store_piece_cvt (the hardware pair conversion, bitwise the integer rounding for
+// every non-NaN value; a piece with a NaN takes store_piece). The split walks run out of line
+// (__noinline__), so the common paths do not keep their state in registers or spill it.
+// At most 80 registers a thread (24 resident warps an SM).
 // Rows are disjoint between slots (streams own disjoint rows, a slot forms at most one write and
-// one read group per chunk, and one warp works on both), so every bank / G / scratch row and every
-// output element has one writer.
+// one read group per chunk, and its write group's warps do both), and a column step of a row has
+// one owner, so every bank / G piece and every output element has one writer.
 //
-// Numerics (the warp dot order of common/rows.cuh): every dot's lane partial is an fmaf chain
-// over the lane's columns in ascending order (dlambda: fmaf(G, pre), dc: fmaf(delta, G), dk_eff:
-// fmaf(scale * dU, pre) with scale * dU rounded first, dq_w: fmaf(dy, M0)), then warp_sum's
-// butterfly; dlambda = exp(Lambda) * <G, pre>. Row sums per column: G' = fmaf chain in entry
-// order starting from exp(Lambda) * G; the read sum = fmaf chain in group order starting at +0;
-// then base + sum, rounded once to G's dtype. Nothing depends on the access path or the SM count.
+// Numerics (the warp dot order of common/rows.cuh, per column step): every dot's step partial is
+// the lane's fmaf chain over its columns of the step in ascending order (dlambda: fmaf(G, pre),
+// dc: fmaf(delta, G), dk_eff: fmaf(scale * dU, pre) with scale * dU rounded first, dq_w:
+// fmaf(dy, M0)), then warp_sum's butterfly, stored at plane s; the entry kernels add the planes in
+// step order and multiply dlambda's sum by exp(Lambda). Row sums per column: G' = fmaf chain in
+// entry order starting from exp(Lambda) * G; the read sum = fmaf chain in group order starting at
+// +0; then base + sum, rounded once to G's dtype. Nothing depends on the access path, the number
+// of warps sharing a group or the SM count.
 // Grid (p_count, ceil((C*W + C*R) / kWarps)): warp q < C*W takes sorted write position q, the others
 // sorted read position q - C*W.
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
@@ -253,7 +245,19 @@ void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, cons
                    "slot_groups_backward", geo, in, p1, bb, ti);
 }
 
+int& split_cap() {
+  static int cap = [] {
+    const char* value = std::getenv("SDM_CUDA_SLOT_WARPS");
+    const int n = value != nullptr ? std::atoi(value) : 0;
+    return n > 0 ? n : 0;
+  }();
+  return cap;
+}
+
 }  // namespace
+
+int slot_split_warps() { return split_cap(); }
+void set_slot_split_warps(int n) { split_cap() = n > 0 ? n : 0; }
 
 // The snapshot mode (known on the host) becomes a template parameter: no mode switch in the loop.
 void launch_slot_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,

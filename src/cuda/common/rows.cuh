@@ -11,7 +11,8 @@
 // the lane's columns in ascending c (f32, RN), then warp_sum's butterfly over the 32 lanes combining
 // lanes that differ in bit 4 first, then 3, 2, 1, 0. Every lane ends with the same value. warp_sums
 // runs that butterfly on several values at once (bitwise the same per value), for kernels that
-// accumulate many dots' lane partials in one walk over a row.
+// accumulate many dots' lane partials in one walk over a row; warp_sum4_to_lanes and
+// warp_sum2_to_lanes run it transposed (the same totals, fewer shuffles, each in some lanes).
 #pragma once
 
 #include <cstdint>
@@ -115,6 +116,32 @@ __device__ __forceinline__ void warp_sums(float (&x)[kCount]) {
 #pragma unroll
     for (int j = 0; j < kCount; ++j) x[j] += __shfl_xor_sync(0xffffffffu, x[j], offset);
   }
+}
+
+// warp_sum of four values at once, transposed: in the round of offset 16 a lane keeps two of the
+// values and sends its partner the other two, in the round of 8 it keeps one, then the rounds of
+// 4, 2, 1 as warp_sum. Every partial is the sum of the same two partials as in warp_sum (fp32
+// addition commutes), so each total is bitwise warp_sum's, in 6 shuffles instead of 20. Lane l
+// returns the total of value (l >> 3) & 3: lanes 0, 8, 16, 24 hold v0, v1, v2, v3's (other
+// lanes hold the same totals). Called by all 32 lanes.
+__device__ __forceinline__ float warp_sum4_to_lanes(float v0, float v1, float v2, float v3, int lane) {
+  const bool hi16 = (lane & 16) != 0, hi8 = (lane & 8) != 0;
+  const float a = (hi16 ? v2 : v0) + __shfl_xor_sync(0xffffffffu, hi16 ? v0 : v2, 16);
+  const float b = (hi16 ? v3 : v1) + __shfl_xor_sync(0xffffffffu, hi16 ? v1 : v3, 16);
+  float x = (hi8 ? b : a) + __shfl_xor_sync(0xffffffffu, hi8 ? a : b, 8);
+#pragma unroll
+  for (int offset = 4; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// The same for two values: lane l returns the total of value (l >> 4) & 1 (lanes 0 and 16 hold
+// v0's and v1's), bitwise warp_sum's, in 5 shuffles instead of 10.
+__device__ __forceinline__ float warp_sum2_to_lanes(float v0, float v1, int lane) {
+  const bool hi16 = (lane & 16) != 0;
+  float x = (hi16 ? v1 : v0) + __shfl_xor_sync(0xffffffffu, hi16 ? v0 : v1, 16);
+#pragma unroll
+  for (int offset = 8; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
 }
 
 // One element of a float tensor of any dtype (f64 / f32 / bf16 / f16) as f32 (f64: rounded once).

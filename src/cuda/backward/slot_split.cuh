@@ -1,0 +1,181 @@
+// slot_split.cuh - the long slot groups of the backward's slot kernel (slots.cu): a write group of
+// two or more entries or read two or more times, and a read-only group of two or more reads. The
+// group's row is split by 256-column steps over the group's own warps (the warps at its first
+// `members` sorted positions, which would otherwise idle): member j of g' = split_members(..)
+// owns column steps s = j, j + g', j + 2 g', ... For each step it owns, one warp:
+//   write group (entries b = 0 .. size-1 in group order, reads r = 0 .. rsize-1, pre = M0[s]
+//   decoded from the snapshot row):
+//     loads G's and pre's pieces once, then per entry its delta and dU pieces once:
+//       dc_b = <delta_b, G>, dk_eff_b = <-beta_b dU_b, pre> (step partials, plane s),
+//       G' = exp(Lambda) G + sum_b k_eff_b (-beta_b dU_b) in registers (no scratch row);
+//     dlambda's step partial <G, pre>; per read its dy piece once: dq_w_r = <dy_r, pre>, the read
+//     sum from +0; G <- rnd(G' + sum) (rnd(G') unread); bank[s] <- pre (a bit copy for "none");
+//   read-only group (M0 = bank row): dq_w_r per read, G <- rnd(G + sum).
+// Parallel decomposition: a step has one owner, so every G / bank piece and every plane element
+// has one writer; warps of a group share nothing and never synchronise.
+// Numerics: per column the same fmaf chains as one warp walking the whole row (G' in group order
+// from exp(Lambda) G, the read sum in group order from +0, one rounding of base + sum), so G, the
+// restored bank and every column result keep their bits whatever g' is. Each dot's step partial
+// is the lane's fmaf chain over its 8 columns of the step, then warp_sum's butterfly (common/rows.cuh;
+// run transposed over two or four dots at once, bitwise the same); the
+// entry kernels add the steps in step order (sum_steps): bits independent of g', of the warps per
+// CTA and of the SM count. With hd <= 256 (one step) every dot equals the whole-row warp dot.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/backward/slot_reads.cuh"
+#include "cuda/backward/slot_writes.cuh"
+#include "cuda/saved/snapshot_rows.cuh"
+
+namespace sdm::cuda::slot_side {
+
+// How many warps share a group of `positions` sorted positions: one per column step at most, and
+// at most `cap` (0: no cap; the test knob slot_split_warps).
+__device__ __forceinline__ int split_members(int positions, std::int64_t steps, int cap) {
+  int members = positions < steps ? positions : static_cast<int>(steps);
+  if (cap > 0 && cap < members) members = cap;
+  return members > 0 ? members : 1;
+}
+
+// The read side of one column piece for reads 0 .. size-1 (M0's piece m0): dq_w's step partials
+// (stored at plane `step`) and the read sum into sum (+0 on entry). Two entries at
+// a time: their dy pieces are loaded before either is used.
+template <bool kVec>
+__device__ __forceinline__ void read_step(const ReadGroup& reads, bool active, int c0, int rest, int valid,
+                                          const float (&m0)[kLaneCols], int step, float (&sum)[kLaneCols],
+                                          int lane) {
+  for (int j = 0; j < reads.size; j += 2) {
+    const bool two = j + 1 < reads.size;
+    const ReadEntry r0 = group_read(reads, j);
+    const ReadEntry r1 = two ? group_read(reads, j + 1) : r0;
+    float y0[kLaneCols] = {}, y1[kLaneCols] = {};
+    if (active) {
+      load_piece<kVec>(reads.dy + r0.row + c0, 0, rest, y0);
+      if (two) load_piece<kVec>(reads.dy + r1.row + c0, 0, rest, y1);
+    }
+    float dot0 = 0.0f, dot1 = 0.0f;
+    add_read(r0.q_w, y0, valid, m0, dot0, sum);
+    if (two) add_read(r1.q_w, y1, valid, m0, dot1, sum);
+    const float total = warp_sum2_to_lanes(dot0, dot1, lane);  // lane 0: entry j's, lane 16: j + 1's
+    if (lane == 0) reads.dq_w.at(step, r0.index) = total;
+    if (two && lane == 16) reads.dq_w.at(step, r1.index) = total;
+  }
+}
+
+// The write group's steps of member `member` of `members` (mine: lane l < size holds entry l;
+// group_keys: the group's sorted keys; reads: the slot's read group, size 0 if unread).
+template <SnapshotQuant kMode, bool kVec, typename E, typename Gt>
+__device__ __noinline__ void write_split_group(const WriteRows<E, Gt> rows, const WriteEntry mine,
+                                               const WriteEntrySource src, const std::uint64_t* group_keys, int size,
+                                               const ReadGroup reads, int hd, int steps, int member, int members,
+                                               int lane) {
+  SnapshotRows snapshot = rows.snapshot;
+  snapshot.mode = kMode;  // known here too: load_snapshot_piece keeps one decoder
+  for (int s = member; s < steps; s += members) {
+    const int c0 = s * kWarpCols + lane * kLaneCols, rest = hd - c0;
+    const bool active = c0 < hd;
+    float g[kLaneCols] = {}, pre[kLaneCols] = {}, acc[kLaneCols];
+    PackedRow<E, kLaneCols> saved_bits{};
+    int valid = 0;
+    if (active) {
+      valid = load_piece<kVec>(rows.grad + c0, 0, rest, g);
+      if constexpr (kMode == SnapshotQuant::none && kVec) {
+        load_packed(static_cast<const E*>(snapshot.payload) + c0, saved_bits);
+        unpack(saved_bits, pre);
+      } else {
+        load_snapshot_piece<kVec, E>(snapshot, 0, c0, hd, pre);
+      }
+    }
+    float lambda_dot = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kLaneCols; ++k) {
+      if (k < valid) lambda_dot = fmaf(g[k], pre[k], lambda_dot);
+      acc[k] = rows.decay * g[k];
+    }
+    // Entries two at a time: their delta and dU pieces are loaded before either is used.
+    for (int b = 0; b < size; b += 2) {
+      const bool two = b + 1 < size;
+      const WriteEntry e0 = group_entry(mine, b, src, group_keys);
+      const WriteEntry e1 = two ? group_entry(mine, b + 1, src, group_keys) : e0;
+      float d0[kLaneCols] = {}, u0[kLaneCols] = {}, d1[kLaneCols] = {}, u1[kLaneCols] = {};
+      if (active) {
+        load_piece<kVec>(rows.delta + e0.row + c0, 0, rest, d0);
+        load_piece<kVec>(rows.du + e0.row + c0, 0, rest, u0);
+        if (two) {
+          load_piece<kVec>(rows.delta + e1.row + c0, 0, rest, d1);
+          load_piece<kVec>(rows.du + e1.row + c0, 0, rest, u1);
+        }
+      }
+      float dots[4] = {};
+#pragma unroll
+      for (int k = 0; k < kLaneCols; ++k) {
+        const float ret = e0.scale * u0[k];
+        if (k < valid) {
+          dots[0] = fmaf(d0[k], g[k], dots[0]);
+          dots[1] = fmaf(ret, pre[k], dots[1]);
+        }
+        acc[k] = fmaf(e0.k_eff, ret, acc[k]);
+      }
+      if (two) {
+#pragma unroll
+        for (int k = 0; k < kLaneCols; ++k) {
+          const float ret = e1.scale * u1[k];
+          if (k < valid) {
+            dots[2] = fmaf(d1[k], g[k], dots[2]);
+            dots[3] = fmaf(ret, pre[k], dots[3]);
+          }
+          acc[k] = fmaf(e1.k_eff, ret, acc[k]);
+        }
+      }
+      // Lanes 0, 8 hold entry b's dc, dk_eff; lanes 16, 24 entry b + 1's.
+      const float total = warp_sum4_to_lanes(dots[0], dots[1], dots[2], dots[3], lane);
+      if (lane == 0) rows.dc.at(s, b) = total;
+      if (lane == 8) rows.dk_eff.at(s, b) = total;
+      if (two && lane == 16) rows.dc.at(s, b + 1) = total;
+      if (two && lane == 24) rows.dk_eff.at(s, b + 1) = total;
+    }
+    lambda_dot = warp_sum(lambda_dot);
+    if (lane == 0) rows.dlambda.at(s, 0) = lambda_dot;
+    if (reads.size > 0) {
+      float sum[kLaneCols] = {};
+      read_step<kVec>(reads, active, c0, rest, valid, pre, s, sum, lane);
+#pragma unroll
+      for (int k = 0; k < kLaneCols; ++k) acc[k] = acc[k] + sum[k];
+    }
+    if (active) {
+      store_piece_cvt<kVec>(rows.grad + c0, 0, rest, acc);
+      if constexpr (kMode == SnapshotQuant::none && kVec) {
+#pragma unroll
+        for (int k = 0; k < PackedRow<E, kLaneCols>::kWords / 4; ++k) {
+          reinterpret_cast<uint4*>(rows.bank + c0)[k] = make_uint4(saved_bits.w[4 * k], saved_bits.w[4 * k + 1],
+                                                                  saved_bits.w[4 * k + 2], saved_bits.w[4 * k + 3]);
+        }
+      } else {
+        restore_snapshot_piece<kVec>(snapshot, 0, c0, hd, pre, rows.bank);
+      }
+    }
+  }
+}
+
+// The read-only group's steps of member `member` of `members` (M0 = the bank row, base = G).
+template <bool kVec, typename E, typename Gt>
+__device__ __noinline__ void read_split_group(Gt* grad, const E* bank, const ReadGroup reads, int hd, int steps,
+                                              int member, int members, int lane) {
+  for (int s = member; s < steps; s += members) {
+    const int c0 = s * kWarpCols + lane * kLaneCols, rest = hd - c0;
+    const bool active = c0 < hd;
+    float m0[kLaneCols] = {}, base[kLaneCols] = {}, sum[kLaneCols] = {};
+    int valid = 0;
+    if (active) {
+      valid = load_piece<kVec>(bank + c0, 0, rest, m0);
+      load_piece<kVec>(grad + c0, 0, rest, base);
+    }
+    read_step<kVec>(reads, active, c0, rest, valid, m0, s, sum, lane);
+#pragma unroll
+    for (int k = 0; k < kLaneCols; ++k) sum[k] = base[k] + sum[k];
+    if (active) store_piece_cvt<kVec>(grad + c0, 0, rest, sum);
+  }
+}
+
+}  // namespace sdm::cuda::slot_side
