@@ -80,8 +80,8 @@ __device__ __forceinline__ void load_scores(const typename S::Storage* x, int wi
   }
 }
 
-// val / col [0..m): the m best columns of x[0..width), best first (width <= 32 * M).
-template <typename S, int M>
+// val / col [0..m): the m best columns of x[0..width), best first (width <= 32 * M, m <= KMAX).
+template <typename S, int M, int KMAX>
 __device__ void rank_factor_in(const typename S::Storage* x, int width, int m, float* val, std::uint32_t* col,
                                int lane) {
   using Key = typename S::Key;
@@ -93,9 +93,16 @@ __device__ void rank_factor_in(const typename S::Storage* x, int width, int m, f
     const int c = lane * M + r;
     key[r] = c < width ? S::key(v[r], static_cast<std::uint32_t>(c)) : Key{0};
   }
+  // Runs of pow2(m) keys; the usual run (m > KMAX / 2) is a constant of the instantiation.
+  constexpr int kRun = KMAX < 32 * M ? KMAX : 32 * M;
   const int run = max(M, pow2_at_least(m));
-  sort_runs(key, run, true, lane);
-  keep_top_half(key, run, lane);
+  if (run == kRun) {
+    sort_runs(key, kRun, true, lane);
+    keep_top_half(key, kRun, lane);
+  } else {
+    sort_runs(key, run, true, lane);
+    keep_top_half(key, run, lane);
+  }
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     const int g = lane * M + r;
@@ -108,13 +115,13 @@ __device__ void rank_factor_in(const typename S::Storage* x, int width, int m, f
   __syncwarp();
 }
 
-template <typename S>
+template <typename S, int KMAX>
 __device__ void rank_factor(const typename S::Storage* x, int width, int m, float* val, std::uint32_t* col, int lane) {
-  if (width <= 32) return rank_factor_in<S, 1>(x, width, m, val, col, lane);
-  if (width <= 64) return rank_factor_in<S, 2>(x, width, m, val, col, lane);
-  if (width <= 128) return rank_factor_in<S, 4>(x, width, m, val, col, lane);
-  if (width <= 256) return rank_factor_in<S, 8>(x, width, m, val, col, lane);
-  return rank_factor_in<S, 16>(x, width, m, val, col, lane);
+  if (width <= 32) return rank_factor_in<S, 1, KMAX>(x, width, m, val, col, lane);
+  if (width <= 64) return rank_factor_in<S, 2, KMAX>(x, width, m, val, col, lane);
+  if (width <= 128) return rank_factor_in<S, 4, KMAX>(x, width, m, val, col, lane);
+  if (width <= 256) return rank_factor_in<S, 8, KMAX>(x, width, m, val, col, lane);
+  return rank_factor_in<S, 16, KMAX>(x, width, m, val, col, lane);
 }
 
 // The number of candidates with key >= (t, p): sum key above t, or equal to t with payload >= p.
@@ -285,12 +292,12 @@ __device__ void select_row(const RegisterRow& p, const typename S::Storage* x, t
                            std::int64_t* out_slots, StageLists<KMAX>& s, int lane) {
   int width = static_cast<int>(p.dims[0]);
   int n = min(p.k, width);
-  rank_factor<S>(x, width, n, s.run_val, s.run_id, lane);
+  rank_factor<S, KMAX>(x, width, n, s.run_val, s.run_id, lane);
   std::int64_t offset = width;
   for (int f = 1; f < p.factors; ++f) {
     width = static_cast<int>(p.dims[f]);
     const int m = min(p.k, width);
-    rank_factor<S>(x + offset, width, m, s.fac_val, s.fac_col, lane);
+    rank_factor<S, KMAX>(x + offset, width, m, s.fac_val, s.fac_col, lane);
     offset += width;
     const int c = static_cast<int>(min(static_cast<std::int64_t>(p.k), static_cast<std::int64_t>(n) * m));
     pair_stage<S, KMAX>(s, n, m, c, static_cast<std::uint32_t>(width), f + 1 == p.factors, p.wide_ids, out_values,

@@ -10,6 +10,7 @@
 //                                   of the whole warp, sorted descending (log2(32 M / run) rounds
 //                                   of "max against the reversed neighbour run, then a bitonic
 //                                   clean"; the runs end up identical)
+// Both are inlined: called with a constant `run`, every loop unrolls and every direction folds.
 // Keys are unsigned integers compared as such; equal keys are interchangeable, so the networks
 // need no stability. Every lane of the warp must take part (full-mask shuffles).
 #pragma once
@@ -53,7 +54,7 @@ __device__ __forceinline__ void steps_in_lane(K (&x)[M], bool descending) {
 }
 
 template <int M, typename K>
-__device__ void sort_runs(K (&x)[M], int run, bool descending, int lane) {
+__device__ __forceinline__ void sort_runs(K (&x)[M], int run, bool descending, int lane) {
   // Blocks of size s < M: inside the lane; block b of size s runs in `descending` direction for
   // even b and the other way for odd b (so pairs of blocks are bitonic), all of them at s == run.
 #pragma unroll
@@ -79,7 +80,7 @@ __device__ void sort_runs(K (&x)[M], int run, bool descending, int lane) {
 }
 
 template <int M, typename K>
-__device__ void keep_top_half(K (&x)[M], int run, int lane) {
+__device__ __forceinline__ void keep_top_half(K (&x)[M], int run, int lane) {
   for (int block = 2 * run; block <= 32 * M; block *= 2) {
     // Lane l's partner is the mirror lane of the block: element g meets element block - 1 - g,
     // that is, the mirror run reversed; the max of a descending and an ascending run is bitonic.
