@@ -2,7 +2,8 @@
 // include/sdm/product_key_topk.hpp; the CPU kernels in src/cpu/topk compute the same bits).
 //
 // Forward: two or more factors of width <= 512 with k <= 128 (the layer's shapes) run on the
-// register kernel (register_forward.cu); every other call runs on the general kernel below.
+// register kernel (register_forward.cu); every other call runs on the general kernel below. So
+// does the backward: kk <= 128 runs on register_backward.cu.
 // General forward: one warp per row, its lists in shared memory (RowScratch, sized for k <= KMAX).
 //   factor f: the m = min(k, n_f) best columns by (score_key(value) << column bits | column),
 //     a radix select (warp_kth_largest) then a bitonic sort, best first;
@@ -26,6 +27,7 @@
 #include "core/float_convert.hpp"
 #include "core/product_key_plan.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/topk/register_backward.hpp"
 #include "cuda/topk/register_forward.hpp"
 #include "cuda/topk/score_types.cuh"
 #include "cuda/topk/warp_select.cuh"
@@ -354,6 +356,7 @@ void product_key_topk_backward(const core::ProductKeyPlan& plan, const TensorRef
   check_cuda_dtype(grad_values.dtype, "grad_values");
   if (plan.rows == 0) return;
   const DeviceGuard guard(slots.device.index);
+  if (register_backward_fits(plan)) return register_backward(plan, slots, grad_values, grad_raw, cuda_stream);
   BackwardParams p{slots.data_as<const std::int64_t>(), grad_values.data, grad_raw.data, plan.rows, plan.selected,
                    plan.slots, factor_list(plan)};
   dispatch<BackwardLaunch>(plan.dtype, plan.selected, plan.rows, p, stream_of(cuda_stream));
