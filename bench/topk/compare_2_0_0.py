@@ -4,10 +4,10 @@ sdm's kernels come through the C entry point of bench/topk/topk_capi.cpp (the sh
 `libsdm_topk_capi.so` that the CUDA build makes next to sdm_gpu_topk_bench), so no torch
 extension is needed. 2.0.0 runs when `sparse_delta_memory` is importable (it is not a dependency
 of sdm); without it only sdm is timed. Both get the SAME input tensors in ONE process; rounds
-interleave the systems, CUDA events, median of --reps; the backward of each system gets the same
+interleave the systems, CUDA events around --batch calls, median of --reps; the backward of each system gets the same
 random gradient of the values and its own forward's slots. Selections are compared per row.
 
-    python bench/topk/compare_2_0_0.py --lib build-cuda/bench/topk/libsdm_topk_capi.so [--reps 30] [--json out.jsonl]
+    python bench/topk/compare_2_0_0.py --lib build-cuda/bench/topk/libsdm_topk_capi.so [--reps 30] [--batch 10] [--json out.jsonl]
 
 Prints a markdown table (ms; speedup = 2.0.0 / sdm) and, with --json, one JSON row per shape.
 """
@@ -79,18 +79,20 @@ def load_sdm2():
     return _module()
 
 
-def interleaved(calls: dict, reps: int) -> dict:
-    """Median ms of each call, the calls taking turns round by round (2 warm-up rounds)."""
+def interleaved(calls: dict, reps: int, batch: int) -> dict:
+    """Median ms of each call, the calls taking turns round by round (2 warm-up rounds); each timed
+    sample is `batch` calls back to back, so that host launch overhead overlaps the kernels."""
     times = {name: [] for name in calls}
     for rep in range(reps + 2):
         for name, call in calls.items():
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            call()
+            for _ in range(batch):
+                call()
             stop.record()
             stop.synchronize()
             if rep >= 2:
-                times[name].append(start.elapsed_time(stop))
+                times[name].append(start.elapsed_time(stop) / batch)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -98,6 +100,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lib", required=True, help="path of libsdm_topk_capi.so")
     parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--batch", type=int, default=10, help="calls per timed sample")
     parser.add_argument("--json", help="append one JSON row per shape to this file")
     args = parser.parse_args()
     sdm = SdmTopk(args.lib)
@@ -123,7 +126,7 @@ def main() -> None:
                 row["values_same"] = (values.view(bits) == val2.view(bits)).all(-1).float().mean().item()
                 forward["sdm2"] = lambda: sdm2.topk_fwd(raw, dims, k)
                 backward["sdm2"] = lambda: sdm2.topk_bwd(lin2, grad, dims)
-            fwd, bwd = interleaved(forward, args.reps), interleaved(backward, args.reps)
+            fwd, bwd = interleaved(forward, args.reps, args.batch), interleaved(backward, args.reps, args.batch)
             row.update(sdm_fwd_ms=fwd["sdm"], sdm_bwd_ms=bwd["sdm"])
             line = f"| {'x'.join(map(str, dims))} | {k} | {rows} | {row['dtype']} | {fwd['sdm']:.4f} | {bwd['sdm']:.4f} |"
             if sdm2 is not None:
