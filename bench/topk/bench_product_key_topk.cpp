@@ -1,6 +1,6 @@
 // bench_product_key_topk.cpp - times the CUDA product-key top-k (forward, backward) on the shapes
-// of docs/performance.md ("Product-key top-k"): two factors of `side` columns, k, rows, bf16 and
-// f32 random scores. Median of --reps timed calls (CUDA events) after 3 warm-up calls; prints a
+// of docs/performance.md ("Product-key top-k"): two or three factors of `side` columns, k, rows,
+// bf16 and f32 random scores. (Side by side with 2.0.0: compare_2_0_0.py.) Median of --reps timed calls (CUDA events) after 3 warm-up calls; prints a
 // markdown table.  Usage: sdm_gpu_topk_bench [--reps N]
 #include <cuda_runtime.h>
 
@@ -50,13 +50,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   using namespace sdm;
-  struct Shape { std::int64_t side, k, rows; };
-  const Shape shapes[] = {{256, 64, 16384}, {256, 128, 32768}, {512, 64, 16384}, {256, 256, 16384}};
-  std::printf("| side | k | rows | dtype | forward ms | backward ms |\n|---:|---:|---:|---|---:|---:|\n");
+  struct Shape { std::int64_t side, factors, k, rows; };
+  const Shape shapes[] = {{256, 2, 64, 16384}, {256, 2, 128, 32768}, {512, 2, 64, 16384}, {64, 3, 64, 16384},
+                          {256, 2, 256, 16384}};
+  std::printf("| factors | k | rows | dtype | forward ms | backward ms |\n|---|---:|---:|---|---:|---:|\n");
   for (const auto& shape : shapes) {
     for (const DType dtype : {DType::bf16, DType::f32}) {
       testing::TopkCase c;
-      c.dims = {shape.side, shape.side};
+      c.dims.assign(static_cast<std::size_t>(shape.factors), shape.side);
       c.k = shape.k;
       c.rows = shape.rows;
       c.dtype = dtype;
@@ -68,8 +69,8 @@ int main(int argc, char** argv) {
       const float forward = median_ms([&] { cuda::product_key_topk_forward(plan, b.raw_ref(true), values, slots, nullptr); }, reps);
       const float backward = median_ms(
           [&] { cuda::product_key_topk_backward(plan, slots, b.grad_values_ref(true), grad_raw, nullptr); }, reps);
-      std::printf("| %lld | %lld | %lld | %s | %.4f | %.4f |\n", static_cast<long long>(shape.side),
-                  static_cast<long long>(shape.k), static_cast<long long>(shape.rows), dtype_name(dtype), forward,
+      std::printf("| %lldx%lld | %lld | %lld | %s | %.4f | %.4f |\n", static_cast<long long>(shape.factors),
+                  static_cast<long long>(shape.side), static_cast<long long>(shape.k), static_cast<long long>(shape.rows), dtype_name(dtype), forward,
                   backward);
     }
   }

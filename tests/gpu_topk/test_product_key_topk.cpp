@@ -107,6 +107,9 @@ std::vector<TopkCase> cases() {
       {{64, 64}, 64}, {{256, 256}, 64}, {{256, 256}, 128}, {{512, 512}, 64}, {{300, 200}, 256}, {{12, 12}, 256},
       {{3, 5, 2}, 7}, {{4, 3, 5, 2}, 11}, {{16, 16, 16}, 100}, {{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}, 100},
       {{1, 1, 1}, 2}, {{5, 1, 3}, 15}, {{70000, 3}, 10}, {{65536}, 33},
+      // The register kernel's shapes (>= 2 factors of width <= 512, k <= 128): k 128 at side 512,
+      // 3 factors (side 64, and side 512 whose ids pass 2^24: 64-bit sort keys), odd widths and k.
+      {{512, 512}, 128}, {{64, 64, 64}, 64}, {{512, 512, 512}, 64}, {{33, 500}, 37}, {{100, 31, 7}, 128},
   };
   std::vector<TopkCase> all;
   std::uint64_t seed = 1;
@@ -124,14 +127,23 @@ std::vector<TopkCase> cases() {
       }
     }
   }
-  TopkCase strided;
-  strided.dims = {32, 32};
-  strided.k = 50;
-  strided.rows = 33;
-  strided.row_stride = 80;
-  strided.kind = ScoreKind::ties;
-  strided.dtype = DType::bf16;
-  all.push_back(strided);
+  // Strided rows: 16-byte aligned factors (the register kernel's vector loads) and unaligned ones.
+  struct Strided { std::vector<std::int64_t> dims; std::int64_t k, row_stride; DType dtype; };
+  const Strided strided_cases[] = {{{32, 32}, 50, 80, DType::bf16},
+                                   {{256, 256}, 64, 520, DType::bf16},
+                                   {{256, 256}, 64, 515, DType::bf16},
+                                   {{256, 256}, 128, 513, DType::f32}};
+  for (const auto& s : strided_cases) {
+    TopkCase strided;
+    strided.dims = s.dims;
+    strided.k = s.k;
+    strided.rows = 33;
+    strided.row_stride = s.row_stride;
+    strided.kind = ScoreKind::ties;
+    strided.dtype = s.dtype;
+    strided.seed = seed++;
+    all.push_back(strided);
+  }
   return all;
 }
 

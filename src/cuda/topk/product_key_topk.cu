@@ -1,7 +1,10 @@
 // product_key_topk.cu - CUDA product-key top-k, forward and backward (the rule:
 // include/sdm/product_key_topk.hpp; the CPU kernels in src/cpu/topk compute the same bits).
 //
-// Forward: one warp per row, its lists in shared memory (RowScratch, sized for k <= KMAX).
+// Forward: two or more factors of width <= 512 with k <= 128 (the layer's shapes) run on the
+// register kernel (register_forward.cu); every other call runs on the general kernel below. So
+// does the backward: kk <= 128 runs on register_backward.cu.
+// General forward: one warp per row, its lists in shared memory (RowScratch, sized for k <= KMAX).
 //   factor f: the m = min(k, n_f) best columns by (score_key(value) << column bits | column),
 //     a radix select (warp_kth_largest) then a bitonic sort, best first;
 //   stage f: the candidate rank pairs (i, j), (i + 1) * (j + 1) <= c, enumerated through the
@@ -24,6 +27,9 @@
 #include "core/float_convert.hpp"
 #include "core/product_key_plan.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/topk/register_backward.hpp"
+#include "cuda/topk/register_forward.hpp"
+#include "cuda/topk/score_types.cuh"
 #include "cuda/topk/warp_select.cuh"
 #include "sdm/error.hpp"
 
@@ -55,25 +61,9 @@ struct BackwardParams {
   FactorList factors;
 };
 
-// Storage <-> float of a score dtype (the conversions of core/float_convert.hpp).
-struct F32Scores {
-  using Storage = float;
-  __device__ static float load(float x) { return x; }
-  __device__ static float store(float x) { return x; }
-  __device__ static float round(float x) { return x; }
-};
-struct BF16Scores {
-  using Storage = std::uint16_t;
-  __device__ static float load(std::uint16_t x) { return core::bf16_to_float(x); }
-  __device__ static std::uint16_t store(float x) { return core::bf16_from_float(x); }
-  __device__ static float round(float x) { return core::round_to_bf16(x); }
-};
-struct F16Scores {
-  using Storage = std::uint16_t;
-  __device__ static float load(std::uint16_t x) { return core::f16_to_float(x); }
-  __device__ static std::uint16_t store(float x) { return core::f16_from_float(x); }
-  __device__ static float round(float x) { return core::round_to_f16(x); }
-};
+using topk::BF16Scores;
+using topk::F16Scores;
+using topk::F32Scores;
 
 __host__ __device__ constexpr int max_pairs(int kmax) {
   int n = 0;
@@ -354,6 +344,7 @@ void product_key_topk_forward(const core::ProductKeyPlan& plan, const TensorRef&
   check_cuda_dtype(raw.dtype, "raw");
   if (plan.rows == 0) return;
   const DeviceGuard guard(raw.device.index);
+  if (register_forward_fits(plan)) return register_forward(plan, raw, values, slots, cuda_stream);
   ForwardParams p{raw.data, values.data, slots.data_as<std::int64_t>(), plan.rows, raw.strides[0], plan.k,
                   plan.selected, factor_list(plan)};
   dispatch<ForwardLaunch>(plan.dtype, plan.k, plan.rows, p, stream_of(cuda_stream));
@@ -365,6 +356,7 @@ void product_key_topk_backward(const core::ProductKeyPlan& plan, const TensorRef
   check_cuda_dtype(grad_values.dtype, "grad_values");
   if (plan.rows == 0) return;
   const DeviceGuard guard(slots.device.index);
+  if (register_backward_fits(plan)) return register_backward(plan, slots, grad_values, grad_raw, cuda_stream);
   BackwardParams p{slots.data_as<const std::int64_t>(), grad_values.data, grad_raw.data, plan.rows, plan.selected,
                    plan.slots, factor_list(plan)};
   dispatch<BackwardLaunch>(plan.dtype, plan.selected, plan.rows, p, stream_of(cuda_stream));

@@ -10,9 +10,9 @@
 
 #include <cstdint>
 
-namespace sdm::cuda::topk {
+#include "cuda/topk/register_sort.cuh"  // kFullMask
 
-inline constexpr unsigned kFullMask = 0xffffffffu;
+namespace sdm::cuda::topk {
 
 // The need-th largest of the distinct values get(t), t in [0, count), each below 2^bits
 // (1 <= need <= count). `hist` is 256 words of the warp's shared memory.

@@ -1,0 +1,40 @@
+// pair_table.cuh - the candidate rank pairs of a product-key stage, in order of (i + 1) * (j + 1).
+//
+// A stage keeping c pairs considers the pairs (i, j) with (i + 1) * (j + 1) <= c (the rule:
+// include/sdm/product_key_topk.hpp). Listed by increasing product, the pairs of any c <= kRank are
+// the first pair_count(c) entries of one table, so one table serves every c: entry t holds
+// i << 8 | j. pair_count(c) >= c (the pairs (0, j), j < c, are in it).
+#pragma once
+
+#include <cstdint>
+
+namespace sdm::cuda::topk {
+
+inline constexpr int kPairTableRank = 128;
+
+__host__ __device__ constexpr int pair_count(int c) {
+  int n = 0;
+  for (int i = 1; i <= c; ++i) n += c / i;
+  return n;
+}
+
+struct PairTable {
+  std::uint16_t code[pair_count(kPairTableRank)];
+};
+
+constexpr PairTable make_pair_table() {
+  PairTable table{};
+  int t = 0;
+  for (int product = 1; product <= kPairTableRank; ++product) {
+    for (int i = 0; i < product; ++i) {
+      if (product % (i + 1) == 0) table.code[t++] = static_cast<std::uint16_t>(i << 8 | (product / (i + 1) - 1));
+    }
+  }
+  return table;
+}
+
+// In global memory (read through the L1): the lanes of a warp read 32 different entries at once,
+// which the constant cache would serialise.
+__device__ constexpr PairTable kPairTable = make_pair_table();
+
+}  // namespace sdm::cuda::topk

@@ -1,0 +1,80 @@
+// register_backward.cu - the product-key top-k backward, keys in registers: the kernel and its
+// launcher (the row's math, decomposition and numerics: register_scatter.cuh).
+//
+// Grid: one warp per row, 8 rows per 256-thread CTA; instantiated per score dtype and per KMAX in
+// {32, 64, 128} (kk <= KMAX). Shared memory: ScatterLists<KMAX> per warp (1 KB at KMAX 128).
+#include "cuda/topk/register_backward.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/topk/register_scatter.cuh"
+
+namespace sdm::cuda {
+namespace {
+
+constexpr int kRowsPerBlock = 8;
+
+struct RegisterBackwardParams {
+  const std::int64_t* slots;
+  const void* grad_values;
+  void* grad_raw;
+  std::int64_t rows;
+  int factors, selected;
+  std::int64_t width, num_slots;
+  std::uint32_t dims[kMaxProductKeyFactors];
+};
+
+template <typename S, int KMAX>
+__global__ void __launch_bounds__(32 * kRowsPerBlock) register_backward_kernel(RegisterBackwardParams p) {
+  __shared__ topk::ScatterLists<KMAX> lists[kRowsPerBlock];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + warp;
+  if (row >= p.rows) return;
+  using Storage = typename S::Storage;
+  const topk::ScatterRow shape{p.dims, p.factors, p.selected, p.width, p.num_slots};
+  topk::scatter_row<S, KMAX>(shape, p.slots + row * p.selected,
+                             static_cast<const Storage*>(p.grad_values) + row * p.selected,
+                             static_cast<Storage*>(p.grad_raw) + row * p.width, lists[warp], lane);
+}
+
+template <typename S>
+void launch_for_k(const RegisterBackwardParams& p, cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (p.selected <= 32) return register_backward_kernel<S, 32><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
+  if (p.selected <= 64) return register_backward_kernel<S, 64><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
+  register_backward_kernel<S, 128><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
+}
+
+}  // namespace
+
+bool register_backward_fits(const core::ProductKeyPlan& plan) {
+  if (plan.selected > 128) return false;
+  for (const auto w : plan.dims) {
+    if (w > (std::int64_t{1} << 24)) return false;
+  }
+  return plan.dtype == DType::f32 || plan.dtype == DType::bf16 || plan.dtype == DType::f16;
+}
+
+void register_backward(const core::ProductKeyPlan& plan, const TensorRef& slots, const TensorRef& grad_values,
+                       const TensorRef& grad_raw, void* cuda_stream) {
+  RegisterBackwardParams p{};
+  p.slots = slots.data_as<const std::int64_t>();
+  p.grad_values = grad_values.data;
+  p.grad_raw = grad_raw.data;
+  p.rows = plan.rows;
+  p.factors = static_cast<int>(plan.dims.size());
+  p.selected = static_cast<int>(plan.selected);
+  p.width = plan.width;
+  p.num_slots = plan.slots;
+  for (std::size_t f = 0; f < plan.dims.size(); ++f) p.dims[f] = static_cast<std::uint32_t>(plan.dims[f]);
+  const cudaStream_t stream = stream_of(cuda_stream);
+  if (plan.dtype == DType::f32) launch_for_k<topk::F32Scores>(p, stream);
+  else if (plan.dtype == DType::bf16) launch_for_k<topk::BF16Scores>(p, stream);
+  else launch_for_k<topk::F16Scores>(p, stream);
+  check_launch("register_backward_kernel");
+}
+
+}  // namespace sdm::cuda

@@ -1,0 +1,98 @@
+// register_sort.cuh - bitonic networks over keys held in registers by one warp, for the
+// product-key top-k forward (register_forward.cu).
+//
+// Layout: a warp holds 32 * M keys, lane l's x[r] being element g = l * M + r (M a power of two).
+// Steps of distance d < M stay inside a lane (compile-time register indices); steps of distance
+// d >= M exchange x[r] with lane l ^ (d / M) by one shuffle per key.
+//   sort_runs(x, run, descending)   sorts every run of `run` consecutive elements (a power of two,
+//                                   M <= run <= 32 M) in one direction
+//   keep_top_half(x, run)           runs sorted descending -> every run holds the `run` largest keys
+//                                   of the whole warp, sorted descending (log2(32 M / run) rounds
+//                                   of "max against the reversed neighbour run, then a bitonic
+//                                   clean"; the runs end up identical)
+// Both are inlined: called with a constant `run`, every loop unrolls and every direction folds.
+// Keys are unsigned integers compared as such; equal keys are interchangeable, so the networks
+// need no stability. Every lane of the warp must take part (full-mask shuffles).
+#pragma once
+
+#include <cstdint>
+
+namespace sdm::cuda::topk {
+
+inline constexpr unsigned kFullMask = 0xffffffffu;
+
+template <typename K>
+__device__ __forceinline__ void order_in_lane(K& lo, K& hi, bool descending) {
+  const K a = lo, b = hi;
+  const K big = a > b ? a : b, small = a > b ? b : a;
+  lo = descending ? big : small;
+  hi = descending ? small : big;
+}
+
+// One compare-exchange step at distance d >= M: lane ^ lanes is the partner, the lower lane of the
+// pair keeps the larger key when descending.
+template <int M, typename K>
+__device__ __forceinline__ void step_across_lanes(K (&x)[M], int lanes, bool descending, int lane) {
+  const bool keep_big = ((lane & lanes) == 0) == descending;
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    const K y = __shfl_xor_sync(kFullMask, x[r], lanes);
+    x[r] = keep_big ? (x[r] > y ? x[r] : y) : (x[r] < y ? x[r] : y);
+  }
+}
+
+// The steps of distance M/2 .. 1 of one merge, all pairs in `descending` direction.
+template <int M, typename K>
+__device__ __forceinline__ void steps_in_lane(K (&x)[M], bool descending) {
+#pragma unroll
+  for (int d = M / 2; d >= 1; d /= 2) {
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      if ((r & d) == 0) order_in_lane(x[r], x[r + d], descending);
+    }
+  }
+}
+
+template <int M, typename K>
+__device__ __forceinline__ void sort_runs(K (&x)[M], int run, bool descending, int lane) {
+  // Blocks of size s < M: inside the lane; block b of size s runs in `descending` direction for
+  // even b and the other way for odd b (so pairs of blocks are bitonic), all of them at s == run.
+#pragma unroll
+  for (int s = 2; s <= M; s *= 2) {
+    if (s > run) break;
+#pragma unroll
+    for (int d = s / 2; d >= 1; d /= 2) {
+#pragma unroll
+      for (int r = 0; r < M; ++r) {
+        if ((r & d) == 0) {
+          const bool odd_block = (s < M ? (r & s) != 0 : (lane & 1) != 0) && s < run;
+          order_in_lane(x[r], x[r + d], descending != odd_block);
+        }
+      }
+    }
+  }
+  for (int s = 2 * M; s <= run; s *= 2) {
+    const bool odd_block = (lane & (s / M)) != 0 && s < run;
+    const bool dir = descending != odd_block;
+    for (int d = s / 2; d >= M; d /= 2) step_across_lanes(x, d / M, dir, lane);
+    steps_in_lane(x, dir);
+  }
+}
+
+template <int M, typename K>
+__device__ __forceinline__ void keep_top_half(K (&x)[M], int run, int lane) {
+  for (int block = 2 * run; block <= 32 * M; block *= 2) {
+    // Lane l's partner is the mirror lane of the block: element g meets element block - 1 - g,
+    // that is, the mirror run reversed; the max of a descending and an ascending run is bitonic.
+    const int mirror = block / M - 1;
+    K y[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) y[r] = __shfl_xor_sync(kFullMask, x[M - 1 - r], mirror);
+#pragma unroll
+    for (int r = 0; r < M; ++r) x[r] = x[r] > y[r] ? x[r] : y[r];
+    for (int d = run / 2; d >= M; d /= 2) step_across_lanes(x, d / M, true, lane);
+    steps_in_lane(x, true);
+  }
+}
+
+}  // namespace sdm::cuda::topk
