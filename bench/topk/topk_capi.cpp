@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <numeric>
 #include <span>
 
 #include "core/product_key_plan.hpp"
@@ -42,8 +43,7 @@ int sdm_topk_forward(const void* raw, int dtype, std::int64_t rows, std::int64_t
                      int error_size) {
   try {
     const std::span<const std::int64_t> d(dims, static_cast<std::size_t>(factors));
-    std::int64_t width = 0;
-    for (const auto w : d) width += w;
+    const std::int64_t width = std::accumulate(d.begin(), d.end(), std::int64_t{0});
     const auto t = score_dtype(dtype);
     const sdm::TensorRef raw_ref = matrix(const_cast<void*>(raw), t, rows, width, row_stride);
     const auto plan = sdm::core::plan_product_key_topk(raw_ref, d, k);
@@ -61,8 +61,7 @@ int sdm_topk_backward(const std::int64_t* slots, const void* grad_values, int dt
                       int error_size) {
   try {
     const std::span<const std::int64_t> d(dims, static_cast<std::size_t>(factors));
-    std::int64_t width = 0;
-    for (const auto w : d) width += w;
+    const std::int64_t width = std::accumulate(d.begin(), d.end(), std::int64_t{0});
     const auto t = score_dtype(dtype);
     const sdm::TensorRef slots_ref = matrix(const_cast<std::int64_t*>(slots), sdm::DType::i64, rows, kk, kk);
     const sdm::TensorRef grad_ref = matrix(const_cast<void*>(grad_values), t, rows, kk, kk);
