@@ -33,8 +33,11 @@
 namespace sdm::cuda {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kMinBlocks = 3;  // at most 80 registers a thread: 24 warps an SM
+// Small CTAs: a CTA holds its SM's warp slots until its slowest warp is done, and most positions
+// exit after one load while their group's worker walks its row; with 4 warps a CTA the slots
+// come back sooner (docs/performance.md).
+constexpr int kWarps = 4;
+constexpr int kMinBlocks = 24 / kWarps;  // at most 80 registers a thread: 24 warps an SM
 
 using namespace slot_side;
 
@@ -183,7 +186,7 @@ __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Pha
   read_split_group<kVec>(grad, bank, reads, hd, steps, member, members, lane);
 }
 
-// slot_groups_backward in detail. Grid (P, (C*W + C*R) / 8), one warp per sorted position of chunk n:
+// slot_groups_backward in detail. Grid (P, (C*W + C*R) / kWarps), one warp per sorted position of chunk n:
 // first the C*W sorted write positions, then the C*R sorted read positions. The warp at a write
 // group's first position is its slot's worker: the write side, and, when the chunk also reads the
 // slot, the read side in the same walk over the row, with M0 = the decoded pre it already holds

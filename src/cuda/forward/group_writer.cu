@@ -12,7 +12,7 @@
 //          core/snapshot_quant.hpp (scale from the row's amax, codes from the fast quotient on bf16
 //          rows, the IEEE division on f32 rows): the bytes and scale core::quantize_row gives.
 // Parallel decomposition: one warp per sorted write position of the step (a 1-D grid of P blocks
-//   of ceil(C*W / 8) CTAs). The row is cut into pieces of 32*kVec columns (lane l owns columns
+//   of ceil(C*W / kWarps) CTAs). The row is cut into pieces of 32*kVec columns (lane l owns columns
 //   l*kVec of each, 16-byte accesses when kVec == 8); a group of g entries in the chunk shares
 //   them among its first w = min(g, pieces, split limit) warps: the warp at the group's j-th
 //   position (j < w) owns pieces j, j + w, j + 2w, ... and walks the whole group for them; the
@@ -39,7 +39,10 @@
 namespace sdm::cuda {
 namespace {
 
-constexpr int kWarps = 8;
+// 4 warps a CTA: a CTA holds its SM's warp slots until its slowest warp is done, and most
+// positions exit after one load (docs/performance.md).
+constexpr int kWarps = 4;
+constexpr int kMinBlocks = 24 / kWarps;  // at most 80 registers a thread: 24 warps an SM
 
 // Row pieces (of 32*kVec columns) a warp holds in registers at once.
 template <int kVec>
@@ -133,7 +136,7 @@ __device__ __forceinline__ int position_in_group(const std::uint64_t* __restrict
 // 1024 resp. 256), else from a first read of the row; lane 0 stores the scale. int4 with kVec == 1
 // pairs the adjacent columns of lanes 2j, 2j+1 by a shuffle.
 template <typename E, int kVec, SnapshotQuant kMode>
-__global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, 3))
+__global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, kMinBlocks))
     write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti, std::int64_t ahead, int split_limit) {
   constexpr int kHeld = kHeldPieces<kVec>;
   constexpr int kPiece = 32 * kVec;  // columns of one piece (the whole warp)
