@@ -38,6 +38,8 @@ namespace {
 // come back sooner (docs/performance.md).
 constexpr int kWarps = 4;
 constexpr int kMinBlocks = 24 / kWarps;  // at most 80 registers a thread: 24 warps an SM
+static_assert((2 * kMaxChunk * kMaxWidth + kWarps - 1) / kWarps <= 65535,
+              "a chunk's C*W + C*R positions fit the grid's y dimension");
 
 using namespace slot_side;
 
