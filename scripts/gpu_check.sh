@@ -130,6 +130,7 @@ writer_split_rc=0
 fuzz_rc=0
 tests_no_pdl_rc=0
 backward_no_pdl_rc=0
+backward_staged_rc=0
 py_tests_rc=0
 if [ "$tests" = 1 ]; then
   phase "C++ GPU tests"
@@ -162,6 +163,12 @@ if [ "$tests" = 1 ]; then
   tests_no_pdl_rc=$?
   SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1 "$build/tests/gpu/sdm_gpu_backward_tests" >"$out/backward_tests_no_pdl.log" 2>&1
   backward_no_pdl_rc=$?
+  # The backward with the staged slot walk wherever it fits (the automatic choice takes it only
+  # at large shapes, src/cuda/backward/slots_staged.cu): the same suite, the same bits.
+  phase "C++ GPU backward tests with the staged slot walk (SDM_CUDA_SLOT_WALK=staged)"
+  SDM_CUDA_SLOT_WALK=staged "$build/tests/gpu/sdm_gpu_backward_tests" >"$out/backward_tests_staged.log" 2>&1
+  backward_staged_rc=$?
+  echo "staged slot walk: backward rc $backward_staged_rc ($(tail -1 "$out/backward_tests_staged.log"))"
   echo "without PDL, split steps: forward rc $tests_no_pdl_rc ($(tail -1 "$out/tests_no_pdl.log")), backward rc" \
     "$backward_no_pdl_rc ($(tail -1 "$out/backward_tests_no_pdl.log"))"
   if [ "$torch" = 1 ]; then
@@ -253,6 +260,7 @@ echo "| python package | $package |"
 [ "$tests" = 1 ] && echo "| C++ GPU group-writer split tests | rc $writer_split_rc: $(tail -1 "$out/writer_split_tests.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU top-k tests | rc $topk_rc: $(tail -1 "$out/topk_tests.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU tests, SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1 | rc $tests_no_pdl_rc / $backward_no_pdl_rc: $(tail -1 "$out/tests_no_pdl.log"); $(tail -1 "$out/backward_tests_no_pdl.log") |"
+[ "$tests" = 1 ] && echo "| C++ GPU backward tests, SDM_CUDA_SLOT_WALK=staged | rc $backward_staged_rc: $(tail -1 "$out/backward_tests_staged.log") |"
 [ "$tests" = 1 ] && [ "$torch" = 1 ] && echo "| Python GPU tests | rc $py_tests_rc: $(tail -1 "$out/python_tests.log") |"
 [ "$tests" = 1 ] && [ "$torch" = 1 ] && echo "| Python fuzz, CUDA case | rc $fuzz_rc: $(grep -E 'passed|failed' "$out/fuzz_cuda.log" | tail -1) |"
 printf "%s" "$sanitizer_summary"
@@ -265,7 +273,7 @@ fi
 # The exit status: non-zero when any phase that ran failed (the package's build falling back
 # to the staged CMake build counts as a failure too: the pip install is what users run).
 failed=""
-for name in tests_rc backward_rc sort_rc repeated_rc slot_split_rc writer_split_rc topk_rc tests_no_pdl_rc backward_no_pdl_rc py_tests_rc fuzz_rc sanitizer_rc \
+for name in tests_rc backward_rc sort_rc repeated_rc slot_split_rc writer_split_rc topk_rc tests_no_pdl_rc backward_no_pdl_rc backward_staged_rc py_tests_rc fuzz_rc sanitizer_rc \
             bench_rc py_bench_rc; do
   [ "${!name}" = 0 ] || failed+=" ${name%_rc}"
 done

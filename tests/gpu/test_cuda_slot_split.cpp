@@ -9,9 +9,10 @@
 //    element path), G = W, both G-row dtypes (grad_bank_fp32), snapshot modes; a write group of
 //    C*W entries (one slot named by every lane of every token, validate = false) and a read group
 //    of C*R entries (every read lane reads the slot every token writes), both at hd > 256.
-// 2. Bitwise: every gradient and the restored bank bitwise equal whether at most 1, 2, 3 or any
-//    number of warps share a group (sdm::cuda::set_slot_split_warps, the test knob), in every
-//    snapshot mode and for both bank dtypes; two runs equal.
+// 2. Bitwise: every gradient and the restored bank bitwise equal whether the per-position kernel
+//    lets at most 1, 2, 3 or any number of warps share a group (sdm::cuda::set_slot_split_warps)
+//    or the staged walk (slots_staged.cu, token rows in shared memory; set_slot_walk) runs, in
+//    every snapshot mode and for both bank dtypes; two runs equal.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -72,7 +73,7 @@ struct SplitRun {
     final_bank = dp.memory.to_host();
   }
 
-  GradRun backward(int cap, DType grad_memory) {
+  GradRun backward(int cap, DType grad_memory, cuda::SlotWalk walk = cuda::SlotWalk::automatic) {
     dp.memory.copy_from(final_bank);
     DeviceTensor memory(grad_memory, pb.memory.sizes()), k_val(DType::f32, pb.k_val.sizes()),
         v(DType::f32, pb.v.sizes()), beta(DType::f32, pb.beta.sizes()), g(DType::f32, pb.g.sizes()),
@@ -82,9 +83,11 @@ struct SplitRun {
     grads.memory = memory.ref(), grads.k_val = k_val.ref(), grads.v = v.ref();
     grads.beta = beta.ref(), grads.g = g.ref(), grads.q_val = q_val.ref();
     cuda::set_slot_split_warps(cap);
+    cuda::set_slot_walk(walk);
     write_read_backward(dp.args(), saved.ref(), dy.ref(), d_final.ref(), grads, opt);
     sync();
     cuda::set_slot_split_warps(0);
+    cuda::set_slot_walk(cuda::SlotWalk::automatic);
     GradRun out;
     out.memory = memory.to_host(), out.k_val = k_val.to_host(), out.v = v.to_host();
     out.beta = beta.to_host(), out.g = g.to_host(), out.q_val = q_val.to_host();
@@ -111,18 +114,28 @@ WriteReadOptions options_of(const Case& c) {
   return o;
 }
 
-// Caps 1, 2, 3 and none: bitwise the same gradients and restored bank (also two runs of "none").
-void expect_cap_invariant(SplitRun& run, const GradRun& free_run, DType grad_memory) {
-  for (int cap : {1, 2, 3, 0}) {
-    const GradRun capped = run.backward(cap, grad_memory);
-    bool equal = capped.bank_after.bitwise_equal(free_run.bank_after);
+// Both walks (the per-position kernel at caps 1, 2, 3 and none, the staged walk where it fits)
+// against the automatic choice: bitwise the same gradients and restored bank.
+void expect_walk_invariant(SplitRun& run, const GradRun& free_run, DType grad_memory) {
+  struct Variant {
+    cuda::SlotWalk walk;
+    int cap;
+    std::string name;
+  };
+  const Variant variants[] = {{cuda::SlotWalk::per_position, 1, "per-position walk, at most 1 warp a group"},
+                              {cuda::SlotWalk::per_position, 2, "per-position walk, at most 2 warps a group"},
+                              {cuda::SlotWalk::per_position, 3, "per-position walk, at most 3 warps a group"},
+                              {cuda::SlotWalk::per_position, 0, "per-position walk, any number of warps a group"},
+                              {cuda::SlotWalk::staged, 0, "staged walk"}};
+  for (const Variant& v : variants) {
+    const GradRun other = run.backward(v.cap, grad_memory, v.walk);
+    bool equal = other.bank_after.bitwise_equal(free_run.bank_after);
     std::string differing;
-    const auto a = views(capped), b = views(free_run);
+    const auto a = views(other), b = views(free_run);
     for (std::size_t k = 0; k < a.size(); ++k) {
       if (!a[k].tensor.bitwise_equal(b[k].tensor)) equal = false, differing += std::string(" ") + a[k].name;
     }
-    expect(equal, "at most " + (cap == 0 ? std::string("any number of") : std::to_string(cap)) +
-                      " warps a group: gradients and restored bank bitwise equal" +
+    expect(equal, v.name + ": gradients and restored bank bitwise equal to the automatic walk's" +
                       (differing.empty() ? "" : " (differ:" + differing + ")"));
   }
 }
@@ -156,7 +169,7 @@ void split_case(const Problem& pb, const Case& c) {
   for (std::size_t k = 0; k < g.size(); ++k) {
     expect_error_at_most(rel_error(g[k].tensor, e[k].tensor), cpu_tol, std::string("grad ") + g[k].name + " vs CPU engine");
   }
-  expect_cap_invariant(run, got, grad_memory);
+  expect_walk_invariant(run, got, grad_memory);
 }
 
 // Token n's write lane 0 takes `slot`; a lane of the token already holding it takes lane 0's
@@ -260,6 +273,7 @@ void test_read_group_of_every_read() {
 
 // A small case for compute-sanitizer: both paths, a partial step, caps included.
 void test_small() {
+  expect(cuda::staged_slot_walk_fits(16), "the staged walk fits chunk size 16 (so these tests run it)");
   Case c{spec_of(1, 32, 4, 4, 520, 6, 1, DType::bf16, 86), 16};
   split_case(make_problem(c.spec), c);
 }

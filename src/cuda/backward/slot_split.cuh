@@ -20,6 +20,8 @@
 // run transposed over two or four dots at once, bitwise the same); the
 // entry kernels add the steps in step order (sum_steps): bits independent of g', of the warps per
 // CTA and of the SM count. With hd <= 256 (one step) every dot equals the whole-row warp dot.
+// The one-step bodies (write_group_step, read_group_step) take the token pieces as TokenPieces, so
+// the staged walk (slots_staged.cu) runs them on rows in shared memory.
 #pragma once
 
 #include <cstdint>
@@ -38,11 +40,22 @@ __device__ __forceinline__ int split_members(int positions, std::int64_t steps, 
   return members > 0 ? members : 1;
 }
 
-// The read side of one column piece for reads 0 .. size-1 (M0's piece m0): dq_w's step partials
-// (stored at plane `step`) and the read sum into sum (+0 on entry). Two entries at
-// a time: their dy pieces are loaded before either is used.
+// Where one column piece of a chunk's token rows lies for one lane: the piece of the token whose
+// row offset is `row` (an entry's row: i times the rows' stride) is at delta + row, du + row,
+// dy + row. From the step rows in global memory (stride hd, pointers at column c0) or from a
+// column step staged in shared memory (stride kWarpCols, pointers at the lane's 8 columns;
+// slots_staged.cu): the same values either way.
+struct TokenPieces {
+  const float* delta;
+  const float* du;
+  const float* dy;
+};
+
+// The read side of one column piece for reads 0 .. size-1 (M0's piece m0; the dy pieces at
+// dy + row): dq_w's step partials (stored at plane `step`) and the read sum into sum (+0 on
+// entry). Two entries at a time: their dy pieces are loaded before either is used.
 template <bool kVec>
-__device__ __forceinline__ void read_step(const ReadGroup& reads, bool active, int c0, int rest, int valid,
+__device__ __forceinline__ void read_step(const ReadGroup& reads, const float* dy, bool active, int rest, int valid,
                                           const float (&m0)[kLaneCols], int step, float (&sum)[kLaneCols],
                                           int lane) {
   for (int j = 0; j < reads.size; j += 2) {
@@ -51,8 +64,8 @@ __device__ __forceinline__ void read_step(const ReadGroup& reads, bool active, i
     const ReadEntry r1 = two ? group_read(reads, j + 1) : r0;
     float y0[kLaneCols] = {}, y1[kLaneCols] = {};
     if (active) {
-      load_piece<kVec>(reads.dy + r0.row + c0, 0, rest, y0);
-      if (two) load_piece<kVec>(reads.dy + r1.row + c0, 0, rest, y1);
+      load_piece<kVec>(dy + r0.row, 0, rest, y0);
+      if (two) load_piece<kVec>(dy + r1.row, 0, rest, y1);
     }
     float dot0 = 0.0f, dot1 = 0.0f;
     add_read(r0.q_w, y0, valid, m0, dot0, sum);
@@ -63,118 +76,138 @@ __device__ __forceinline__ void read_step(const ReadGroup& reads, bool active, i
   }
 }
 
-// The write group's steps of member `member` of `members` (mine: lane l < size holds entry l;
-// group_keys: the group's sorted keys; reads: the slot's read group, size 0 if unread).
+// Column step s of a write group (mine: lane l < size holds entry l; group_keys: the group's
+// sorted keys; reads: the slot's read group, size 0 if unread; pieces: the token pieces of step s
+// for this lane): the dots' step partials at plane s, G's and the bank's pieces of the step.
+template <SnapshotQuant kMode, bool kVec, typename E, typename Gt>
+__device__ __forceinline__ void write_group_step(const WriteRows<E, Gt>& rows, const WriteEntry& mine,
+                                                 const WriteEntrySource& src, const std::uint64_t* group_keys,
+                                                 int size, const ReadGroup& reads, const TokenPieces& pieces, int hd,
+                                                 int s, int lane) {
+  SnapshotRows snapshot = rows.snapshot;
+  snapshot.mode = kMode;  // known here too: load_snapshot_piece keeps one decoder
+  const int c0 = s * kWarpCols + lane * kLaneCols, rest = hd - c0;
+  const bool active = c0 < hd;
+  float g[kLaneCols] = {}, pre[kLaneCols] = {}, acc[kLaneCols];
+  PackedRow<E, kLaneCols> saved_bits{};
+  int valid = 0;
+  if (active) {
+    valid = load_piece<kVec>(rows.grad + c0, 0, rest, g);
+    if constexpr (kMode == SnapshotQuant::none && kVec) {
+      load_packed(static_cast<const E*>(snapshot.payload) + c0, saved_bits);
+      unpack(saved_bits, pre);
+    } else {
+      load_snapshot_piece<kVec, E>(snapshot, 0, c0, hd, pre);
+    }
+  }
+  float lambda_dot = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kLaneCols; ++k) {
+    if (k < valid) lambda_dot = fmaf(g[k], pre[k], lambda_dot);
+    acc[k] = rows.decay * g[k];
+  }
+  // Entries two at a time: their delta and dU pieces are loaded before either is used.
+  for (int b = 0; b < size; b += 2) {
+    const bool two = b + 1 < size;
+    const WriteEntry e0 = group_entry(mine, b, src, group_keys);
+    const WriteEntry e1 = two ? group_entry(mine, b + 1, src, group_keys) : e0;
+    float d0[kLaneCols] = {}, u0[kLaneCols] = {}, d1[kLaneCols] = {}, u1[kLaneCols] = {};
+    if (active) {
+      load_piece<kVec>(pieces.delta + e0.row, 0, rest, d0);
+      load_piece<kVec>(pieces.du + e0.row, 0, rest, u0);
+      if (two) {
+        load_piece<kVec>(pieces.delta + e1.row, 0, rest, d1);
+        load_piece<kVec>(pieces.du + e1.row, 0, rest, u1);
+      }
+    }
+    float dots[4] = {};
+#pragma unroll
+    for (int k = 0; k < kLaneCols; ++k) {
+      const float ret = e0.scale * u0[k];
+      if (k < valid) {
+        dots[0] = fmaf(d0[k], g[k], dots[0]);
+        dots[1] = fmaf(ret, pre[k], dots[1]);
+      }
+      acc[k] = fmaf(e0.k_eff, ret, acc[k]);
+    }
+    if (two) {
+#pragma unroll
+      for (int k = 0; k < kLaneCols; ++k) {
+        const float ret = e1.scale * u1[k];
+        if (k < valid) {
+          dots[2] = fmaf(d1[k], g[k], dots[2]);
+          dots[3] = fmaf(ret, pre[k], dots[3]);
+        }
+        acc[k] = fmaf(e1.k_eff, ret, acc[k]);
+      }
+    }
+    // Lanes 0, 8 hold entry b's dc, dk_eff; lanes 16, 24 entry b + 1's.
+    const float total = warp_sum4_to_lanes(dots[0], dots[1], dots[2], dots[3], lane);
+    if (lane == 0) rows.dc.at(s, b) = total;
+    if (lane == 8) rows.dk_eff.at(s, b) = total;
+    if (two && lane == 16) rows.dc.at(s, b + 1) = total;
+    if (two && lane == 24) rows.dk_eff.at(s, b + 1) = total;
+  }
+  lambda_dot = warp_sum(lambda_dot);
+  if (lane == 0) rows.dlambda.at(s, 0) = lambda_dot;
+  if (reads.size > 0) {
+    float sum[kLaneCols] = {};
+    read_step<kVec>(reads, pieces.dy, active, rest, valid, pre, s, sum, lane);
+#pragma unroll
+    for (int k = 0; k < kLaneCols; ++k) acc[k] = acc[k] + sum[k];
+  }
+  if (active) {
+    store_piece_cvt<kVec>(rows.grad + c0, 0, rest, acc);
+    if constexpr (kMode == SnapshotQuant::none && kVec) {
+#pragma unroll
+      for (int k = 0; k < PackedRow<E, kLaneCols>::kWords / 4; ++k) {
+        reinterpret_cast<uint4*>(rows.bank + c0)[k] = make_uint4(saved_bits.w[4 * k], saved_bits.w[4 * k + 1],
+                                                                saved_bits.w[4 * k + 2], saved_bits.w[4 * k + 3]);
+      }
+    } else {
+      restore_snapshot_piece<kVec>(snapshot, 0, c0, hd, pre, rows.bank);
+    }
+  }
+}
+
+// The write group's steps of member `member` of `members`, token pieces from the step rows.
 template <SnapshotQuant kMode, bool kVec, typename E, typename Gt>
 __device__ __noinline__ void write_split_group(const WriteRows<E, Gt> rows, const WriteEntry mine,
                                                const WriteEntrySource src, const std::uint64_t* group_keys, int size,
                                                const ReadGroup reads, int hd, int steps, int member, int members,
                                                int lane) {
-  SnapshotRows snapshot = rows.snapshot;
-  snapshot.mode = kMode;  // known here too: load_snapshot_piece keeps one decoder
   for (int s = member; s < steps; s += members) {
-    const int c0 = s * kWarpCols + lane * kLaneCols, rest = hd - c0;
-    const bool active = c0 < hd;
-    float g[kLaneCols] = {}, pre[kLaneCols] = {}, acc[kLaneCols];
-    PackedRow<E, kLaneCols> saved_bits{};
-    int valid = 0;
-    if (active) {
-      valid = load_piece<kVec>(rows.grad + c0, 0, rest, g);
-      if constexpr (kMode == SnapshotQuant::none && kVec) {
-        load_packed(static_cast<const E*>(snapshot.payload) + c0, saved_bits);
-        unpack(saved_bits, pre);
-      } else {
-        load_snapshot_piece<kVec, E>(snapshot, 0, c0, hd, pre);
-      }
-    }
-    float lambda_dot = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kLaneCols; ++k) {
-      if (k < valid) lambda_dot = fmaf(g[k], pre[k], lambda_dot);
-      acc[k] = rows.decay * g[k];
-    }
-    // Entries two at a time: their delta and dU pieces are loaded before either is used.
-    for (int b = 0; b < size; b += 2) {
-      const bool two = b + 1 < size;
-      const WriteEntry e0 = group_entry(mine, b, src, group_keys);
-      const WriteEntry e1 = two ? group_entry(mine, b + 1, src, group_keys) : e0;
-      float d0[kLaneCols] = {}, u0[kLaneCols] = {}, d1[kLaneCols] = {}, u1[kLaneCols] = {};
-      if (active) {
-        load_piece<kVec>(rows.delta + e0.row + c0, 0, rest, d0);
-        load_piece<kVec>(rows.du + e0.row + c0, 0, rest, u0);
-        if (two) {
-          load_piece<kVec>(rows.delta + e1.row + c0, 0, rest, d1);
-          load_piece<kVec>(rows.du + e1.row + c0, 0, rest, u1);
-        }
-      }
-      float dots[4] = {};
-#pragma unroll
-      for (int k = 0; k < kLaneCols; ++k) {
-        const float ret = e0.scale * u0[k];
-        if (k < valid) {
-          dots[0] = fmaf(d0[k], g[k], dots[0]);
-          dots[1] = fmaf(ret, pre[k], dots[1]);
-        }
-        acc[k] = fmaf(e0.k_eff, ret, acc[k]);
-      }
-      if (two) {
-#pragma unroll
-        for (int k = 0; k < kLaneCols; ++k) {
-          const float ret = e1.scale * u1[k];
-          if (k < valid) {
-            dots[2] = fmaf(d1[k], g[k], dots[2]);
-            dots[3] = fmaf(ret, pre[k], dots[3]);
-          }
-          acc[k] = fmaf(e1.k_eff, ret, acc[k]);
-        }
-      }
-      // Lanes 0, 8 hold entry b's dc, dk_eff; lanes 16, 24 entry b + 1's.
-      const float total = warp_sum4_to_lanes(dots[0], dots[1], dots[2], dots[3], lane);
-      if (lane == 0) rows.dc.at(s, b) = total;
-      if (lane == 8) rows.dk_eff.at(s, b) = total;
-      if (two && lane == 16) rows.dc.at(s, b + 1) = total;
-      if (two && lane == 24) rows.dk_eff.at(s, b + 1) = total;
-    }
-    lambda_dot = warp_sum(lambda_dot);
-    if (lane == 0) rows.dlambda.at(s, 0) = lambda_dot;
-    if (reads.size > 0) {
-      float sum[kLaneCols] = {};
-      read_step<kVec>(reads, active, c0, rest, valid, pre, s, sum, lane);
-#pragma unroll
-      for (int k = 0; k < kLaneCols; ++k) acc[k] = acc[k] + sum[k];
-    }
-    if (active) {
-      store_piece_cvt<kVec>(rows.grad + c0, 0, rest, acc);
-      if constexpr (kMode == SnapshotQuant::none && kVec) {
-#pragma unroll
-        for (int k = 0; k < PackedRow<E, kLaneCols>::kWords / 4; ++k) {
-          reinterpret_cast<uint4*>(rows.bank + c0)[k] = make_uint4(saved_bits.w[4 * k], saved_bits.w[4 * k + 1],
-                                                                  saved_bits.w[4 * k + 2], saved_bits.w[4 * k + 3]);
-        }
-      } else {
-        restore_snapshot_piece<kVec>(snapshot, 0, c0, hd, pre, rows.bank);
-      }
-    }
+    const int c0 = s * kWarpCols + lane * kLaneCols;
+    const TokenPieces pieces{rows.delta + c0, rows.du + c0, reads.dy + c0};
+    write_group_step<kMode, kVec>(rows, mine, src, group_keys, size, reads, pieces, hd, s, lane);
   }
 }
 
-// The read-only group's steps of member `member` of `members` (M0 = the bank row, base = G).
+// Column step s of a read-only group (M0 = the bank row, base = G; dy: the lane's dy pieces as
+// in TokenPieces).
+template <bool kVec, typename E, typename Gt>
+__device__ __forceinline__ void read_group_step(Gt* grad, const E* bank, const ReadGroup& reads, const float* dy,
+                                                int hd, int s, int lane) {
+  const int c0 = s * kWarpCols + lane * kLaneCols, rest = hd - c0;
+  const bool active = c0 < hd;
+  float m0[kLaneCols] = {}, base[kLaneCols] = {}, sum[kLaneCols] = {};
+  int valid = 0;
+  if (active) {
+    valid = load_piece<kVec>(bank + c0, 0, rest, m0);
+    load_piece<kVec>(grad + c0, 0, rest, base);
+  }
+  read_step<kVec>(reads, dy, active, rest, valid, m0, s, sum, lane);
+#pragma unroll
+  for (int k = 0; k < kLaneCols; ++k) sum[k] = base[k] + sum[k];
+  if (active) store_piece_cvt<kVec>(grad + c0, 0, rest, sum);
+}
+
+// The read-only group's steps of member `member` of `members`, dy pieces from the step rows.
 template <bool kVec, typename E, typename Gt>
 __device__ __noinline__ void read_split_group(Gt* grad, const E* bank, const ReadGroup reads, int hd, int steps,
                                               int member, int members, int lane) {
   for (int s = member; s < steps; s += members) {
-    const int c0 = s * kWarpCols + lane * kLaneCols, rest = hd - c0;
-    const bool active = c0 < hd;
-    float m0[kLaneCols] = {}, base[kLaneCols] = {}, sum[kLaneCols] = {};
-    int valid = 0;
-    if (active) {
-      valid = load_piece<kVec>(bank + c0, 0, rest, m0);
-      load_piece<kVec>(grad + c0, 0, rest, base);
-    }
-    read_step<kVec>(reads, active, c0, rest, valid, m0, s, sum, lane);
-#pragma unroll
-    for (int k = 0; k < kLaneCols; ++k) sum[k] = base[k] + sum[k];
-    if (active) store_piece_cvt<kVec>(grad + c0, 0, rest, sum);
+    read_group_step<kVec>(grad, bank, reads, reads.dy + s * kWarpCols + lane * kLaneCols, hd, s, lane);
   }
 }
 

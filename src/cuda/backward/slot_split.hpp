@@ -1,16 +1,29 @@
-// slot_split.hpp - the test knob of the backward slot kernel's row split (slot_split.cuh): the
-// most warps that may share one slot group's row. 0 (the default): every position of the group up
-// to one warp per 256-column step. The split never changes a result (each step's dots and G
-// columns are computed the same way whichever warp owns the step), so tests force 1, 2, ... and
-// compare bits. SDM_CUDA_SLOT_WARPS=n in the environment sets the default (read once per process;
-// for A/B runs); set_slot_split_warps overrides it.
+// slot_split.hpp - the test knobs of the backward slot kernels, none of which changes a bit:
+//   slot_split_warps  the most warps that may share one slot group's row in the per-position
+//                     kernel (slot_split.cuh). 0 (the default): every position of the group up
+//                     to one warp per 256-column step. Tests force 1, 2, ... and compare bits.
+//                     SDM_CUDA_SLOT_WARPS=n in the environment sets the default.
+//   slot_walk         which kernel walks the groups: automatic (the staged walk of
+//                     slots_staged.cu where it fits, else the per-position kernel of slots.cu),
+//                     per_position, or staged (where it fits). SDM_CUDA_SLOT_WALK=positions or
+//                     staged in the environment sets the default.
+// The environment is read once per process (for A/B runs); the setters override it; neither is
+// thread-safe against concurrent backward calls.
 #pragma once
+
+#include <cstdint>
 
 namespace sdm::cuda {
 
 // The cap the next backward calls use (0: none).
 int slot_split_warps();
-// Sets the cap (n <= 0: none); not thread-safe against concurrent backward calls.
+// Sets the cap (n <= 0: none).
 void set_slot_split_warps(int n);
+
+enum class SlotWalk { automatic, per_position, staged };
+SlotWalk slot_walk();
+void set_slot_walk(SlotWalk walk);
+// Whether the staged walk's rows for chunk size C (3 x C x 256 f32) fit one CTA on the current device.
+bool staged_slot_walk_fits(std::int64_t chunk_size);
 
 }  // namespace sdm::cuda

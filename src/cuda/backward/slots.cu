@@ -22,7 +22,9 @@
 #include "cuda/backward/slot_reads.cuh"
 #include "cuda/backward/slot_split.cuh"
 #include "cuda/backward/slot_split.hpp"
+#include "cuda/backward/slot_task_data.cuh"
 #include "cuda/backward/slot_writes.cuh"
+#include "cuda/backward/slots_staged.hpp"
 #include "cuda/common/rows.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dependent_launch.cuh"
@@ -44,28 +46,6 @@ static_assert((2 * kMaxChunk * kMaxWidth + kWarps - 1) / kWarps <= 65535,
 using namespace slot_side;
 
 // ---- the two kinds of workers -------------------------------------------------------------------
-
-// A task's single read entry (read group size 1), from the task: no load.
-__device__ __forceinline__ ReadGroup single_read(const SlotTask& task, const float* dy, const DotPlanes& dq_w,
-                                                 std::int64_t hd, std::int64_t R, std::int64_t entry0) {
-  const std::int64_t entry = task.tokens >> 16;
-  ReadGroup reads;
-  reads.dy = dy;
-  reads.dq_w = dq_w;
-  reads.size = 1;
-  reads.mine.row = entry / R * hd;
-  reads.mine.index = entry0 + entry;
-  reads.mine.q_w = task.read_q_w;
-  return reads;
-}
-
-__device__ __forceinline__ int write_size_of(const SlotTask& task) { return task.sizes & ((1 << kReadSizeShift) - 1); }
-__device__ __forceinline__ int read_size_of(const SlotTask& task) { return task.sizes >> kReadSizeShift; }
-
-// The dot planes moved to index e.
-__device__ __forceinline__ DotPlanes planes_at(const DotPlanes& planes, std::int64_t e) {
-  return DotPlanes{planes.base + e, planes.stride};
-}
 
 // The task of the warp at sorted position `at` of a chunk's tasks: a group's worker (member 0), a
 // helper of the worker `member` positions before it (the worker's task replaces its own), or
@@ -125,7 +105,7 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
 
   const int read_size = read_size_of(task);
   if (write_size_of(task) == 1 && read_size <= 1) {
-    const WriteEntry entry{(task.tokens & 0xffffu) * geo.hd, task.write_scale, task.write_k_eff};
+    const WriteEntry entry = single_write(task, geo.hd);
     if (read_size == 1) {
       write_single<true, kMode, kVec>(rows, entry, single_read(task, dy, bb.dq_w, geo.hd, geo.R, n * CR), hd, steps,
                                       lane);
@@ -264,9 +244,14 @@ int& split_cap() {
 int slot_split_warps() { return split_cap(); }
 void set_slot_split_warps(int n) { split_cap() = n > 0 ? n : 0; }
 
-// The snapshot mode (known on the host) becomes a template parameter: no mode switch in the loop.
+// The staged walk where it fits (slots_staged.hpp), else the per-position kernel; the snapshot
+// mode (known on the host) becomes a template parameter: no mode switch in the loop.
 void launch_slot_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
                       std::int64_t ti, cudaStream_t stream) {
+  if (use_staged_slot_walk(geo)) {
+    launch_staged_slot_side(geo, in, p1, bb, ti, stream);
+    return;
+  }
   dispatch(
       [&](auto row, auto grad_row, auto vec, auto mode) {
         launch<typename decltype(row)::type, typename decltype(grad_row)::type, decltype(vec)::value == 8,

@@ -1,0 +1,47 @@
+// slot_task_data.cuh - what a worker of the backward's slot kernels (slots.cu, slots_staged.cu)
+// takes from its SlotTask (backward.hpp): the group sizes, and for a group of at most one write
+// entry and one read entry the entries themselves (no load). Entry rows are token i times
+// `stride`, the stride of the token rows the walk reads (hd in global memory, kWarpCols staged).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/backward/backward.hpp"
+#include "cuda/backward/slot_reads.cuh"
+#include "cuda/backward/slot_writes.cuh"
+
+namespace sdm::cuda::slot_side {
+
+__device__ __forceinline__ int write_size_of(const SlotTask& task) { return task.sizes & ((1 << kReadSizeShift) - 1); }
+__device__ __forceinline__ int read_size_of(const SlotTask& task) { return task.sizes >> kReadSizeShift; }
+
+// Whether the task holds its group's entries: at most one write entry and one read entry.
+__device__ __forceinline__ bool task_holds_entries(const SlotTask& task) {
+  return write_size_of(task) <= 1 && read_size_of(task) <= 1;
+}
+
+// The dot planes moved to index e.
+__device__ __forceinline__ DotPlanes planes_at(const DotPlanes& planes, std::int64_t e) {
+  return DotPlanes{planes.base + e, planes.stride};
+}
+
+// A task's single write entry (write group size 1, task_holds_entries).
+__device__ __forceinline__ WriteEntry single_write(const SlotTask& task, std::int64_t stride) {
+  return WriteEntry{(task.tokens & 0xffffu) * stride, task.write_scale, task.write_k_eff};
+}
+
+// A task's single read entry (read group size 1, task_holds_entries) in every lane's `mine`.
+__device__ __forceinline__ ReadGroup single_read(const SlotTask& task, const float* dy, const DotPlanes& dq_w,
+                                                 std::int64_t stride, std::int64_t R, std::int64_t entry0) {
+  const std::int64_t entry = task.tokens >> 16;
+  ReadGroup reads;
+  reads.dy = dy;
+  reads.dq_w = dq_w;
+  reads.size = 1;
+  reads.mine.row = entry / R * stride;
+  reads.mine.index = entry0 + entry;
+  reads.mine.q_w = task.read_q_w;
+  return reads;
+}
+
+}  // namespace sdm::cuda::slot_side
