@@ -23,8 +23,9 @@
 // --snapshot: the snapshot modes (docs/spec.md §5) of the saving forward and the training step, one row
 // each (default none); per mode the extra device memory of the training step is printed, with its
 // ratio to mode none's and the time's ratio to none's when none is in the list.
-// --digest: after a training step's timed runs, a 64-bit FNV-1a hash of the readings, the saved
-// buffer and the six gradients' bytes, one line per config / pattern / chunk / mode: two builds
+// --digest: after a training step's timed runs, a 64-bit hash of the readings, the saved buffer
+// and the six gradients' bytes (bench/digest.hpp: FNV-1a per 1 MiB block on the host's threads,
+// then over the blocks' hashes), one line per config / pattern / chunk / mode: two builds
 // that must agree bitwise (a kernel change that keeps every f32 chain) print the same digests;
 // then a "digests" line with one hash per tensor (readings, saved, memory, k_val, v, beta, g,
 // q_val), to tell which outputs a change moves.
@@ -46,6 +47,7 @@
 #include "bench_config.hpp"
 #include "core/snapshot_quant.hpp"
 #include "device_tensor.hpp"
+#include "digest.hpp"
 #include "kernel_timeline.hpp"
 #include "sdm/options.hpp"
 #include "sdm/ops.hpp"
@@ -134,18 +136,19 @@ struct Inputs {
 
 // ---- timing and digests -------------------------------------------------------------------
 
-// FNV-1a over the bytes of `tensors` (device memory), in order.
-std::uint64_t digest(std::initializer_list<const DeviceTensor*> tensors) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  std::vector<unsigned char> host;
-  for (const DeviceTensor* t : tensors) {
-    host.resize(t->bytes());
-    cuda_ok(cudaMemcpy(host.data(), t->data(), t->bytes(), cudaMemcpyDeviceToHost), "digest copy");
-    for (const unsigned char byte : host) h = (h ^ byte) * 0x100000001b3ull;
+// The digest of a device tensor's bytes (digest.hpp), copied to the host in pieces of whole blocks.
+std::uint64_t digest_of(const DeviceTensor& t) {
+  constexpr std::size_t kPiece = 256 * bench::BlockDigest::kBlockBytes;
+  bench::BlockDigest d;
+  std::vector<unsigned char> host(std::min(t.bytes(), kPiece));
+  for (std::size_t at = 0; at < t.bytes(); at += kPiece) {
+    const std::size_t n = std::min(kPiece, t.bytes() - at);
+    cuda_ok(cudaMemcpy(host.data(), static_cast<const unsigned char*>(t.data()) + at, n, cudaMemcpyDeviceToHost),
+            "digest copy");
+    d.add(host.data(), n);
   }
-  return h;
+  return d.value();
 }
-
 
 template <typename F>
 double median_ms(int reps, F&& body) {
@@ -312,15 +315,16 @@ void bench_chunked(const Config& c, bench::SlotPattern pattern, std::int64_t chu
       write_read_backward(args, saved.ref(), grad_readings.ref(), TensorRef{}, grads, opt);
     });
     if (digests) {
-      std::printf("digest %s, snapshot %s: %016llx\n", label.c_str(), snapshot_quant_name(mode),
-                  static_cast<unsigned long long>(digest({&in.readings, &saved, &grad_memory, &grad_k_val, &grad_v,
-                                                          &grad_beta, &grad_g, &grad_q_val})));
       const std::pair<const char*, const DeviceTensor*> parts[] = {
           {"readings", &in.readings}, {"saved", &saved}, {"memory", &grad_memory}, {"k_val", &grad_k_val},
           {"v", &grad_v}, {"beta", &grad_beta}, {"g", &grad_g}, {"q_val", &grad_q_val}};
+      std::vector<std::uint64_t> each;
+      for (const auto& part : parts) each.push_back(digest_of(*part.second));
+      std::printf("digest %s, snapshot %s: %016llx\n", label.c_str(), snapshot_quant_name(mode),
+                  static_cast<unsigned long long>(bench::combine_digests(each)));
       std::printf("digests %s, snapshot %s:", label.c_str(), snapshot_quant_name(mode));
-      for (const auto& [name, tensor] : parts) {
-        std::printf(" %s %016llx", name, static_cast<unsigned long long>(digest({tensor})));
+      for (std::size_t k = 0; k < each.size(); ++k) {
+        std::printf(" %s %016llx", parts[k].first, static_cast<unsigned long long>(each[k]));
       }
       std::printf("\n");
     }
