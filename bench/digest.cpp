@@ -11,7 +11,8 @@ namespace {
 constexpr std::uint64_t kFnvBasis = 0xcbf29ce484222325ull;
 constexpr std::uint64_t kFnvPrime = 0x100000001b3ull;
 
-std::uint64_t fnv1a(const unsigned char* data, std::size_t bytes, std::uint64_t h = kFnvBasis) {
+std::uint64_t fnv1a(const unsigned char* data, std::size_t bytes) {
+  std::uint64_t h = kFnvBasis;
   for (std::size_t i = 0; i < bytes; ++i) h = (h ^ data[i]) * kFnvPrime;
   return h;
 }
@@ -42,11 +43,7 @@ void BlockDigest::add(const unsigned char* data, std::size_t bytes, unsigned thr
   closed_ = bytes % kBlockBytes != 0;
 }
 
-std::uint64_t BlockDigest::value() const {
-  std::uint64_t h = kFnvBasis;
-  for (const std::uint64_t block : blocks_) h = fnv1a_word(block, h);
-  return h;
-}
+std::uint64_t BlockDigest::value() const { return combine_digests(blocks_); }
 
 std::uint64_t combine_digests(const std::vector<std::uint64_t>& digests) {
   std::uint64_t h = kFnvBasis;
