@@ -17,6 +17,7 @@
 
 #include "cuda/backward/backward.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_limits.hpp"
 #include "cuda/common/values.cuh"
 
 namespace sdm::cuda {

@@ -28,7 +28,6 @@
 #include "cuda/common/rows.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dependent_launch.cuh"
-#include "cuda/common/dispatch.hpp"
 #include "cuda/common/launch_bounds.cuh"
 #include "cuda/common/prefetch.cuh"
 
@@ -252,12 +251,9 @@ void launch_slot_side(const Geometry& geo, const Inputs& in, const Phase1Buffers
     launch_staged_slot_side(geo, in, p1, bb, ti, stream);
     return;
   }
-  dispatch(
-      [&](auto row, auto grad_row, auto vec, auto mode) {
-        launch<typename decltype(row)::type, typename decltype(grad_row)::type, decltype(vec)::value == 8,
-               decltype(mode)::value>(geo, in, p1, bb, ti, stream);
-      },
-      BankRows{bb.bf16_bank, bb.bf16_grad_rows}, VecWidth{bb.vec8}, Snapshot{bb.snapshot.mode});
+  dispatch_slot_kernel(bb, [&]<typename E, typename Gt, bool kVec, SnapshotQuant kMode>() {
+    launch<E, Gt, kVec, kMode>(geo, in, p1, bb, ti, stream);
+  });
 }
 
 }  // namespace sdm::cuda

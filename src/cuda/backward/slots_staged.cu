@@ -36,7 +36,7 @@
 #include "cuda/backward/slots_staged.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dependent_launch.cuh"
-#include "cuda/common/dispatch.hpp"
+#include "cuda/common/device_limits.hpp"
 #include "cuda/common/prefetch.cuh"
 #include "cuda/common/rows.cuh"
 
@@ -130,18 +130,21 @@ __device__ __forceinline__ DotPlanes plane_of(const DotPlanes& planes, int s) {
   return DotPlanes{planes.base + s * planes.stride, planes.stride};
 }
 
-template <typename E, typename Gt>
+// Asks L2 for the pieces of step s a worker's walk loads from memory: its G piece and its snapshot
+// piece (write group at sorted write position q) or bank piece (read-only group).
+template <typename E, typename Gt, SnapshotQuant kMode>
 __device__ __forceinline__ void prefetch_worker(const Geometry& geo, const BackwardBuffers& bb, const StagedStep& st,
-                                                const SlotTask& task, int q, int lane) {
-  const std::int64_t slot = st.p * geo.sps + task.local;
+                                                std::int32_t local, int q, int lane) {
+  const std::int64_t slot = st.p * geo.sps + local;
   const std::int64_t col0 = static_cast<std::int64_t>(st.s) * kWarpCols;
   const std::int64_t cols = geo.hd - col0 < kWarpCols ? geo.hd - col0 : kWarpCols;
   prefetch_piece(static_cast<const Gt*>(bb.grad_rows) + slot * geo.hd + col0, cols * sizeof(Gt), lane);
   if (q < st.CW) {
-    const std::int64_t piece = bb.snapshot.row_bytes * kWarpCols / geo.hd;  // a hint: about the step's bytes
+    const std::int64_t from = snapshot_step_offset<E, kMode>(st.s), to = snapshot_step_offset<E, kMode>(st.s + 1);
+    const std::int64_t end = to < bb.snapshot.row_bytes ? to : bb.snapshot.row_bytes;
     prefetch_piece(static_cast<const unsigned char*>(bb.snapshot.payload) + (st.n * st.CW + q) * bb.snapshot.row_bytes +
-                       st.s * piece,
-                   piece, lane);
+                       from,
+                   end - from, lane);
   } else {
     prefetch_piece(static_cast<const E*>(bb.bank) + slot * geo.hd + col0, cols * sizeof(E), lane);
   }
@@ -156,7 +159,7 @@ __device__ __forceinline__ void staged_write_group(const Geometry& geo, const In
   WriteRows<E, Gt> rows;
   rows.grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
   rows.bank = static_cast<E*>(bb.bank) + slot * geo.hd;
-  rows.delta = nullptr;  // the staged pieces stand for the step rows
+  rows.delta = nullptr;  // the staged pieces (st) stand for the step rows
   rows.du = nullptr;
   rows.snapshot = bb.snapshot;
   rows.snapshot.mode = kMode;
@@ -214,18 +217,17 @@ __device__ __forceinline__ void staged_read_group(const Geometry& geo, const Pha
   const std::int64_t n = st.n, slot = st.p * geo.sps + task.local;
   Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
   const E* bank = static_cast<const E*>(bb.bank) + slot * geo.hd;
-  ReadGroup reads;
   if (read_size_of(task) == 1) {
     const int col0 = st.s * kWarpCols;
     read_single<kVec>(grad + col0, bank + col0,
                       single_read(task, st.dy, plane_of(bb.dq_w, st.s), kWarpCols, geo.R, n * st.CR), st.hd - col0, 1,
                       lane);
     return;
-  } else {
-    const std::uint64_t* keys = bb.read_keys + n * st.CR;
-    const ReadEntrySource src{p1.q_w, bb.read_layout, kWarpCols, geo.R, n * st.CR};
-    reads = load_read_group(read_size_of(task), lane_key(keys, st.CR, q, lane), keys, q, src, nullptr, bb.dq_w, lane);
   }
+  const std::uint64_t* keys = bb.read_keys + n * st.CR;
+  const ReadEntrySource src{p1.q_w, bb.read_layout, kWarpCols, geo.R, n * st.CR};
+  const ReadGroup reads =
+      load_read_group(read_size_of(task), lane_key(keys, st.CR, q, lane), keys, q, src, nullptr, bb.dq_w, lane);
   read_group_step<kVec>(grad, bank, reads, st.pieces.dy, st.hd, st.s, lane);
 }
 
@@ -273,7 +275,7 @@ __global__ void __launch_bounds__(kStageThreads, 1)
     const unsigned workers = __ballot_sync(kAllLanes, task.role != kSlotIdle);
     for (unsigned todo = workers; todo != 0; todo &= todo - 1) {
       const int b = __ffs(todo) - 1;
-      prefetch_worker<E, Gt>(geo, bb, st, task_from_lane(task, b), base + b, lane);
+      prefetch_worker<E, Gt, kMode>(geo, bb, st, __shfl_sync(kAllLanes, task.local, b), base + b, lane);
     }
     for (unsigned todo = workers; todo != 0; todo &= todo - 1) {
       const int b = __ffs(todo) - 1;
@@ -284,40 +286,15 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   }
 }
 
-// A device attribute of the current device, asked once per device and attribute kind.
-int device_attribute(cudaDeviceAttr attribute, const char* what) {
-  constexpr int kDevices = 64;
-  static int sms[kDevices] = {}, smem[kDevices] = {};
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), what);
-  int* cache = attribute == cudaDevAttrMultiProcessorCount ? sms : smem;
-  if (device >= kDevices) {
-    int value = 0;
-    check_cuda(cudaDeviceGetAttribute(&value, attribute, device), what);
-    return value;
-  }
-  if (cache[device] == 0) check_cuda(cudaDeviceGetAttribute(&cache[device], attribute, device), what);
-  return cache[device];
-}
-
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
 void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
             std::int64_t ti, cudaStream_t stream) {
   const auto kernel = staged_slot_groups_backward<E, Gt, kVec, kMode>;
   const std::size_t smem = stage_bytes(geo.C);
-  // The dynamic and the static shared memory may pass 48 KiB together: raise the kernel's limit
-  // to the most any call asked (once per size increase).
-  static std::size_t allowed[64] = {};
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "staged slot walk: device");
-  if (device >= 64 || smem > allowed[device]) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-               "cudaFuncSetAttribute (staged_slot_groups_backward shared memory)");
-    if (device < 64) allowed[device] = smem;
-  }
+  allow_dynamic_shared_memory(kernel, smem, "cudaFuncSetAttribute (staged_slot_groups_backward shared memory)");
   // About one CTA an SM over all streams' launches of the step (a share's work is its positions).
   const std::int64_t steps = bb.dot_steps, positions = geo.C * geo.W + geo.C * geo.R;
-  const std::int64_t sms = device_attribute(cudaDevAttrMultiProcessorCount, "staged slot walk: SM count");
+  const std::int64_t sms = multiprocessor_count();
   std::int64_t shares = (sms + geo.P * steps - 1) / (geo.P * steps);
   const std::int64_t most = (positions + kBatch - 1) / kBatch;
   shares = shares < 1 ? 1 : shares > most ? most : shares;
@@ -341,9 +318,7 @@ SlotWalk slot_walk() { return walk_choice(); }
 void set_slot_walk(SlotWalk walk) { walk_choice() = walk; }
 
 bool staged_slot_walk_fits(std::int64_t chunk_size) {
-  const std::size_t most =
-      static_cast<std::size_t>(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "staged slot walk: shared memory"));
-  return stage_bytes(chunk_size) + 1024 <= most;  // the static counter and the runtime's reserve
+  return stage_bytes(chunk_size) + 1024 <= shared_memory_optin();  // the static counter and the runtime's reserve
 }
 
 // The automatic choice. Staging costs about one CTA an SM times 3 C x 256 f32 of L2 reads a step
@@ -354,7 +329,7 @@ bool staged_slot_walk_fits(std::int64_t chunk_size) {
 constexpr std::int64_t kStagedReuse = 16;
 
 bool staged_walk_pays(const Geometry& geo) {
-  const std::int64_t sms = device_attribute(cudaDevAttrMultiProcessorCount, "staged slot walk: SM count");
+  const std::int64_t sms = multiprocessor_count();
   return geo.P * (2 * geo.W + geo.R) * geo.hd >= kStagedReuse * sms * kStagedRows * kWarpCols;
 }
 
@@ -368,12 +343,9 @@ bool use_staged_slot_walk(const Geometry& geo) {
 
 void launch_staged_slot_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
                              const BackwardBuffers& bb, std::int64_t ti, cudaStream_t stream) {
-  dispatch(
-      [&](auto row, auto grad_row, auto vec, auto mode) {
-        launch<typename decltype(row)::type, typename decltype(grad_row)::type, decltype(vec)::value == 8,
-               decltype(mode)::value>(geo, in, p1, bb, ti, stream);
-      },
-      BankRows{bb.bf16_bank, bb.bf16_grad_rows}, VecWidth{bb.vec8}, Snapshot{bb.snapshot.mode});
+  dispatch_slot_kernel(bb, [&]<typename E, typename Gt, bool kVec, SnapshotQuant kMode>() {
+    launch<E, Gt, kVec, kMode>(geo, in, p1, bb, ti, stream);
+  });
 }
 
 }  // namespace sdm::cuda

@@ -1,6 +1,7 @@
 // slots_staged.hpp - which kernel runs the backward's slot side (backward.hpp launch_slot_side):
 // the staged walk (slots_staged.cu, the chunk's token rows of a column step in shared memory)
 // where its rows fit one CTA, else the per-position kernel (slots.cu). Both give the same bits.
+// dispatch_slot_kernel: the template arguments both launchers are instantiated over.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 
 #include "cuda/backward/backward.hpp"
 #include "cuda/backward/slot_split.hpp"
+#include "cuda/common/dispatch.hpp"
 
 namespace sdm::cuda {
 
@@ -16,5 +18,18 @@ namespace sdm::cuda {
 bool use_staged_slot_walk(const Geometry& geo);
 void launch_staged_slot_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
                              const BackwardBuffers& bb, std::int64_t ti, cudaStream_t stream);
+
+// Calls launch.template operator()<E, Gt, kVec, kMode>() once with bb's bank row type E, G row
+// type Gt, vector access (16-byte pieces) and snapshot mode: the host knows them, so each slot
+// kernel is compiled per combination and holds no mode switch in its loops.
+template <typename Launch>
+void dispatch_slot_kernel(const BackwardBuffers& bb, Launch&& launch) {
+  dispatch(
+      [&](auto row, auto grad_row, auto vec, auto mode) {
+        launch.template operator()<typename decltype(row)::type, typename decltype(grad_row)::type,
+                                   decltype(vec)::value == 8, decltype(mode)::value>();
+      },
+      BankRows{bb.bf16_bank, bb.bf16_grad_rows}, VecWidth{bb.vec8}, Snapshot{bb.snapshot.mode});
+}
 
 }  // namespace sdm::cuda

@@ -3,7 +3,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstddef>
 #include <string>
 
 #include "sdm/error.hpp"
@@ -19,15 +18,6 @@ inline void check_cuda(cudaError_t status, const char* what) {
 
 // After a kernel launch: reports a bad launch configuration (not asynchronous faults).
 inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
-
-// Lets `kernel` launch with `bytes` of dynamic shared memory: the opt-in CUDA requires above 48 KB.
-// `what` names the call in the error ("cudaFuncSetAttribute (solve shared memory)").
-template <typename Kernel>
-void allow_dynamic_shared_memory(Kernel kernel, std::size_t bytes, const char* what) {
-  if (bytes > 48 * 1024) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
-  }
-}
 
 // Makes `device` current for the lifetime of the guard.
 class DeviceGuard {

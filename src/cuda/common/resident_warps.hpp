@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_limits.hpp"
 
 namespace sdm::cuda {
 
@@ -25,10 +26,7 @@ std::int64_t resident_warps(int threads, const char* name) {
     check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kKernel, threads, 0), name);
     return count;
   }();
-  int device = 0, sms = 0;
-  check_cuda(cudaGetDevice(&device), name);
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), name);
-  const std::int64_t warps = static_cast<std::int64_t>(sms) * blocks * (threads / 32);
+  const std::int64_t warps = static_cast<std::int64_t>(multiprocessor_count()) * blocks * (threads / 32);
   return warps > 0 ? warps : 1;
 }
 

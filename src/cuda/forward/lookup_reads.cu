@@ -11,6 +11,7 @@
 // Dynamic shared memory (kStaged): the chunk's sorted keys u64 [C*W], then f32(L) [C*W] (staged at
 // group positions only: L is written there alone). Integer searches and one product per read.
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_limits.hpp"
 #include "cuda/common/launch_bounds.cuh"
 #include "cuda/common/values.cuh"
 #include "cuda/forward/chunk_tokens.cuh"

@@ -15,6 +15,7 @@
 // (G = 1).
 #include "core/log_decay.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_limits.hpp"
 #include "cuda/common/launch_bounds.cuh"
 #include "cuda/common/values.cuh"
 #include "cuda/forward/chunk_tokens.cuh"

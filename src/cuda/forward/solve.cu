@@ -8,6 +8,7 @@
 // the same code on global memory.
 #include "core/validate.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_limits.hpp"
 #include "cuda/common/values.cuh"
 #include "cuda/forward/phase1_kernels.hpp"
 
