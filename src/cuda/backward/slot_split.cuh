@@ -172,7 +172,7 @@ __device__ __forceinline__ void write_group_step(const WriteRows<E, Gt>& rows, c
 
 // The write group's steps of member `member` of `members`, token pieces from the step rows.
 template <SnapshotQuant kMode, bool kVec, typename E, typename Gt>
-__device__ __noinline__ void write_split_group(const WriteRows<E, Gt> rows, const WriteEntry mine,
+__device__ __forceinline__ void write_split_group(const WriteRows<E, Gt> rows, const WriteEntry mine,
                                                const WriteEntrySource src, const std::uint64_t* group_keys, int size,
                                                const ReadGroup reads, int hd, int steps, int member, int members,
                                                int lane) {
@@ -204,7 +204,7 @@ __device__ __forceinline__ void read_group_step(Gt* grad, const E* bank, const R
 
 // The read-only group's steps of member `member` of `members`, dy pieces from the step rows.
 template <bool kVec, typename E, typename Gt>
-__device__ __noinline__ void read_split_group(Gt* grad, const E* bank, const ReadGroup reads, int hd, int steps,
+__device__ __forceinline__ void read_split_group(Gt* grad, const E* bank, const ReadGroup reads, int hd, int steps,
                                               int member, int members, int lane) {
   for (int s = member; s < steps; s += members) {
     read_group_step<kVec>(grad, bank, reads, reads.dy + s * kWarpCols + lane * kLaneCols, hd, s, lane);

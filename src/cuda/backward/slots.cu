@@ -38,7 +38,7 @@ namespace {
 // exit after one load while their group's worker walks its row; with 4 warps a CTA the slots
 // come back sooner (docs/performance.md).
 constexpr int kWarps = 4;
-constexpr int kMinBlocks = 24 / kWarps;  // at most 80 registers a thread: 24 warps an SM
+constexpr int kMinBlocks = 16 / kWarps;  // at most 128 registers a thread: 16 warps an SM
 static_assert((2 * kMaxChunk * kMaxWidth + kWarps - 1) / kWarps <= 65535,
               "a chunk's C*W + C*R positions fit the grid's y dimension");
 
@@ -191,9 +191,11 @@ __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Pha
 // switch; row pointers are formed once per walk; in mode "none" the snapshot piece's bits from
 // its one load are stored back into the bank (the bits copy_piece would copy); a bf16 G piece is
 // rounded by store_piece_cvt (the hardware pair conversion, bitwise the integer rounding for
-// every non-NaN value; a piece with a NaN takes store_piece). The split walks run out of line
-// (__noinline__), so the common paths do not keep their state in registers or spill it.
-// At most 80 registers a thread (24 resident warps an SM).
+// every non-NaN value; a piece with a NaN takes store_piece). Registers over occupancy: at most
+// 128 registers a thread (16 resident warps an SM) with the split walks inlined, so no walk
+// spills or passes its state through the stack; measured against 80 registers (24 warps, the
+// split walks out of line), 64 (32) and 48 (40): fewer registers lose at every config
+// (docs/performance.md, stop 34).
 // Rows are disjoint between slots (streams own disjoint rows, a slot forms at most one write and
 // one read group per chunk, and its write group's warps do both), and a column step of a row has
 // one owner, so every bank / G piece and every output element has one writer.
