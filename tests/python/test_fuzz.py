@@ -283,16 +283,23 @@ def _error(got, want, floor: float = 0.0) -> float:
     return (got - want).abs().max().item() / scale
 
 
+def _lossy_snapshot(op, dtype, options) -> bool:
+    """Whether the call's gradients come from a lossy snapshot (bf16 on a bf16 bank is "none")."""
+    if op != "write_read_grad":
+        return False
+    mode = options["snapshot_quant"]
+    return not (mode == "none" or (mode == "bf16" and dtype == torch.bfloat16))
+
+
 def _row_dot_floor(op, dtype, want, options) -> float:
     """The scale the sanity bound of a lossy snapshot's row-dot gradients (ROW_DOT_GRADS) is
     measured against: the largest |entry| of any reference gradient of the call. Their quantisation
     error scales with the restored rows and the bank gradient, not with the result, which can cancel
     to far below it (a fresh example: grad_g 7.6e-4 against 1.65e-3 on the CPU and the GPU alike,
     bank gradient 1.0; docs/numerics.md, "The fuzz test's bounds"). 0 (the plain metric) otherwise."""
-    mode = options["snapshot_quant"] if op == "write_read_grad" else "none"
-    if mode == "none" or (mode == "bf16" and dtype == torch.bfloat16):  # exact, as _tolerances says
+    if not _lossy_snapshot(op, dtype, options):
         return 0.0
-    return max(w.detach().abs().max().item() for w in want[2:] if w is not None and w.numel() > 0)
+    return max(w.detach().abs().max().item() for w in want[2:] if w.numel() > 0)
 
 
 def _forward_floor(problem) -> float:
@@ -309,12 +316,11 @@ def _tolerances(op, dtype, options):
     forward = [FORWARD_TOLERANCE[dtype]] * 2
     if op != "write_read_grad":
         return forward
-    mode = options["snapshot_quant"]
     exact = [BF16_TAIL_TOLERANCE if dtype == torch.bfloat16 and name in BF16_TAIL_GRADS else GRAD_TOLERANCE[dtype]
              for name in GRAD_NAMES]
-    if mode == "none" or (mode == "bf16" and dtype == torch.bfloat16):  # bf16 on a bf16 bank is none
+    if not _lossy_snapshot(op, dtype, options):
         return forward + exact
-    lossy = [max(tol, SNAPSHOT_GRAD_TOLERANCE[mode]) for tol in exact]
+    lossy = [max(tol, SNAPSHOT_GRAD_TOLERANCE[options["snapshot_quant"]]) for tol in exact]
     return forward + [ROW_DOT_LOSSY_TOLERANCE if name in ROW_DOT_GRADS else tol
                       for name, tol in zip(GRAD_NAMES, lossy)]
 
@@ -366,7 +372,7 @@ def check_call(device, op, corruption, call):
         if i < 2:
             error = _error(got_t, want_t, floor)
         else:
-            error = _error(got_t, want_t, row_dot_floor if label[len("grad_"):] in ROW_DOT_GRADS else 0.0)
+            error = _error(got_t, want_t, row_dot_floor if GRAD_NAMES[i - 2] in ROW_DOT_GRADS else 0.0)
         assert error <= tol, (op, label, problem.memory.dtype, options, error, tol)
 
 
