@@ -20,7 +20,9 @@
 //   reads store rnd(G'). One rounding of a G row per chunk (docs/spec.md §3, §4).
 // The slot kernel's row dots (dlambda, dc, dk_eff, dq_w) are stored per 256-column step s, as
 // planes [dot_steps][entries] (DotPlanes); the entry kernels sum a dot's steps in step order
-// (sum_steps): a fixed order, whichever warps computed the steps (slot_split.cuh).
+// (sum_steps): a fixed order, whichever warps computed the steps (slot_split.cuh). On the vector
+// path dc is taken by GWR instead (it holds every entry's G row piece anyway; gather.cu's row
+// dots, the same dot order): dc_in_gwr.
 #pragma once
 
 #include <cstdint>
@@ -85,6 +87,10 @@ constexpr std::int64_t kDotStepCols = 256;
 __host__ __device__ __forceinline__ std::int64_t dot_steps_of(std::int64_t hd) {
   return (hd + kDotStepCols - 1) / kDotStepCols;
 }
+
+// Whether GWR (tokens.cu) computes the dc planes, which the slot kernels then skip: on the vector
+// path (bb.vec8: GWR's column tile is then the dots' 256-column step). Bits are the same either way.
+__host__ __device__ constexpr bool dc_in_gwr(bool vec8) { return vec8; }
 
 // Per-step partials of one row dot, plane s at base + s * stride (stride: the entries of a plane).
 struct DotPlanes {

@@ -53,60 +53,43 @@ struct TokenPieces {
 
 // The read side of one column piece for reads 0 .. size-1 (M0's piece m0; the dy pieces at
 // dy + row): dq_w's step partials (stored at plane `step`) and the read sum into sum (+0 on
-// entry). Two entries at a time: their dy pieces are loaded before either is used.
+// entry, group order). Four entries at a time: their dy pieces are loaded before any is used, and
+// their dots summed in one transposed warp_sum.
 template <bool kVec>
 __device__ __forceinline__ void read_step(const ReadGroup& reads, const float* dy, bool active, int rest, int valid,
                                           const float (&m0)[kLaneCols], int step, float (&sum)[kLaneCols],
                                           int lane) {
-  for (int j = 0; j < reads.size; j += 2) {
-    const bool two = j + 1 < reads.size;
-    const ReadEntry r0 = group_read(reads, j);
-    const ReadEntry r1 = two ? group_read(reads, j + 1) : r0;
-    float y0[kLaneCols] = {}, y1[kLaneCols] = {};
-    if (active) {
-      load_piece<kVec>(dy + r0.row, 0, rest, y0);
-      if (two) load_piece<kVec>(dy + r1.row, 0, rest, y1);
+  constexpr int kPass = 4;
+  for (int j = 0; j < reads.size; j += kPass) {
+    ReadEntry r[kPass];
+    float y[kPass][kLaneCols] = {};
+#pragma unroll
+    for (int t = 0; t < kPass; ++t) {
+      r[t] = j + t < reads.size ? group_read(reads, j + t) : ReadEntry{};
+      if (active && j + t < reads.size) load_piece<kVec>(dy + r[t].row, 0, rest, y[t]);
     }
-    float dot0 = 0.0f, dot1 = 0.0f;
-    add_read(r0.q_w, y0, valid, m0, dot0, sum);
-    if (two) add_read(r1.q_w, y1, valid, m0, dot1, sum);
-    const float total = warp_sum2_to_lanes(dot0, dot1, lane);  // lane 0: entry j's, lane 16: j + 1's
-    if (lane == 0) reads.dq_w.at(step, r0.index) = total;
-    if (two && lane == 16) reads.dq_w.at(step, r1.index) = total;
+    float dots[kPass] = {};
+#pragma unroll
+    for (int t = 0; t < kPass; ++t) {
+      if (j + t < reads.size) add_read(r[t].q_w, y[t], valid, m0, dots[t], sum);
+    }
+    const float total = warp_sum4_to_lanes(dots[0], dots[1], dots[2], dots[3], lane);  // lane 8 t: entry j + t's
+    const int t = lane >> 3;
+    const std::int64_t index = t == 0 ? r[0].index : t == 1 ? r[1].index : t == 2 ? r[2].index : r[3].index;
+    if ((lane & 7) == 0 && j + t < reads.size) reads.dq_w.at(step, index) = total;
   }
 }
 
-// Column step s of a write group (mine: lane l < size holds entry l; group_keys: the group's
-// sorted keys; reads: the slot's read group, size 0 if unread; pieces: the token pieces of step s
-// for this lane): the dots' step partials at plane s, G's and the bank's pieces of the step.
-template <SnapshotQuant kMode, bool kVec, typename E, typename Gt>
-__device__ __forceinline__ void write_group_step(const WriteRows<E, Gt>& rows, const WriteEntry& mine,
-                                                 const WriteEntrySource& src, const std::uint64_t* group_keys,
-                                                 int size, const ReadGroup& reads, const TokenPieces& pieces, int hd,
-                                                 int s, int lane) {
-  SnapshotRows snapshot = rows.snapshot;
-  snapshot.mode = kMode;  // known here too: load_snapshot_piece keeps one decoder
-  const int c0 = s * kWarpCols + lane * kLaneCols, rest = hd - c0;
-  const bool active = c0 < hd;
-  float g[kLaneCols] = {}, pre[kLaneCols] = {}, acc[kLaneCols];
-  PackedRow<E, kLaneCols> saved_bits{};
-  int valid = 0;
-  if (active) {
-    valid = load_piece<kVec>(rows.grad + c0, 0, rest, g);
-    if constexpr (kMode == SnapshotQuant::none && kVec) {
-      load_packed(static_cast<const E*>(snapshot.payload) + c0, saved_bits);
-      unpack(saved_bits, pre);
-    } else {
-      load_snapshot_piece<kVec, E>(snapshot, 0, c0, hd, pre);
-    }
-  }
-  float lambda_dot = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kLaneCols; ++k) {
-    if (k < valid) lambda_dot = fmaf(g[k], pre[k], lambda_dot);
-    acc[k] = rows.decay * g[k];
-  }
-  // Entries two at a time: their delta and dU pieces are loaded before either is used.
+// The entries of a write group at one column piece, two at a time (their delta and dU pieces are
+// loaded before either is used): dc_b = <delta_b, G> and dk_eff_b = <-beta_b dU_b, pre> (step
+// partials at plane s), and G' += k_eff_b (-beta_b dU_b) in entry order.
+template <bool kVec, typename E, typename Gt>
+__device__ __forceinline__ void write_entries_dc_du(const WriteRows<E, Gt>& rows, const WriteEntry& mine,
+                                                    const WriteEntrySource& src, const std::uint64_t* group_keys,
+                                                    int size, const TokenPieces& pieces, bool active, int rest,
+                                                    int valid, const float (&g)[kLaneCols],
+                                                    const float (&pre)[kLaneCols], int s, float (&acc)[kLaneCols],
+                                                    int lane) {
   for (int b = 0; b < size; b += 2) {
     const bool two = b + 1 < size;
     const WriteEntry e0 = group_entry(mine, b, src, group_keys);
@@ -147,6 +130,79 @@ __device__ __forceinline__ void write_group_step(const WriteRows<E, Gt>& rows, c
     if (lane == 8) rows.dk_eff.at(s, b) = total;
     if (two && lane == 16) rows.dc.at(s, b + 1) = total;
     if (two && lane == 24) rows.dk_eff.at(s, b + 1) = total;
+  }
+}
+
+// The same where GWR took dc (backward.hpp dc_in_gwr): only the dU pieces, four entries at a time
+// (loaded before any is used): dk_eff_b's step partials and G' += k_eff_b (-beta_b dU_b) in entry
+// order, the four dots summed in one transposed warp_sum.
+template <bool kVec, typename E, typename Gt>
+__device__ __forceinline__ void write_entries_du(const WriteRows<E, Gt>& rows, const WriteEntry& mine,
+                                                 const WriteEntrySource& src, const std::uint64_t* group_keys,
+                                                 int size, const TokenPieces& pieces, bool active, int rest, int valid,
+                                                 const float (&pre)[kLaneCols], int s, float (&acc)[kLaneCols],
+                                                 int lane) {
+  constexpr int kPass = 4;
+  for (int b = 0; b < size; b += kPass) {
+    WriteEntry e[kPass];
+    float u[kPass][kLaneCols] = {};
+#pragma unroll
+    for (int j = 0; j < kPass; ++j) {
+      e[j] = b + j < size ? group_entry(mine, b + j, src, group_keys) : WriteEntry{};
+      if (active && b + j < size) load_piece<kVec>(pieces.du + e[j].row, 0, rest, u[j]);
+    }
+    float dots[kPass] = {};
+#pragma unroll
+    for (int j = 0; j < kPass; ++j) {
+      if (b + j >= size) continue;
+#pragma unroll
+      for (int k = 0; k < kLaneCols; ++k) {
+        const float ret = e[j].scale * u[j][k];
+        if (k < valid) dots[j] = fmaf(ret, pre[k], dots[j]);
+        acc[k] = fmaf(e[j].k_eff, ret, acc[k]);
+      }
+    }
+    // Lane 8 j holds entry b + j's dk_eff.
+    const float total = warp_sum4_to_lanes(dots[0], dots[1], dots[2], dots[3], lane);
+    const int j = lane >> 3;
+    if ((lane & 7) == 0 && b + j < size) rows.dk_eff.at(s, b + j) = total;
+  }
+}
+
+// Column step s of a write group (mine: lane l < size holds entry l; group_keys: the group's
+// sorted keys; reads: the slot's read group, size 0 if unread; pieces: the token pieces of step s
+// for this lane): the dots' step partials at plane s, G's and the bank's pieces of the step.
+template <SnapshotQuant kMode, bool kVec, typename E, typename Gt>
+__device__ __forceinline__ void write_group_step(const WriteRows<E, Gt>& rows, const WriteEntry& mine,
+                                                 const WriteEntrySource& src, const std::uint64_t* group_keys,
+                                                 int size, const ReadGroup& reads, const TokenPieces& pieces, int hd,
+                                                 int s, int lane) {
+  SnapshotRows snapshot = rows.snapshot;
+  snapshot.mode = kMode;  // known here too: load_snapshot_piece keeps one decoder
+  const int c0 = s * kWarpCols + lane * kLaneCols, rest = hd - c0;
+  const bool active = c0 < hd;
+  float g[kLaneCols] = {}, pre[kLaneCols] = {}, acc[kLaneCols];
+  PackedRow<E, kLaneCols> saved_bits{};
+  int valid = 0;
+  if (active) {
+    valid = load_piece<kVec>(rows.grad + c0, 0, rest, g);
+    if constexpr (kMode == SnapshotQuant::none && kVec) {
+      load_packed(static_cast<const E*>(snapshot.payload) + c0, saved_bits);
+      unpack(saved_bits, pre);
+    } else {
+      load_snapshot_piece<kVec, E>(snapshot, 0, c0, hd, pre);
+    }
+  }
+  float lambda_dot = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kLaneCols; ++k) {
+    if (k < valid) lambda_dot = fmaf(g[k], pre[k], lambda_dot);
+    acc[k] = rows.decay * g[k];
+  }
+  if constexpr (dc_in_gwr(kVec)) {
+    write_entries_du<kVec>(rows, mine, src, group_keys, size, pieces, active, rest, valid, pre, s, acc, lane);
+  } else {
+    write_entries_dc_du<kVec>(rows, mine, src, group_keys, size, pieces, active, rest, valid, g, pre, s, acc, lane);
   }
   lambda_dot = warp_sum(lambda_dot);
   if (lane == 0) rows.dlambda.at(s, 0) = lambda_dot;

@@ -75,7 +75,8 @@ constexpr int kWriteDots = 3;
 
 // The row walk of a write group of one entry (`entry`), read once (kRead: `reads` holds the single
 // read entry in every lane's `mine`, M0 = pre) or not at all: per column step s the dots' step
-// partials (stored at plane s), G rounded once, the bank row restored. Every lane runs every step
+// partials (stored at plane s; dc only where GWR does not take it, backward.hpp dc_in_gwr), G
+// rounded once, the bank row restored. Every lane runs every step
 // (the warp sums need all lanes); lanes past hd load and store nothing. Mode "none"
 // with vector access keeps the snapshot piece's bits from its one load and stores them back into
 // the bank (copy_piece's bits). Lane pointers advance by a column step; `rest` = the columns from
@@ -83,6 +84,7 @@ constexpr int kWriteDots = 3;
 template <bool kRead, SnapshotQuant kMode, bool kVec, typename E, typename Gt>
 __device__ __forceinline__ void write_single(const WriteRows<E, Gt>& rows, const WriteEntry& entry,
                                              const ReadGroup& reads, int hd, int steps, int lane) {
+  constexpr bool kDc = !dc_in_gwr(kVec);  // else GWR took dc (backward.hpp)
   const int first = lane * kLaneCols;
   Gt* grad = rows.grad + first;
   E* bank = rows.bank + first;
@@ -98,7 +100,7 @@ __device__ __forceinline__ void write_single(const WriteRows<E, Gt>& rows, const
       float g[kLaneCols], d[kLaneCols], u[kLaneCols], pre[kLaneCols], acc[kLaneCols], y[kLaneCols];
       PackedRow<E, kLaneCols> saved_bits;
       const int valid = load_piece<kVec>(grad, 0, rest, g);
-      load_piece<kVec>(delta, 0, rest, d);
+      if constexpr (kDc) load_piece<kVec>(delta, 0, rest, d);
       load_piece<kVec>(du, 0, rest, u);
       if constexpr (kMode == SnapshotQuant::none && kVec) {
         load_packed(saved, saved_bits);
@@ -116,7 +118,7 @@ __device__ __forceinline__ void write_single(const WriteRows<E, Gt>& rows, const
       for (int k = 0; k < kLaneCols; ++k) {
         const float ret = entry.scale * u[k];
         if (k < valid) {
-          dots[1] = fmaf(d[k], g[k], dots[1]);
+          if constexpr (kDc) dots[1] = fmaf(d[k], g[k], dots[1]);
           dots[2] = fmaf(ret, pre[k], dots[2]);
         }
         acc[k] = fmaf(entry.k_eff, ret, acc[k]);
@@ -138,13 +140,19 @@ __device__ __forceinline__ void write_single(const WriteRows<E, Gt>& rows, const
         restore_snapshot_piece<kVec>(rows.snapshot, 0, c0, hd, pre, rows.bank);
       }
     }
-    // Lanes 0, 8, 16 (and 24) hold the step's dlambda, dc, dk_eff (and dq_w) partials.
-    const float total = warp_sum4_to_lanes(dots[0], dots[1], dots[2], kRead ? dots[kWriteDots] : 0.0f, lane);
-    if (lane == 0) rows.dlambda.at(s, 0) = total;
-    if (lane == 8) rows.dc.at(s, 0) = total;
-    if (lane == 16) rows.dk_eff.at(s, 0) = total;
-    if constexpr (kRead) {
-      if (lane == 24) reads.dq_w.at(s, reads.mine.index) = total;
+    if constexpr (kDc || kRead) {
+      // Lanes 0, 8, 16 (and 24) hold the step's dlambda, dc (0 if GWR took it), dk_eff (and dq_w).
+      const float total = warp_sum4_to_lanes(dots[0], dots[1], dots[2], kRead ? dots[kWriteDots] : 0.0f, lane);
+      if (lane == 0) rows.dlambda.at(s, 0) = total;
+      if (kDc && lane == 8) rows.dc.at(s, 0) = total;
+      if (lane == 16) rows.dk_eff.at(s, 0) = total;
+      if constexpr (kRead) {
+        if (lane == 24) reads.dq_w.at(s, reads.mine.index) = total;
+      }
+    } else {
+      const float total = warp_sum2_to_lanes(dots[0], dots[2], lane);  // lanes 0, 16: dlambda, dk_eff
+      if (lane == 0) rows.dlambda.at(s, 0) = total;
+      if (lane == 16) rows.dk_eff.at(s, 0) = total;
     }
     grad += kWarpCols, bank += kWarpCols, delta += kWarpCols, du += kWarpCols, saved += kWarpCols;
     if constexpr (kRead) dy += kWarpCols;

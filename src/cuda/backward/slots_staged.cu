@@ -66,14 +66,16 @@ __device__ __forceinline__ void copy_async16(float* shared, const float* global)
 __device__ __forceinline__ void wait_async_copies() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // Copies rows [C, width] at column col0 of chunk rows delta, du, dy (stride hd) into stage
-// ([3][C][kWarpCols]). kVec: 16-byte copies (hd % 8 == 0, aligned rows), else one float each.
+// ([3][C][kWarpCols]; delta only where the walk takes dc, backward.hpp dc_in_gwr). kVec: 16-byte
+// copies (hd % 8 == 0, aligned rows), else one float each.
 template <bool kVec>
 __device__ __forceinline__ void stage_token_rows(float* stage, const float* delta, const float* du, const float* dy,
                                                  int C, int hd, int col0) {
   const int width = hd - col0 < kWarpCols ? hd - col0 : kWarpCols;
   const int unit = kVec ? 4 : 1;
   const int per_row = width / unit, per_rows = C * per_row;
-  for (int at = static_cast<int>(threadIdx.x); at < 3 * per_rows; at += kStageThreads) {
+  constexpr int kFirstRows = dc_in_gwr(kVec) ? 1 : 0;  // skip delta
+  for (int at = static_cast<int>(threadIdx.x) + kFirstRows * per_rows; at < 3 * per_rows; at += kStageThreads) {
     const int which = at / per_rows, rest = at - which * per_rows, i = rest / per_row, c = (rest - i * per_row) * unit;
     const float* rows = which == 0 ? delta : which == 1 ? du : dy;
     const float* from = rows + static_cast<std::int64_t>(i) * hd + col0 + c;

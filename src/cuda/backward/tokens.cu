@@ -1,7 +1,8 @@
 // tokens.cu - the token side of one reverse step of the CUDA backward (docs/spec.md §4: D_w,
 // dU = X^T (D_w + QK^T dy), grad_v), chunks n = ti*P + p of step ti. Kernels, in launch order:
 //   GWR          D_w[p*C+i] = sum_w coef_(i,w) G[s_(i,w)], coef = kappa exp(Lambda - L) (0 when
-//                masked, entry_coefs once per call): the forward's gather (gather.cu) on G, k side.
+//                masked, entry_coefs once per call): the forward's gather (gather.cu) on G, k side;
+//                on the vector path also dc_(i,w) = <delta_i, G[s_(i,w)]> (its row dots, dc_in_gwr).
 //   solve_side   dy = grad_readings as f32 rows (0 for padding) into bb.dy [N*C, hd];
 //                ddelta_j = D_w[j] + sum_{i>=j} QK[i][j] dy_i;  dU_j = sum_{i>=j} X[i][j] ddelta_i;
 //                stores dU (bb.du) and grad_v = beta dU (valid tokens, if requested). Grid
@@ -439,8 +440,10 @@ void launch_entry_coefs(const Geometry& geo, const Phase1Buffers& p1, const Back
 
 void launch_token_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
                        AnyFloat grad_v, std::int64_t ti, cudaStream_t stream) {
+  GatherDots dc;  // <delta_i, G[s]> of every write entry, at its sorted position (backward.hpp: dc_in_gwr)
+  if (dc_in_gwr(bb.vec8)) dc = GatherDots{bb.delta, p1.inv_pos, bb.dc.base, bb.dc.stride};
   launch_weighted_gather(geo, bb.grad_rows, bb.bf16_grad_rows, bb.vec8, GatherSide{p1.k_slot, bb.entry_coef, geo.W},
-                         GatherSide{}, ti, bb.dw, nullptr, stream);
+                         GatherSide{}, ti, bb.dw, nullptr, stream, dc);
 
   dispatch([&](auto cols) { launch_solve_side<decltype(cols)::value>(geo, in, p1, bb, grad_v, ti, stream); },
            TileCols{chunk::tile_cols(geo.hd, geo.p_count)});

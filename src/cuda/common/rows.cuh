@@ -11,8 +11,8 @@
 // the lane's columns in ascending c (f32, RN), then warp_sum's butterfly over the 32 lanes combining
 // lanes that differ in bit 4 first, then 3, 2, 1, 0. Every lane ends with the same value. warp_sums
 // runs that butterfly on several values at once (bitwise the same per value), for kernels that
-// accumulate many dots' lane partials in one walk over a row; warp_sum4_to_lanes and
-// warp_sum2_to_lanes run it transposed (the same totals, fewer shuffles, each in some lanes).
+// accumulate many dots' lane partials in one walk over a row; warp_sum8_to_lanes, warp_sum4_to_lanes
+// and warp_sum2_to_lanes run it transposed (the same totals, fewer shuffles, each in some lanes).
 #pragma once
 
 #include <cstdint>
@@ -131,6 +131,24 @@ __device__ __forceinline__ float warp_sum4_to_lanes(float v0, float v1, float v2
   float x = (hi8 ? b : a) + __shfl_xor_sync(0xffffffffu, hi8 ? a : b, 8);
 #pragma unroll
   for (int offset = 4; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// The same for eight values (rounds 16, 8, 4 keep four, two, one of them): lane l returns the
+// total of value (l >> 2) & 7 (lanes 0, 4, 8, .., 28 hold v[0] .. v[7]'s), bitwise warp_sum's, in
+// 9 shuffles instead of 40.
+__device__ __forceinline__ float warp_sum8_to_lanes(const float (&v)[8], int lane) {
+  const bool hi16 = (lane & 16) != 0, hi8 = (lane & 8) != 0, hi4 = (lane & 4) != 0;
+  float a[4], b[2];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    a[j] = (hi16 ? v[4 + j] : v[j]) + __shfl_xor_sync(0xffffffffu, hi16 ? v[j] : v[4 + j], 16);
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) b[j] = (hi8 ? a[2 + j] : a[j]) + __shfl_xor_sync(0xffffffffu, hi8 ? a[j] : a[2 + j], 8);
+  float x = (hi4 ? b[1] : b[0]) + __shfl_xor_sync(0xffffffffu, hi4 ? b[0] : b[1], 4);
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x;
 }
 

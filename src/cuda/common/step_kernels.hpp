@@ -49,11 +49,26 @@ struct GatherSide {
   std::int64_t count = 0;
 };
 
+// Row dots a weighted gather can take along for its k side (the backward's dc = <delta_i, G[s]>,
+// docs/spec.md §4): for each k entry (chunk-token t, lane w) with a row, per 256-column step s of
+// the row, the slot kernels' dot order (common/rows.cuh: the lane's fmaf chain over its 8 columns
+// of the step, then warp_sum's butterfly), stored at
+//   planes[s * stride + (t / C) * C*W + sorted[t*W + w]]   (the entry's sorted position).
+// Only on the vector path (vec8), where the gather's column tile is the dot's column step.
+struct GatherDots {
+  const float* x = nullptr;              // chunk-token rows [N*C, hd] f32 (delta)
+  const std::int32_t* sorted = nullptr;  // per write entry: its sorted position in its chunk
+  float* planes = nullptr;               // null: no dots
+  std::int64_t stride = 0;
+};
+
 // k_sums[p*C + i] = sum over the k side of weight * rows[slot] for step ti, and likewise q_sums
 // (null when q.count == 0); rows [S, hd] bf16 (bf16_rows) or f32; vec8: hd % 8 == 0 and 16-byte
-// aligned rows. launch_gather is this on the bank with (k_slot, k_eff) and (q_slot, q_w).
+// aligned rows; dots (vec8 only): the k side's row dots. launch_gather is this on the bank with
+// (k_slot, k_eff) and (q_slot, q_w).
 void launch_weighted_gather(const Geometry& geo, const void* rows, bool bf16_rows, bool vec8, GatherSide k,
-                            GatherSide q, std::int64_t ti, float* k_sums, float* q_sums, cudaStream_t stream);
+                            GatherSide q, std::int64_t ti, float* k_sums, float* q_sums, cudaStream_t stream,
+                            GatherDots dots = {});
 void launch_dual(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const StepBuffers& sb,
                  std::int64_t ti, cudaStream_t stream);
 void launch_group_writer(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,

@@ -14,6 +14,10 @@
 //   tile (16-byte loads when kVec == 8). Warp k sums the k entries k, k+8, k+16, ... in that order,
 //   then the q entries k, k+8, ... in that order; the 8 warp partials are then added in warp
 //   order through shared memory.
+// Row dots (backward only, vector path: GatherDots, step_kernels.hpp): with the rows of a warp's
+//   k entries in registers anyway, each entry's dot <x_t, row> over the tile is taken along: the
+//   lane's fmaf chain over its 8 columns, then a transposed warp_sum per window of entries
+//   (common/rows.cuh) - the backward slot kernels' dc in their dot order, so its bits are theirs.
 // Numerics: f32 accumulation; the order above is a function of (W, R, hd) only. Masked entries
 //   (slot -1: padding or an index outside the stream's rows) load nothing and add nothing.
 #include "cuda/common/cuda_check.hpp"
@@ -21,6 +25,7 @@
 #include "cuda/common/dispatch.hpp"
 #include "cuda/common/values.cuh"
 #include "cuda/common/launch_bounds.cuh"
+#include "cuda/common/rows.cuh"
 #include "cuda/common/step_kernels.hpp"
 
 namespace sdm::cuda {
@@ -73,15 +78,47 @@ __device__ __forceinline__ void issue_row(const E* __restrict__ bank_lane, std::
   if (slot >= 0 && active) load_packed(bank_lane + static_cast<std::int64_t>(slot) * hd, row);
 }
 
+// The k side's row dots as one lane takes them (kDots): its piece of the token's x row (zero past
+// hd), the sorted position of its k entry (entry warp + 8 lane), and the planes moved to this
+// tile's step and the token's chunk.
+struct LaneDots {
+  float x[kLaneCols] = {};
+  std::int32_t sorted = 0;
+  float* plane = nullptr;
+};
+
+// The dots of window positions first .. first + kCount - 1 of the k side, summed over the warp
+// (transposed, bitwise warp_sum's) and stored by one lane each where the entry has a row.
+template <int kCount>
+__device__ __forceinline__ void store_window_dots(const float (&dot)[kCount], int first, const SideEntries& k_side,
+                                                  const LaneDots& dots, int lane) {
+  static_assert(kCount == 8 || kCount == 4, "a window is 8 (bf16 rows) or 4 (f32) entries");
+  float total;
+  int v;
+  bool holder;
+  if constexpr (kCount == 8) {
+    total = warp_sum8_to_lanes(dot, lane), v = (lane >> 2) & 7, holder = (lane & 3) == 0;
+  } else {
+    total = warp_sum4_to_lanes(dot[0], dot[1], dot[2], dot[3], lane), v = (lane >> 3) & 3, holder = (lane & 7) == 0;
+  }
+  const int from = (first + v) & 31;  // the lane holding the entry (a side has at most 32 a warp)
+  const std::int32_t slot = __shfl_sync(0xffffffffu, k_side.slot, from);
+  const std::int32_t sorted = __shfl_sync(0xffffffffu, dots.sorted, from);
+  if (holder && slot >= 0) dots.plane[sorted] = total;
+}
+
 // Adds window positions base .. base + kWindow - 1 (all of one side; weights from side_weight,
 // starting at the side's entry first) into acc in that order, each as soon as its row is needed,
 // and refills each freed register with the row of position base + kWindow + b, so that kWindow
-// row loads stay in flight across windows and sides.
-template <typename E, int kVec>
+// row loads stay in flight across windows and sides. kDots and a k window: each row's dot with
+// the lane's x piece too (the fmaf chain over the lane's columns), then store_window_dots.
+template <typename E, int kVec, bool kDots>
 __device__ __forceinline__ void add_window(const E* __restrict__ bank_lane, std::int64_t hd, bool active,
                                            const SideEntries& k_side, const SideEntries& q_side, float side_weight,
-                                           int first, int base, int total, PackedRow<E, kVec> (&rows)[kWindow<E>],
-                                           float (&acc)[kVec]) {
+                                           bool k_window, int first, int base, int total,
+                                           PackedRow<E, kVec> (&rows)[kWindow<E>], float (&acc)[kVec],
+                                           const LaneDots& dots, int lane) {
+  float dot[kWindow<E>];
 #pragma unroll
   for (int b = 0; b < kWindow<E>; ++b) {
     const float w = __shfl_sync(0xffffffffu, side_weight, (first + b) & 31);
@@ -89,8 +126,17 @@ __device__ __forceinline__ void add_window(const E* __restrict__ bank_lane, std:
     unpack(rows[b], x);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) acc[k] = fmaf(w, x[k], acc[k]);
+    if constexpr (kDots) {
+      float d = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) d = fmaf(dots.x[k], x[k], d);
+      dot[b] = d;
+    }
     const int next = base + kWindow<E> + b;
     if (next < total) issue_row<E, kVec>(bank_lane, hd, active, k_side, q_side, next, rows[b]);
+  }
+  if constexpr (kDots) {
+    if (k_window) store_window_dots(dot, first, k_side, dots, lane);
   }
 }
 
@@ -98,10 +144,11 @@ __device__ __forceinline__ void add_window(const E* __restrict__ bank_lane, std:
 // sums[1], each side in that order, in one accumulator (the k sum is stored when the q side
 // starts); padding positions up to the window add w = 0 times a zero row, as every masked entry
 // does. Every lane runs every step (shuffles); only lanes with active columns load rows.
-template <typename E, int kVec>
+template <typename E, int kVec, bool kDots>
 __device__ __forceinline__ void accumulate_rows(const E* __restrict__ bank_lane, std::int64_t hd, bool active,
                                                 const SideEntries& k_side, const SideEntries& q_side,
-                                                float* __restrict__ k_sum, float* __restrict__ q_sum) {
+                                                float* __restrict__ k_sum, float* __restrict__ q_sum,
+                                                const LaneDots& dots, int lane) {
   constexpr int kRows = kWindow<E>;
   const int total = k_side.padded + q_side.padded;
   PackedRow<E, kVec> rows[kRows];
@@ -114,8 +161,8 @@ __device__ __forceinline__ void accumulate_rows(const E* __restrict__ bank_lane,
 #pragma unroll
       for (int k = 0; k < kVec; ++k) k_sum[k] = acc[k], acc[k] = 0.0f;
     }
-    add_window<E, kVec>(bank_lane, hd, active, k_side, q_side, in_k ? k_side.weight : q_side.weight,
-                        in_k ? base : base - k_side.padded, base, total, rows, acc);
+    add_window<E, kVec, kDots>(bank_lane, hd, active, k_side, q_side, in_k ? k_side.weight : q_side.weight, in_k,
+                               in_k ? base : base - k_side.padded, base, total, rows, acc, dots, lane);
   }
   const bool q_summed = k_side.padded < total;
 #pragma unroll
@@ -130,11 +177,12 @@ __device__ __forceinline__ void accumulate_rows(const E* __restrict__ bank_lane,
 // (f32) rows in flight: the register freed by an add is refilled at once with the row kWindow
 // positions ahead, across the k / q boundary. Rows are held as loaded (PackedRow); one
 // accumulator (the k sum goes to shared memory when the q side starts): 62 registers, 4 CTAs per
-// SM, no spills.
-template <typename E, int kVec>
-__global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, 4))
+// SM, no spills; with row dots (the x piece and a window of dot partials more) 3 CTAs.
+template <typename E, int kVec, bool kDots>
+__global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, kDots ? 3 : 4))
     gather_rows(Geometry geo, const E* __restrict__ bank, GatherSide k, GatherSide q, std::int64_t ti,
-                unsigned tiles, float* __restrict__ k_sums, float* __restrict__ q_sums) {
+                unsigned tiles, float* __restrict__ k_sums, float* __restrict__ q_sums, GatherDots dots) {
+  static_assert(!kDots || kVec == kLaneCols, "row dots need the tile to be a 256-column step");
   constexpr int kTile = 32 * kVec;
   __shared__ float partial[kWarps][2][kTile];
   wait_for_predecessor();
@@ -142,15 +190,23 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, 4))
   const std::int64_t row = geo.p_first * geo.C + row32;    // step row p*C + i
   const std::int64_t token = ti * geo.P * geo.C + row;     // chunk-token n*C + i
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t tile0 = static_cast<std::int64_t>(blockIdx.x - row32 * tiles) * kTile;
+  const unsigned tile = blockIdx.x - row32 * tiles;
+  const std::int64_t tile0 = static_cast<std::int64_t>(tile) * kTile;
   const std::int64_t c0 = tile0 + lane * kVec;
   const bool active = c0 < geo.hd;
+  LaneDots lane_dots;
+  if constexpr (kDots) {
+    if (active) load_row<kLaneCols>(dots.x + token * geo.hd + c0, lane_dots.x);
+    const int mine = warp + kWarps * lane;
+    if (mine < k.count) lane_dots.sorted = dots.sorted[token * k.count + mine];
+    lane_dots.plane = dots.planes + tile * dots.stride + token / geo.C * geo.C * k.count;
+  }
   const SideEntries k_side =
       load_side<E>(k.slot + token * k.count, k.weight + token * k.count, static_cast<int>(k.count), warp, lane);
   const SideEntries q_side =
       load_side<E>(q.slot + token * q.count, q.weight + token * q.count, static_cast<int>(q.count), warp, lane);
-  accumulate_rows<E, kVec>(bank + c0, geo.hd, active, k_side, q_side, &partial[warp][0][lane * kVec],
-                           &partial[warp][1][lane * kVec]);
+  accumulate_rows<E, kVec, kDots>(bank + c0, geo.hd, active, k_side, q_side, &partial[warp][0][lane * kVec],
+                                  &partial[warp][1][lane * kVec], lane_dots, lane);
   __syncthreads();
   const int sides = q_sums != nullptr ? 2 : 1;
   for (int o = static_cast<int>(threadIdx.x); o < sides * kTile; o += kWarps * 32) {
@@ -164,24 +220,31 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, 4))
   }
 }
 
-template <typename E, int kVec>
+template <typename E, int kVec, bool kDots>
 void launch(const Geometry& geo, const void* rows, GatherSide k, GatherSide q, std::int64_t ti, float* k_sums,
-            float* q_sums, cudaStream_t stream) {
+            float* q_sums, GatherDots dots, cudaStream_t stream) {
   const auto tiles = static_cast<unsigned>((geo.hd + 32 * kVec - 1) / (32 * kVec));
   const dim3 grid(static_cast<unsigned>(geo.p_count * geo.C) * tiles);
-  launch_dependent(gather_rows<E, kVec>, grid, dim3(kWarps * 32), 0, stream, "gather_rows", geo,
-                   static_cast<const E*>(rows), k, q, ti, tiles, k_sums, q_sums);
+  launch_dependent(gather_rows<E, kVec, kDots>, grid, dim3(kWarps * 32), 0, stream, "gather_rows", geo,
+                   static_cast<const E*>(rows), k, q, ti, tiles, k_sums, q_sums, dots);
 }
 
 }  // namespace
 
 void launch_weighted_gather(const Geometry& geo, const void* rows, bool bf16_rows, bool vec8, GatherSide k,
-                            GatherSide q, std::int64_t ti, float* k_sums, float* q_sums, cudaStream_t stream) {
+                            GatherSide q, std::int64_t ti, float* k_sums, float* q_sums, cudaStream_t stream,
+                            GatherDots dots) {
+  const bool with_dots = dots.planes != nullptr;
+  if (with_dots && !vec8) throw RuntimeError("sdm CUDA engine: the gather's row dots need the vector path");
   dispatch(
-      [&](auto row, auto vec) {
-        launch<typename decltype(row)::type, decltype(vec)::value>(geo, rows, k, q, ti, k_sums, q_sums, stream);
+      [&](auto row, auto vec, auto take_dots) {
+        constexpr int kVec = decltype(vec)::value;
+        constexpr bool kDots = decltype(take_dots)::value;
+        if constexpr (!kDots || kVec == kLaneCols) {
+          launch<typename decltype(row)::type, kVec, kDots>(geo, rows, k, q, ti, k_sums, q_sums, dots, stream);
+        }
       },
-      Rows{bf16_rows}, VecWidth{vec8});
+      Rows{bf16_rows}, VecWidth{vec8}, Flag{with_dots});
 }
 
 void launch_gather(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
