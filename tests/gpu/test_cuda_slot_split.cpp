@@ -12,7 +12,9 @@
 // 2. Bitwise: every gradient and the restored bank bitwise equal whether the per-position kernel
 //    lets at most 1, 2, 3 or any number of warps share a group (sdm::cuda::set_slot_split_warps)
 //    or the staged walk (slots_staged.cu, token rows in shared memory; set_slot_walk) runs, in
-//    every snapshot mode and for both bank dtypes; two runs equal.
+//    every snapshot mode and for both bank dtypes; two runs equal. Where hd % 8 == 0, the same
+//    call with the bank off its 16-byte alignment (the element path; dc from the slot kernels,
+//    not GWR) gives the same forward and backward bits.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -55,26 +57,50 @@ std::vector<GradView> views(const GradRun& r) {
 
 // A problem after the CUDA saving forward; backward(cap) runs the backward with at most `cap`
 // warps a group (0: no cap) from the final bank, every gradient requested (poisoned first).
+// shifted_bank: the bank lives one element past a 16-byte boundary, so every kernel takes its
+// element path (and the slot kernels, not GWR, take dc: backward.hpp dc_in_gwr).
 struct SplitRun {
   const Problem& pb;
   WriteReadOptions opt;
   DeviceProblem dp;
-  DeviceTensor readings, saved, dy, d_final;
+  DeviceTensor readings, saved, dy, d_final, shifted;
+  TensorRef bank;  // the bank the calls use: dp.memory, or its copy in `shifted`
   HostTensor final_bank;
 
   SplitRun(const Problem& problem, const WriteReadOptions& options, const HostTensor& dy_host,
-           const HostTensor& d_final_host)
+           const HostTensor& d_final_host, bool shifted_bank = false)
       : pb(problem), opt(options), dp(problem), readings(problem.spec.bank, {problem.spec.P, problem.spec.T, problem.spec.hd}),
         dy(dy_host), d_final(d_final_host) {
-    saved = DeviceTensor(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(dp.args(), opt))});
+    bank = dp.memory.ref();
+    if (shifted_bank) {
+      shifted = DeviceTensor(problem.spec.bank, {problem.memory.numel() + 8});
+      bank.data = static_cast<unsigned char*>(shifted.data()) + dtype_size(problem.spec.bank);
+      bank_from_host(problem.memory);
+    }
+    saved = DeviceTensor(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(args(), opt))});
     poison(saved);
-    write_read_forward_saving(dp.args(), readings.ref(), saved.ref(), opt);
+    write_read_forward_saving(args(), readings.ref(), saved.ref(), opt);
     sync();
-    final_bank = dp.memory.to_host();
+    final_bank = bank_to_host();
+  }
+
+  WriteReadArgs args() const {
+    WriteReadArgs a = dp.args();
+    a.memory = bank;
+    return a;
+  }
+  std::size_t bank_bytes() const { return static_cast<std::size_t>(pb.memory.numel()) * dtype_size(pb.spec.bank); }
+  HostTensor bank_to_host() const {
+    HostTensor host(pb.spec.bank, pb.memory.sizes());
+    cuda_ok(cudaMemcpy(host.ref().data, bank.data, bank_bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    return host;
+  }
+  void bank_from_host(const HostTensor& host) {
+    cuda_ok(cudaMemcpy(bank.data, host.ref().data, bank_bytes(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
   }
 
   GradRun backward(int cap, DType grad_memory, cuda::SlotWalk walk = cuda::SlotWalk::automatic) {
-    dp.memory.copy_from(final_bank);
+    bank_from_host(final_bank);
     DeviceTensor memory(grad_memory, pb.memory.sizes()), k_val(DType::f32, pb.k_val.sizes()),
         v(DType::f32, pb.v.sizes()), beta(DType::f32, pb.beta.sizes()), g(DType::f32, pb.g.sizes()),
         q_val(DType::f32, pb.q_val.sizes());
@@ -84,14 +110,14 @@ struct SplitRun {
     grads.beta = beta.ref(), grads.g = g.ref(), grads.q_val = q_val.ref();
     cuda::set_slot_split_warps(cap);
     cuda::set_slot_walk(walk);
-    write_read_backward(dp.args(), saved.ref(), dy.ref(), d_final.ref(), grads, opt);
+    write_read_backward(args(), saved.ref(), dy.ref(), d_final.ref(), grads, opt);
     sync();
     cuda::set_slot_split_warps(0);
     cuda::set_slot_walk(cuda::SlotWalk::automatic);
     GradRun out;
     out.memory = memory.to_host(), out.k_val = k_val.to_host(), out.v = v.to_host();
     out.beta = beta.to_host(), out.g = g.to_host(), out.q_val = q_val.to_host();
-    out.bank_after = dp.memory.to_host();
+    out.bank_after = bank_to_host();
     return out;
   }
 };
@@ -114,6 +140,17 @@ WriteReadOptions options_of(const Case& c) {
   return o;
 }
 
+// Every gradient and the restored bank of `got` bitwise equal to `want`'s.
+void expect_bitwise_equal(const GradRun& got, const GradRun& want, const std::string& what) {
+  bool equal = got.bank_after.bitwise_equal(want.bank_after);
+  std::string differing;
+  const auto a = views(got), b = views(want);
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    if (!a[k].tensor.bitwise_equal(b[k].tensor)) equal = false, differing += std::string(" ") + a[k].name;
+  }
+  expect(equal, what + (differing.empty() ? "" : " (differ:" + differing + ")"));
+}
+
 // Both walks (the per-position kernel at caps 1, 2, 3 and none, the staged walk where it fits)
 // against the automatic choice: bitwise the same gradients and restored bank.
 void expect_walk_invariant(SplitRun& run, const GradRun& free_run, DType grad_memory) {
@@ -128,16 +165,23 @@ void expect_walk_invariant(SplitRun& run, const GradRun& free_run, DType grad_me
                               {cuda::SlotWalk::per_position, 0, "per-position walk, any number of warps a group"},
                               {cuda::SlotWalk::staged, 0, "staged walk"}};
   for (const Variant& v : variants) {
-    const GradRun other = run.backward(v.cap, grad_memory, v.walk);
-    bool equal = other.bank_after.bitwise_equal(free_run.bank_after);
-    std::string differing;
-    const auto a = views(other), b = views(free_run);
-    for (std::size_t k = 0; k < a.size(); ++k) {
-      if (!a[k].tensor.bitwise_equal(b[k].tensor)) equal = false, differing += std::string(" ") + a[k].name;
-    }
-    expect(equal, v.name + ": gradients and restored bank bitwise equal to the automatic walk's" +
-                      (differing.empty() ? "" : " (differ:" + differing + ")"));
+    expect_bitwise_equal(run.backward(v.cap, grad_memory, v.walk), free_run,
+                         v.name + ": gradients and restored bank bitwise equal to the automatic walk's");
   }
+}
+
+// The vector-path run (hd % 8 == 0, aligned rows) once more with the bank off its 16-byte
+// alignment: the element path everywhere, dc from the slot kernels instead of GWR. The saving
+// forward's final bank and saved buffer, every gradient and the restored bank bitwise equal.
+void expect_path_invariant(const Problem& pb, const WriteReadOptions& opt, const HostTensor& dy,
+                           const HostTensor& d_final, SplitRun& vector_run, const GradRun& vector_grads,
+                           DType grad_memory) {
+  SplitRun element(pb, opt, dy, d_final, /*shifted_bank=*/true);
+  expect(element.final_bank.bitwise_equal(vector_run.final_bank) &&
+             element.saved.to_host().bitwise_equal(vector_run.saved.to_host()),
+         "element path: the saving forward's final bank and saved buffer bitwise equal to the vector path's");
+  expect_bitwise_equal(element.backward(0, grad_memory), vector_grads,
+                       "element path: gradients and restored bank bitwise equal to the vector path's");
 }
 
 // The case against the reference and the CPU engine (snapshot "none"; lossy modes against the
@@ -170,6 +214,7 @@ void split_case(const Problem& pb, const Case& c) {
     expect_error_at_most(rel_error(g[k].tensor, e[k].tensor), cpu_tol, std::string("grad ") + g[k].name + " vs CPU engine");
   }
   expect_walk_invariant(run, got, grad_memory);
+  if (c.spec.hd % 8 == 0) expect_path_invariant(pb, opt, dy, d_final, run, got, grad_memory);
 }
 
 // Token n's write lane 0 takes `slot`; a lane of the token already holding it takes lane 0's

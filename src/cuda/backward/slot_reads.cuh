@@ -1,7 +1,7 @@
 // slot_reads.cuh - the read side of the backward's slot kernel (slots.cu, slot_split.cuh): a
 // chunk's read entries of one slot, as the slot's warps load and walk them.
 //   ReadGroup   the group at a sorted read position: lane l < min(size, 32) holds entry l (row of
-//               its token's dy, q_w, entry index); group_read gives entry j to every lane (a
+//               its token's dy, q_w, entry index); group_read_row gives entry j's row and q_w to every lane (a
 //               shuffle, or memory past 32)
 //   add_read    per column piece of entry j: dq_w_j += dy_i . M0 (the lane's fmaf chain over its
 //               columns; a warp_sum per column step follows), and the read sum acc += q_w dy_i
@@ -72,14 +72,18 @@ __device__ __forceinline__ ReadGroup load_read_group(int size, std::uint64_t key
   return reads;
 }
 
-// Entry j of the group in every lane (called by all lanes with the same j).
-__device__ __forceinline__ ReadEntry group_read(const ReadGroup& reads, int j) {
-  if (j >= 32) return read_entry(reads.src, reads.keys[j]);
-  ReadEntry entry;
-  entry.row = __shfl_sync(kAllLanes, reads.mine.row, j);
-  entry.index = __shfl_sync(kAllLanes, reads.mine.index, j);
-  entry.q_w = __shfl_sync(kAllLanes, reads.mine.q_w, j);
-  return entry;
+// Entry j's dy row offset and q_w in every lane (called by all lanes with the same j): what a walk
+// needs before the entry's dot is summed (its index only for the store).
+struct ReadRow {
+  std::int64_t row = 0;
+  float q_w = 0.0f;
+};
+__device__ __forceinline__ ReadRow group_read_row(const ReadGroup& reads, int j) {
+  if (j >= 32) {
+    const ReadEntry entry = read_entry(reads.src, reads.keys[j]);
+    return ReadRow{entry.row, entry.q_w};
+  }
+  return ReadRow{__shfl_sync(kAllLanes, reads.mine.row, j), __shfl_sync(kAllLanes, reads.mine.q_w, j)};
 }
 
 // One read entry's terms of one column piece (y: the piece of dy_i): dot += y . M0 over the

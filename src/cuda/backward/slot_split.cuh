@@ -61,22 +61,30 @@ __device__ __forceinline__ void read_step(const ReadGroup& reads, const float* d
                                           int lane) {
   constexpr int kPass = 4;
   for (int j = 0; j < reads.size; j += kPass) {
-    ReadEntry r[kPass];
-    float y[kPass][kLaneCols] = {};
+    float q_w[kPass], y[kPass][kLaneCols] = {};
 #pragma unroll
     for (int t = 0; t < kPass; ++t) {
-      r[t] = j + t < reads.size ? group_read(reads, j + t) : ReadEntry{};
-      if (active && j + t < reads.size) load_piece<kVec>(dy + r[t].row, 0, rest, y[t]);
+      const ReadRow r = j + t < reads.size ? group_read_row(reads, j + t) : ReadRow{};
+      q_w[t] = r.q_w;
+      if (active && j + t < reads.size) load_piece<kVec>(dy + r.row, 0, rest, y[t]);
     }
     float dots[kPass] = {};
 #pragma unroll
     for (int t = 0; t < kPass; ++t) {
-      if (j + t < reads.size) add_read(r[t].q_w, y[t], valid, m0, dots[t], sum);
+      if (j + t < reads.size) add_read(q_w[t], y[t], valid, m0, dots[t], sum);
     }
     const float total = warp_sum4_to_lanes(dots[0], dots[1], dots[2], dots[3], lane);  // lane 8 t: entry j + t's
-    const int t = lane >> 3;
-    const std::int64_t index = t == 0 ? r[0].index : t == 1 ? r[1].index : t == 2 ? r[2].index : r[3].index;
-    if ((lane & 7) == 0 && j + t < reads.size) reads.dq_w.at(step, index) = total;
+    if (j < 32) {
+      // Lane j + t holds entry j + t (ReadGroup::mine): it takes the total from lane 8 t and stores it.
+      const int t = lane - j;
+      const float mine = __shfl_sync(kAllLanes, total, (t & (kPass - 1)) * 8);
+      if (t >= 0 && t < kPass && lane < reads.size) reads.dq_w.at(step, reads.mine.index) = mine;
+    } else {
+      const int t = lane >> 3;
+      if ((lane & 7) == 0 && j + t < reads.size) {
+        reads.dq_w.at(step, read_entry(reads.src, reads.keys[j + t]).index) = total;
+      }
+    }
   }
 }
 
