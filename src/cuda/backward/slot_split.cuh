@@ -5,11 +5,14 @@
 // owns column steps s = j, j + g', j + 2 g', ... For each step it owns, one warp:
 //   write group (entries b = 0 .. size-1 in group order, reads r = 0 .. rsize-1, pre = M0[s]
 //   decoded from the snapshot row):
-//     loads G's and pre's pieces once, then per entry its delta and dU pieces once:
-//       dc_b = <delta_b, G>, dk_eff_b = <-beta_b dU_b, pre> (step partials, plane s),
-//       G' = exp(Lambda) G + sum_b k_eff_b (-beta_b dU_b) in registers (no scratch row);
-//     dlambda's step partial <G, pre>; per read its dy piece once: dq_w_r = <dy_r, pre>, the read
-//     sum from +0; G <- rnd(G' + sum) (rnd(G') unread); bank[s] <- pre (a bit copy for "none");
+//     loads G's and pre's pieces once, then per entry its dU piece once (four entries a pass):
+//       dk_eff_b = <-beta_b dU_b, pre> (step partials, plane s),
+//       G' = exp(Lambda) G + sum_b k_eff_b (-beta_b dU_b) in registers (no scratch row),
+//       and on the element path its delta piece too: dc_b = <delta_b, G> (two entries a pass; on
+//       the vector path GWR takes dc, backward.hpp dc_in_gwr);
+//     dlambda's step partial <G, pre>; per read its dy piece once (four reads a pass): dq_w_r =
+//     <dy_r, pre>, the read sum from +0; G <- rnd(G' + sum) (rnd(G') unread); bank[s] <- pre (a
+//     bit copy for "none");
 //   read-only group (M0 = bank row): dq_w_r per read, G <- rnd(G + sum).
 // Parallel decomposition: a step has one owner, so every G / bank piece and every plane element
 // has one writer; warps of a group share nothing and never synchronise.
@@ -17,7 +20,7 @@
 // from exp(Lambda) G, the read sum in group order from +0, one rounding of base + sum), so G, the
 // restored bank and every column result keep their bits whatever g' is. Each dot's step partial
 // is the lane's fmaf chain over its 8 columns of the step, then warp_sum's butterfly (common/rows.cuh;
-// run transposed over two or four dots at once, bitwise the same); the
+// run transposed over four dots at once, bitwise the same); the
 // entry kernels add the steps in step order (sum_steps): bits independent of g', of the warps per
 // CTA and of the SM count. With hd <= 256 (one step) every dot equals the whole-row warp dot.
 // The one-step bodies (write_group_step, read_group_step) take the token pieces as TokenPieces, so

@@ -3,7 +3,8 @@
 // p in [geo.p_first, +geo.p_count); after the token side (it reads the step's dU and dy). One
 // kernel, slot_groups_backward; for each slot s that chunk n writes or reads:
 //   write group (entries e in token order, pre = M0[s] decoded from the snapshot):
-//     dlambda = exp(Lambda) <G[s], pre>;  dc_e = <delta_i, G[s]>;  dk_eff_e = <-beta_i dU_i, pre>
+//     dlambda = exp(Lambda) <G[s], pre>;  dk_eff_e = <-beta_i dU_i, pre>;  dc_e = <delta_i, G[s]>
+//       (dc here only on the element path: on the vector path GWR takes it, backward.hpp dc_in_gwr)
 //     G'[s] = exp(Lambda) G[s] + sum_e k_eff_e (-beta_i dU_i);  bank[s] <- pre (bit copy for "none")
 //   read group (reads r in (token, lane) order; M0[s] = pre if written, else bank[s]):
 //     dq_w_r = <dy_i, M0[s]>
