@@ -1,8 +1,8 @@
 // slot_reads.cuh - the read side of the backward's slot kernel (slots.cu, slot_split.cuh): a
 // chunk's read entries of one slot, as the slot's warps load and walk them.
 //   ReadGroup   the group at a sorted read position: lane l < min(size, 32) holds entry l (row of
-//               its token's dy, q_w, entry index); group_read_row gives entry j's row and q_w to every lane (a
-//               shuffle, or memory past 32)
+//               its token's dy, q_w, entry index); group_read_row gives entry j's row and q_w to
+//               every lane (a shuffle, or memory past 32)
 //   add_read    per column piece of entry j: dq_w_j += dy_i . M0 (the lane's fmaf chain over its
 //               columns; a warp_sum per column step follows), and the read sum acc += q_w dy_i
 // Numerics: each dot step partial and the read sum are fmaf chains in ascending columns / group
