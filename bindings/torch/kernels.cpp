@@ -167,17 +167,19 @@ GradTuple write_read_backward(const at::Tensor& final_bank, const at::Tensor& sa
                               bool grad_bank_fp32, bool validate) {
   return translate_errors([&] {
     const DeviceContext context(final_bank);
-    const auto options =
+    auto options =
         make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate, context.cuda_stream());
+    // The backward only reads the final bank (no restore): no working copy, and the op stays
+    // functional (final_bank is an input it does not mutate).
+    options.restore_bank = false;
     const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
+    const auto bank = final_bank.contiguous();
     // Planned once: the plan gives the bank gradient's dtype and is handed to the backward.
-    const WriteReadPlan plan = sdm::plan_write_read(make_args(final_bank, in), options);
-    // The backward restores its bank in place (ops.hpp): give it a private working copy.
-    auto working_bank = private_copy(final_bank);
+    const WriteReadPlan plan = sdm::plan_write_read(make_args(bank, in), options);
     const auto grads = new_grads(final_bank, to_scalar_type(plan.bank_grad), in);
     const auto dy = grad_readings.contiguous();
     at::Tensor final_grad;
-    sdm::write_read_backward(plan, make_args(working_bank, in), to_ref(saved, "saved"), to_ref(dy, "grad_readings"),
+    sdm::write_read_backward(plan, make_args(bank, in), to_ref(saved, "saved"), to_ref(dy, "grad_readings"),
                              optional_ref(grad_final_bank, final_grad, "grad_final_bank"), grads.refs(), options);
     return grads.tuple();
   });

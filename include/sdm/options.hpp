@@ -35,6 +35,9 @@ struct WriteReadOptions {
   bool validate = true;               // check index ranges and distinct write slots (docs/spec.md §8);
                                       // false: out-of-range entries and write lanes repeating an
                                       // earlier lane's slot in their token are masked (no write)
+  bool restore_bank = true;           // write_read_backward only: true: args.memory (the final bank
+                                      // on entry) leaves as the initial bank (bit for bit with snapshot
+                                      // "none"); false: it is only read and keeps the final bank
   int num_threads = 0;                // CPU threads; 0 = $SDM_NUM_THREADS, else the hardware's
   void* cuda_stream = nullptr;        // CUDA banks: the cudaStream_t to run on (nullptr: the legacy
                                       // default stream); ignored on the CPU. void*: no CUDA header needed.

@@ -364,6 +364,14 @@ void snapshot_modes_case(const ProblemSpec& spec, std::int64_t C) {
     const ModeRun again = run_mode(pb, opt, dy, d_final);
     expect(again.saved.bitwise_equal(got.saved), mode + "two forwards: saved buffer bitwise equal");
     expect(grads_bitwise_equal(again.grads, got.grads), mode + "two runs: every gradient and the bank bitwise equal");
+    // (e) restore_bank = false: the bank is only read (it keeps the final bank's bits) and every
+    // gradient keeps its bits.
+    WriteReadOptions kept_opt = opt;
+    kept_opt.restore_bank = false;
+    ModeRun kept = run_mode(pb, kept_opt, dy, d_final);
+    expect(kept.grads.bank_after.bitwise_equal(kept.final_bank), mode + "restore_bank = false: bank left final");
+    kept.grads.bank_after = got.grads.bank_after;
+    expect(grads_bitwise_equal(kept.grads, got.grads), mode + "restore_bank = false: every gradient bitwise equal");
   }
 }
 

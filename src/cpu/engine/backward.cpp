@@ -1,8 +1,9 @@
 // backward.cpp - the backward of the chunked op (docs/spec.md §4, §11).
 //
-// Inputs: the forward's args with args.memory holding the FINAL bank (it is the working
-// bank: restored in place, chunk by chunk, to the initial bank - exactly for snapshot
-// "none"); `saved` from write_read_forward_saving with the same args and options;
+// Inputs: the forward's args with args.memory holding the FINAL bank (only read during the walk:
+// a row's value at a chunk is the final row or the snapshot row its row source names,
+// backward_chunk.hpp; with options.restore_bank each stream then writes the initial bank into
+// its rows, exactly for snapshot "none"); `saved` from write_read_forward_saving with the same args and options;
 // grad_readings [P, T, hd] (any float dtype, used as f32); grad_final_bank [S, hd] or
 // absent (zero). Outputs: every defined tensor of `grads` (grad_memory [S, hd]: bank dtype
 // or f32; the others shaped like their inputs). `saved` and every other input are only read.
@@ -31,6 +32,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   const int threads = resolve_num_threads(options.num_threads);
   const SavedLayout layout = saved_layout(plan);
   const GradBank grad_bank(shape, plan.bank_grad, grad_final_bank, grads.memory, threads);
+  std::vector<std::int64_t> row_source(static_cast<std::size_t>(shape.P * shape.slots_per_stream), kFinalBankRow);
   const BackwardJob job{args,
                         grad_readings,
                         grads,
@@ -38,7 +40,8 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
                         layout,
                         saved.data_as<const unsigned char>(),
                         RowMatrix{args.memory.data, shape.bank, shape.hd},
-                        grad_bank.rows()};
+                        grad_bank.rows(),
+                        row_source.data()};
 
   const std::int64_t workers = worker_count(shape.P, threads);
   std::vector<BackwardScratch> scratch(static_cast<std::size_t>(workers));
@@ -50,6 +53,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
       build_chunk_plan(args, shape, p, ti, ws.plan);
       backward_chunk(job, ti, ws);
     }
+    if (options.restore_bank) restore_initial_rows(job, p);
   });
   grad_bank.finish(grad_final_bank, grads.memory, threads);
 }

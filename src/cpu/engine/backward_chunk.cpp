@@ -37,6 +37,8 @@ void size_scratch(const core::WriteReadShape& sh, BackwardScratch& ws) {
   ws.g_rows.resize(at(std::max<std::int64_t>(1, static_cast<std::int64_t>(ws.plan.groups.size())) * sh.hd));
   ws.row.resize(at(sh.hd));
   ws.acc.resize(at(sh.hd));
+  ws.decoded.resize(at(sh.hd));
+  ws.bank_row.resize(at(sh.hd) * dtype_size(sh.bank));
   ws.dqk.assign(at(sh.C * sh.C), 0.0f);
   ws.dms.assign(at(sh.C * sh.C), 0.0f);
   for (auto* v : {&ws.dk_eff, &ws.dc, &ws.dkappa, &ws.dL, &ws.dP, &ws.dgamma}) v->assign(at(sh.C * sh.W), 0.0f);
@@ -135,18 +137,16 @@ void solve_side(const BackwardJob& job, BackwardScratch& ws) {
   }
 }
 
-// PA: per write group, the dots against G and the pre-write row, G' and the bank restore.
+// PA: per write group, the dots against G and the pre-write row, G'; the group's snapshot row
+// becomes its row's source.
 void write_side(const BackwardJob& job, std::int64_t time_chunk, BackwardScratch& ws) {
   const ChunkPlan& plan = ws.plan;
   const std::int64_t hd = job.shape.hd;
   const SavedLayout& layout = job.layout;
   const Rows delta{ws.delta, hd}, dret{ws.dret, hd}, g_rows{ws.g_rows, hd};
   float* pre = ws.row.data();
-  auto* bank = static_cast<unsigned char*>(job.bank.data);
-  const size_t bank_row_bytes = at(hd) * dtype_size(job.bank.dtype);
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     const WriteGroup& group = plan.groups[k];
-    if (k + kRowsAhead < plan.groups.size()) job.bank.prefetch(plan.groups[k + kRowsAhead].row);  // restored below
     const std::int64_t snap = layout.snapshot_row(time_chunk, plan.stream, job.shape.P, static_cast<std::int64_t>(k));
     const unsigned char* payload = job.saved + layout.snapshot_rows + at(snap) * layout.snapshot.row_bytes;
     const unsigned char* scale = job.saved + layout.scales + at(snap) * sizeof(float);
@@ -168,9 +168,26 @@ void write_side(const BackwardJob& job, std::int64_t time_chunk, BackwardScratch
       ws.weight_list[at(terms++)] = plan.k_eff[at(e)];
     }
     weighted_rows<float>(ws.row_list.data(), ws.weight_list.data(), terms, g, group.decay, g, hd);
-    restore_snapshot_row(layout.snapshot, payload, pre, bank + at(group.row) * bank_row_bytes);
+    job.row_source[group.row] = snap;
   }
 }
+
+// dot(x, M0[row]) in RowMatrix::dot's order, M0 as the bank dtype holds it: the final bank row,
+// or the row source's snapshot row (its saved bits for "none", else restored into ws.bank_row:
+// the values a bank restored chunk by chunk would hold).
+float bank_row_dot(const BackwardJob& job, BackwardScratch& ws, std::int64_t row, const float* x) {
+  const std::int64_t source = job.row_source[row];
+  if (source == kFinalBankRow) return job.bank.dot(row, x);
+  const SavedLayout& layout = job.layout;
+  const unsigned char* payload = job.saved + layout.snapshot_rows + at(source) * layout.snapshot.row_bytes;
+  if (layout.snapshot.mode == SnapshotQuant::none) {
+    return RowMatrix{const_cast<unsigned char*>(payload), job.bank.dtype, job.bank.width}.dot(0, x);
+  }
+  decode_snapshot_row(layout.snapshot, payload, job.saved + layout.scales + at(source) * sizeof(float), ws.decoded.data());
+  restore_snapshot_row(layout.snapshot, payload, ws.decoded.data(), ws.bank_row.data());
+  return RowMatrix{ws.bank_row.data(), job.bank.dtype, job.bank.width}.dot(0, x);
+}
+
 
 // GDS: the read dots against M0 and the single-writer update of every touched G row.
 void read_side(const BackwardJob& job, BackwardScratch& ws) {
@@ -183,7 +200,7 @@ void read_side(const BackwardJob& job, BackwardScratch& ws) {
   for (size_t s = 0; s < reads; ++s) {
     if (s + kRowsAhead < reads) job.bank.prefetch(plan.q_row[at(plan.read_order[s + kRowsAhead])]);
     const std::int32_t q = plan.read_order[s];
-    ws.dq_w[at(q)] = job.bank.dot(plan.q_row[at(q)], dy(plan.token_of_read(q)));
+    ws.dq_w[at(q)] = bank_row_dot(job, ws, plan.q_row[at(q)], dy(plan.token_of_read(q)));
   }
   for (size_t rg = 0; rg < plan.read_groups.size(); ++rg) {
     const ReadGroup& group = plan.read_groups[rg];
@@ -327,6 +344,22 @@ void backward_chunk(const BackwardJob& job, std::int64_t time_chunk, BackwardScr
   read_side(job, ws);
   phase_b(ws);
   store_token_grads(job, ws);
+}
+
+void restore_initial_rows(const BackwardJob& job, std::int64_t p) {
+  const SavedLayout& layout = job.layout;
+  const std::int64_t sps = job.shape.slots_per_stream, hd = job.shape.hd;
+  const size_t row_bytes = at(hd) * dtype_size(job.bank.dtype);
+  std::vector<float> decoded(at(hd));
+  auto* bank = static_cast<unsigned char*>(job.bank.data);
+  for (std::int64_t row = p * sps; row < (p + 1) * sps; ++row) {
+    const std::int64_t source = job.row_source[row];
+    if (source == kFinalBankRow) continue;
+    const unsigned char* payload = job.saved + layout.snapshot_rows + at(source) * layout.snapshot.row_bytes;
+    decode_snapshot_row(layout.snapshot, payload, job.saved + layout.scales + at(source) * sizeof(float),
+                        decoded.data());
+    restore_snapshot_row(layout.snapshot, payload, decoded.data(), bank + at(row) * row_bytes);
+  }
 }
 
 }  // namespace sdm::cpu

@@ -1,9 +1,11 @@
 // backward_chunk.hpp - the backward of one chunk (docs/spec.md §4), given its Phase-1 plan.
 //
-// On entry: the working bank holds the bank at the chunk's END for the chunk's rows, the
-// gradient bank G holds dLoss/dM at the chunk's end. On exit: the chunk's written rows are
-// restored from the snapshot (the bank now holds the chunk's start M0), G holds dLoss/dM0
-// for the chunk's rows, and the chunk's tokens have their gradients written.
+// On entry: the bank row at the chunk's END is, for each of the chunk's rows, the final bank
+// row or the snapshot row that job.row_source names (the pre-write row of the earliest later
+// chunk writing it); the gradient bank G holds dLoss/dM at the chunk's end. On exit: the chunk's
+// written rows name their snapshot rows in row_source (so the chunk's start M0 is found the same
+// way; the bank is only read), G holds dLoss/dM0 for the chunk's rows, and the chunk's tokens
+// have their gradients written.
 // Reads: saved delta, residual [n, hd] f32 and snapshot rows; grad_readings dy [n, hd].
 //
 // The math and its orders: stated above backward_chunk below. Dots use row_math.hpp's fixed
@@ -29,9 +31,18 @@ struct BackwardJob {
   const core::WriteReadShape& shape;
   const SavedLayout& layout;
   const unsigned char* saved;
-  RowMatrix bank;       // the working bank
+  RowMatrix bank;       // the final bank (only read)
   RowMatrix grad_bank;  // G
+  // Per bank row of the streams (P*sps): the snapshot row holding it at the chunk being walked,
+  // or kFinalBankRow (the final bank's row). Streams own disjoint rows.
+  std::int64_t* row_source;
 };
+
+inline constexpr std::int64_t kFinalBankRow = -1;
+
+// Writes the initial bank into job.bank from the row sources after the walk (stream p's rows):
+// every row some chunk writes gets the snapshot row of the first chunk writing it.
+void restore_initial_rows(const BackwardJob& job, std::int64_t p);
 
 // Per-worker scratch, reused across chunks.
 struct BackwardScratch {
@@ -39,6 +50,8 @@ struct BackwardScratch {
   std::vector<float> dy, delta, res, ddelta, du, dret;  // [C, hd]
   std::vector<float> g_rows;                            // [groups, hd]: G, then G'
   std::vector<float> row, acc;                          // [hd]
+  std::vector<float> decoded;                           // [hd]: a decoded snapshot row (M0 of a read)
+  std::vector<unsigned char> bank_row;                  // the same restored in the bank dtype
   std::vector<const float*> row_list;                   // the rows of one weighted sum
   std::vector<float> weight_list;                       // and their weights
   std::vector<float> dqk, dms;                          // [C, C]
@@ -59,9 +72,9 @@ struct BackwardScratch {
 //         dbeta_i = <res_i, dU_i> + sum_{j<i} A[i][j] dMs[i][j]
 //   PA    per write group s: dLambda_s = decay_s <G[s], pre_s>;  per entry e of the group:
 //         dc_e = <delta_{i_e}, G[s]>, dk_eff_e = <dret_{i_e}, pre_s>;
-//         G'[s] = decay_s G[s] + sum_{e, sorted} k_eff_e dret_{i_e};  bank[s] <- snapshot
-//   GDS   per valid read q = (i, r) of row sigma: dq_w = <dy_i, M0[sigma]> (bank after the
-//         restores); per read group: G[sigma] <- rnd(base + sum_{q sorted} q_w dy_i) with
+//         G'[s] = decay_s G[s] + sum_{e, sorted} k_eff_e dret_{i_e};  row_source[s] <- snapshot
+//   GDS   per valid read q = (i, r) of row sigma: dq_w = <dy_i, M0[sigma]> (M0: the row source's
+//         row, restored as the bank dtype holds it); per read group: G[sigma] <- rnd(base + sum_{q sorted} q_w dy_i) with
 //         base = G'[sigma] if sigma is written in the chunk, else G[sigma]; written rows not
 //         read store rnd(G'[s]). One rounding per touched row per chunk (docs/spec.md §4).
 //   Phase B (C.2 steps 9-11): through A (pairs of each group) and QK (each read against the

@@ -1,16 +1,19 @@
 // backward.cu - the CUDA backward of the chunked op: cuda::write_read_backward (engine.hpp; the
 // contract is sdm::write_read_backward's in include/sdm/ops.hpp, the math docs/spec.md §4).
-// args.memory holds the FINAL bank on entry; it is the working bank, restored in place chunk by
-// chunk to the initial bank (a bit copy for snapshot "none", else the decoded snapshot rows).
+// args.memory holds the FINAL bank on entry; the walk only reads it: the bank row at a chunk's
+// start is the final row or a later chunk's snapshot row (bank_at_chunk.cuh: a row source per bank
+// row). With options.restore_bank one kernel after the walk writes the initial bank into it (the
+// saved bits for snapshot "none", else the decoded snapshot rows; restore.cu).
 // `saved` (the saving forward's, saved/layout.hpp) and the other inputs are only read; no Phase 1
 // runs here: its arrays come from `saved`, whose slots and positions drive the addressing, so the
 // engine relies on the stamp check (engine.cu) for a `saved` of other args. One call:
 //   [index check + one host sync, if checking (common/call.hpp)]
 //   read records (reads.cu), slot-kernel tasks (slot_tasks.cu), GWR weights (tokens.cu)
-//   G = grad_final_bank or 0 (grad_bank.cu)
+//   G = grad_final_bank or 0 (grad_bank.cu); every row source -1 (the final bank)
 //   for ti = Nt-1 .. 0: token side (tokens.cu), then slot side (slots.cu), half of the P streams
 //     on a side stream for a large call (step_streams.hpp)
-//   pair_dots of all chunks, then the per-entry gradients (entries.cu); grad_memory from G
+//   pair_dots of all chunks, then the per-entry gradients (entries.cu); grad_memory from G;
+//   restore_bank: the initial bank from the row sources (restore.cu)
 // No host sync after the check, so the call can be captured in a CUDA graph (on one stream).
 // Deterministic: one writer per gradient element and per G / bank row, every f32 sum in an order
 // fixed by the shape, no atomics; nothing depends on the SM count or pointer alignment.
@@ -21,6 +24,7 @@
 #include "cuda/backward/slot_split.hpp"
 #include "cuda/engine.hpp"
 #include "cuda/common/call.hpp"
+#include "cuda/common/cuda_check.hpp"
 #include "cuda/saved/layout.hpp"
 #include "cuda/common/step_streams.hpp"
 
@@ -84,6 +88,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   plan_read_records(geo, ws, bb);
   plan_slot_tasks(geo, ws, bb);
   plan_step_and_entry_buffers(geo, ws, bb);
+  ws.plan(&bb.row_source, geo.P * geo.sps);
   if (direct) {
     bb.grad_rows = grads.memory.data;
   } else {
@@ -117,6 +122,10 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   find_slot_tasks(geo, in, p1, bb, stream);
   launch_entry_coefs(geo, p1, bb, stream);
   init_grad_bank(geo, bb, grad_rows, any_float(grad_final_bank), stream);
+  // All-one bytes: every row source kFinalBankRow (-1).
+  check_cuda(cudaMemsetAsync(bb.row_source, 0xff, static_cast<std::size_t>(geo.P * geo.sps) * sizeof(std::int64_t),
+                             stream),
+             "cudaMemsetAsync (row sources)");
   const AnyFloat grad_v = any_float(grads.v);
   StepStreams steps(geo, stream, split_steps(geo, shape.bank, call.capturing()));
   for (std::int64_t ti = geo.Nt - 1; ti >= 0; --ti) {
@@ -133,6 +142,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   if (!direct && grads.memory.defined()) {
     finish_grad_bank(geo, bb, shape.S, any_float(grad_final_bank), any_float(grads.memory), stream);
   }
+  if (options.restore_bank) restore_initial_bank(geo, bb, stream);
 }
 
 }  // namespace sdm::cuda

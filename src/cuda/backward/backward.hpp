@@ -14,7 +14,7 @@
 //   dv = beta dU,  dret = -beta dU,  dMs[i][j] = -<dU_i, delta_j> (j < i),  dQK[i][j] = <dy_i, delta_j>
 //   (j <= i),  rdot[i] = <res_i, dU_i>;  per write group s: dLambda = exp(Lambda) <G[s], pre_s>,
 //   dc_e = <delta_i, G[s]>, dk_eff_e = <dret_i, pre_s>, G'[s] = exp(Lambda) G[s] + sum k_eff dret,
-//   bank[s] <- pre_s;  per read group sigma: dq_w = <dy_i, M0[sigma]>, G[sigma] <- rnd(base + sum q_w dy)
+//   row_source[s] <- pre_s's snapshot row;  per read group sigma: dq_w = <dy_i, M0[sigma]>, G[sigma] <- rnd(base + sum q_w dy)
 //   with base = G'[sigma] if sigma is written in the chunk (the warps of the slot's write group do
 //   both sides of such a slot, G' stays in their registers), else G[sigma]; written rows nobody
 //   reads store rnd(G'). One rounding of a G row per chunk (docs/spec.md §3, §4).
@@ -113,9 +113,13 @@ __device__ __forceinline__ float sum_steps(const DotPlanes& planes, std::int64_t
 // n*C*W + q; "read-sorted" ones the sorted read positions n*C*R + q; "entry" ones the unsorted
 // write entries n*C*W + i*W + w (reads: n*C*R + i*R + r). Step rows are p*C + i.
 struct BackwardBuffers {
-  // The working bank and the gradient bank G (absolute bank rows; bf16 or f32 rows).
+  // The final bank (only read while the chunks are walked) and the gradient bank G (absolute bank
+  // rows; bf16 or f32 rows).
   void* bank = nullptr;
   void* grad_rows = nullptr;
+  // Per bank row of the streams (P*sps): the snapshot row holding it at the start of the chunk
+  // being walked, or -1: the final bank row (bank_at_chunk.cuh).
+  std::int64_t* row_source = nullptr;
   bool bf16_bank = false, bf16_grad_rows = false;
   bool vec8 = false;  // hd % 8 == 0 and 16-byte aligned rows everywhere: vector accesses
 
@@ -180,6 +184,10 @@ void sort_reads(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuff
 void plan_slot_tasks(const Geometry& geo, Workspace& ws, BackwardBuffers& bb);
 void find_slot_tasks(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
                      cudaStream_t stream);
+
+// The bank at the start of chunk 0 from the row sources after the walk: every row some chunk
+// writes gets the decoded pre-write row of the first chunk writing it (restore.cu).
+void restore_initial_bank(const Geometry& geo, const BackwardBuffers& bb, cudaStream_t stream);
 
 // G = grad_final_bank (or 0) rounded to the row dtype, over `rows` rows.
 void init_grad_bank(const Geometry& geo, const BackwardBuffers& bb, std::int64_t rows, AnyFloat grad_final_bank,

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "cuda/backward/backward.hpp"
+#include "cuda/backward/bank_at_chunk.cuh"
 #include "cuda/common/rows.cuh"
 
 namespace sdm::cuda::slot_side {
@@ -97,17 +98,16 @@ __device__ __forceinline__ void add_read(float q_w, const float (&y)[kLaneCols],
   }
 }
 
-// The row walk of a read group of one entry whose slot the chunk does not write (bank row = M0,
-// base = G; nearly every read-only group): per column step s, dq_w's step partial (warp_sum, lane
-// 0 stores plane s) and G <- rnd(G + q_w dy) (the read sum from +0, then base + sum). Every lane
-// runs every step (the warp_sum needs all lanes); lanes past hd load and store nothing. Lane
-// pointers advance by a column step; `rest` = the columns from the piece on (the piece is column 0
-// of a row of `rest` columns).
-template <bool kVec, typename E, typename Gt>
-__device__ __forceinline__ void read_single(Gt* grad, const E* bank, const ReadGroup& reads, int hd, int steps,
-                                            int lane) {
+// The row walk of a read group of one entry whose slot the chunk does not write (M0 = the row at
+// the chunk's start, bank_at_chunk.cuh; base = G; nearly every read-only group): per column step s,
+// dq_w's step partial (warp_sum, lane 0 stores plane s) and G <- rnd(G + q_w dy) (the read sum from
+// +0, then base + sum). Every lane runs every step (the warp_sum needs all lanes); lanes past hd
+// load and store nothing. Lane pointers advance by a column step; `rest` = the columns from the
+// piece on (the piece is column 0 of a row of `rest` columns).
+template <bool kVec, typename E, SnapshotQuant kMode, typename Gt>
+__device__ __forceinline__ void read_single(Gt* grad, const BankRow<E, kMode>& bank, const ReadGroup& reads, int hd,
+                                            int steps, int lane) {
   const int first = lane * kLaneCols;
-  const E* m0_at = bank + first;
   const float* y_at = reads.dy + reads.mine.row + first;
   Gt* grad_at = grad + first;
   for (int s = 0, c0 = first; s < steps; ++s, c0 += kWarpCols) {
@@ -115,7 +115,7 @@ __device__ __forceinline__ void read_single(Gt* grad, const E* bank, const ReadG
     if (c0 < hd) {
       const int rest = hd - c0;
       float m0[kLaneCols], y[kLaneCols], base[kLaneCols], sum[kLaneCols] = {};
-      const int valid = load_piece<kVec>(m0_at, 0, rest, m0);
+      const int valid = bank.template load<kVec>(c0, hd, m0);
       load_piece<kVec>(y_at, 0, rest, y);
       load_piece<kVec>(grad_at, 0, rest, base);
       add_read(reads.mine.q_w, y, valid, m0, dot, sum);
@@ -125,7 +125,7 @@ __device__ __forceinline__ void read_single(Gt* grad, const E* bank, const ReadG
     }
     dot = warp_sum(dot);
     if (lane == 0) reads.dq_w.at(s, reads.mine.index) = dot;
-    m0_at += kWarpCols, y_at += kWarpCols, grad_at += kWarpCols;
+    y_at += kWarpCols, grad_at += kWarpCols;
   }
 }
 

@@ -11,14 +11,14 @@
 //       and on the element path its delta piece too: dc_b = <delta_b, G> (two entries a pass; on
 //       the vector path GWR takes dc, backward.hpp dc_in_gwr);
 //     dlambda's step partial <G, pre>; per read its dy piece once (four reads a pass): dq_w_r =
-//     <dy_r, pre>, the read sum from +0; G <- rnd(G' + sum) (rnd(G') unread); bank[s] <- pre (a
-//     bit copy for "none");
-//   read-only group (M0 = bank row): dq_w_r per read, G <- rnd(G + sum).
-// Parallel decomposition: a step has one owner, so every G / bank piece and every plane element
-// has one writer; warps of a group share nothing and never synchronise.
+//     <dy_r, pre>, the read sum from +0; G <- rnd(G' + sum) (rnd(G') unread);
+//   read-only group (M0 = the row at the chunk's start, bank_at_chunk.cuh): dq_w_r per read,
+//   G <- rnd(G + sum).
+// Parallel decomposition: a step has one owner, so every G piece and every plane element has one
+// writer; warps of a group share nothing and never synchronise.
 // Numerics: per column the same fmaf chains as one warp walking the whole row (G' in group order
-// from exp(Lambda) G, the read sum in group order from +0, one rounding of base + sum), so G, the
-// restored bank and every column result keep their bits whatever g' is. Each dot's step partial
+// from exp(Lambda) G, the read sum in group order from +0, one rounding of base + sum), so G and
+// every column result keep their bits whatever g' is. Each dot's step partial
 // is the lane's fmaf chain over its 8 columns of the step, then warp_sum's butterfly (common/rows.cuh;
 // run transposed over four dots at once, bitwise the same); the
 // entry kernels add the steps in step order (sum_steps): bits independent of g', of the warps per
@@ -182,7 +182,7 @@ __device__ __forceinline__ void write_entries_du(const WriteRows<E, Gt>& rows, c
 
 // Column step s of a write group (mine: lane l < size holds entry l; group_keys: the group's
 // sorted keys; reads: the slot's read group, size 0 if unread; pieces: the token pieces of step s
-// for this lane): the dots' step partials at plane s, G's and the bank's pieces of the step.
+// for this lane): the dots' step partials at plane s, G's piece of the step.
 template <SnapshotQuant kMode, bool kVec, typename E, typename Gt>
 __device__ __forceinline__ void write_group_step(const WriteRows<E, Gt>& rows, const WriteEntry& mine,
                                                  const WriteEntrySource& src, const std::uint64_t* group_keys,
@@ -193,16 +193,10 @@ __device__ __forceinline__ void write_group_step(const WriteRows<E, Gt>& rows, c
   const int c0 = s * kWarpCols + lane * kLaneCols, rest = hd - c0;
   const bool active = c0 < hd;
   float g[kLaneCols] = {}, pre[kLaneCols] = {}, acc[kLaneCols];
-  PackedRow<E, kLaneCols> saved_bits{};
   int valid = 0;
   if (active) {
     valid = load_piece<kVec>(rows.grad + c0, 0, rest, g);
-    if constexpr (kMode == SnapshotQuant::none && kVec) {
-      load_packed(static_cast<const E*>(snapshot.payload) + c0, saved_bits);
-      unpack(saved_bits, pre);
-    } else {
-      load_snapshot_piece<kVec, E>(snapshot, 0, c0, hd, pre);
-    }
+    load_snapshot_piece<kVec, E>(snapshot, 0, c0, hd, pre);
   }
   float lambda_dot = 0.0f;
 #pragma unroll
@@ -223,18 +217,7 @@ __device__ __forceinline__ void write_group_step(const WriteRows<E, Gt>& rows, c
 #pragma unroll
     for (int k = 0; k < kLaneCols; ++k) acc[k] = acc[k] + sum[k];
   }
-  if (active) {
-    store_piece_cvt<kVec>(rows.grad + c0, 0, rest, acc);
-    if constexpr (kMode == SnapshotQuant::none && kVec) {
-#pragma unroll
-      for (int k = 0; k < PackedRow<E, kLaneCols>::kWords / 4; ++k) {
-        reinterpret_cast<uint4*>(rows.bank + c0)[k] = make_uint4(saved_bits.w[4 * k], saved_bits.w[4 * k + 1],
-                                                                saved_bits.w[4 * k + 2], saved_bits.w[4 * k + 3]);
-      }
-    } else {
-      restore_snapshot_piece<kVec>(snapshot, 0, c0, hd, pre, rows.bank);
-    }
-  }
+  if (active) store_piece_cvt<kVec>(rows.grad + c0, 0, rest, acc);
 }
 
 // The write group's steps of member `member` of `members`, token pieces from the step rows.
@@ -250,17 +233,17 @@ __device__ __forceinline__ void write_split_group(const WriteRows<E, Gt> rows, c
   }
 }
 
-// Column step s of a read-only group (M0 = the bank row, base = G; dy: the lane's dy pieces as
-// in TokenPieces).
-template <bool kVec, typename E, typename Gt>
-__device__ __forceinline__ void read_group_step(Gt* grad, const E* bank, const ReadGroup& reads, const float* dy,
-                                                int hd, int s, int lane) {
+// Column step s of a read-only group (M0 = the row at the chunk's start, base = G; dy: the lane's
+// dy pieces as in TokenPieces).
+template <bool kVec, typename E, SnapshotQuant kMode, typename Gt>
+__device__ __forceinline__ void read_group_step(Gt* grad, const BankRow<E, kMode>& bank, const ReadGroup& reads,
+                                                const float* dy, int hd, int s, int lane) {
   const int c0 = s * kWarpCols + lane * kLaneCols, rest = hd - c0;
   const bool active = c0 < hd;
   float m0[kLaneCols] = {}, base[kLaneCols] = {}, sum[kLaneCols] = {};
   int valid = 0;
   if (active) {
-    valid = load_piece<kVec>(bank + c0, 0, rest, m0);
+    valid = bank.template load<kVec>(c0, hd, m0);
     load_piece<kVec>(grad + c0, 0, rest, base);
   }
   read_step<kVec>(reads, dy, active, rest, valid, m0, s, sum, lane);
@@ -270,9 +253,9 @@ __device__ __forceinline__ void read_group_step(Gt* grad, const E* bank, const R
 }
 
 // The read-only group's steps of member `member` of `members`, dy pieces from the step rows.
-template <bool kVec, typename E, typename Gt>
-__device__ __forceinline__ void read_split_group(Gt* grad, const E* bank, const ReadGroup reads, int hd, int steps,
-                                              int member, int members, int lane) {
+template <bool kVec, typename E, SnapshotQuant kMode, typename Gt>
+__device__ __forceinline__ void read_split_group(Gt* grad, const BankRow<E, kMode> bank, const ReadGroup reads,
+                                                 int hd, int steps, int member, int members, int lane) {
   for (int s = member; s < steps; s += members) {
     read_group_step<kVec>(grad, bank, reads, reads.dy + s * kWarpCols + lane * kLaneCols, hd, s, lane);
   }

@@ -5,8 +5,8 @@
 //   chains over the lane's columns of one 256-column step, then warp_sum's butterfly, transposed:
 //   warp_sum4_to_lanes; stored at plane s);
 //   G' = exp(Lambda) G + k_eff (-beta_i dU_i); G <- rnd(G') or, read once, rnd(G' + q_w dy_r) with
-//   dq_w's step partial dy_r . pre in the same walk; bank[s] <- pre from the snapshot row (a bit
-//   copy for mode "none").
+//   dq_w's step partial dy_r . pre in the same walk. The bank is not written: the group's worker
+//   names its snapshot row as the slot's row source (bank_at_chunk.cuh).
 // Numerics: as slot_reads.cuh; G' is one fmaf chain per column in group order.
 #pragma once
 
@@ -62,7 +62,6 @@ __device__ __forceinline__ WriteEntry group_entry(const WriteEntry& mine, int b,
 template <typename E, typename Gt>
 struct WriteRows {
   Gt* grad;
-  E* bank;
   const float* delta;
   const float* du;
   SnapshotRows snapshot;
@@ -76,21 +75,19 @@ constexpr int kWriteDots = 3;
 // The row walk of a write group of one entry (`entry`), read once (kRead: `reads` holds the single
 // read entry in every lane's `mine`, M0 = pre) or not at all: per column step s the dots' step
 // partials (stored at plane s; dc only where GWR does not take it, backward.hpp dc_in_gwr), G
-// rounded once, the bank row restored. Every lane runs every step
-// (the warp sums need all lanes); lanes past hd load and store nothing. Mode "none"
-// with vector access keeps the snapshot piece's bits from its one load and stores them back into
-// the bank (copy_piece's bits). Lane pointers advance by a column step; `rest` = the columns from
-// the piece on (load_piece / store_piece see the piece as column 0 of a row of `rest` columns).
+// rounded once. Every lane runs every step (the warp sums need all lanes); lanes past hd load and
+// store nothing. Lane pointers advance by a column step; `rest` = the columns from the piece on
+// (load_piece / store_piece see the piece as column 0 of a row of `rest` columns).
 template <bool kRead, SnapshotQuant kMode, bool kVec, typename E, typename Gt>
 __device__ __forceinline__ void write_single(const WriteRows<E, Gt>& rows, const WriteEntry& entry,
                                              const ReadGroup& reads, int hd, int steps, int lane) {
   constexpr bool kDc = !dc_in_gwr(kVec);  // else GWR took dc (backward.hpp)
   const int first = lane * kLaneCols;
   Gt* grad = rows.grad + first;
-  E* bank = rows.bank + first;
+  SnapshotRows snapshot = rows.snapshot;
+  snapshot.mode = kMode;  // known here: load_snapshot_piece keeps one decoder
   const float* delta = rows.delta + entry.row + first;
   const float* du = rows.du + entry.row + first;
-  const E* saved = static_cast<const E*>(rows.snapshot.payload) + first;
   const float* dy = nullptr;
   if constexpr (kRead) dy = reads.dy + reads.mine.row + first;
   for (int s = 0, c0 = first; s < steps; ++s, c0 += kWarpCols) {
@@ -98,16 +95,10 @@ __device__ __forceinline__ void write_single(const WriteRows<E, Gt>& rows, const
     if (c0 < hd) {
       const int rest = hd - c0;
       float g[kLaneCols], d[kLaneCols], u[kLaneCols], pre[kLaneCols], acc[kLaneCols], y[kLaneCols];
-      PackedRow<E, kLaneCols> saved_bits;
       const int valid = load_piece<kVec>(grad, 0, rest, g);
       if constexpr (kDc) load_piece<kVec>(delta, 0, rest, d);
       load_piece<kVec>(du, 0, rest, u);
-      if constexpr (kMode == SnapshotQuant::none && kVec) {
-        load_packed(saved, saved_bits);
-        unpack(saved_bits, pre);
-      } else {
-        load_snapshot_piece<kVec, E>(rows.snapshot, 0, c0, hd, pre);
-      }
+      load_snapshot_piece<kVec, E>(snapshot, 0, c0, hd, pre);
       if constexpr (kRead) load_piece<kVec>(dy, 0, rest, y);
 #pragma unroll
       for (int k = 0; k < kLaneCols; ++k) {
@@ -130,15 +121,6 @@ __device__ __forceinline__ void write_single(const WriteRows<E, Gt>& rows, const
         for (int k = 0; k < kLaneCols; ++k) acc[k] = acc[k] + sum[k];
       }
       store_piece_cvt<kVec>(grad, 0, rest, acc);
-      if constexpr (kMode == SnapshotQuant::none && kVec) {
-#pragma unroll
-        for (int k = 0; k < PackedRow<E, kLaneCols>::kWords / 4; ++k) {
-          reinterpret_cast<uint4*>(bank)[k] = make_uint4(saved_bits.w[4 * k], saved_bits.w[4 * k + 1],
-                                                         saved_bits.w[4 * k + 2], saved_bits.w[4 * k + 3]);
-        }
-      } else {
-        restore_snapshot_piece<kVec>(rows.snapshot, 0, c0, hd, pre, rows.bank);
-      }
     }
     if constexpr (kDc || kRead) {
       // Lanes 0, 8, 16 (and 24) hold the step's dlambda, dc (0 if GWR took it), dk_eff (and dq_w).
@@ -154,7 +136,7 @@ __device__ __forceinline__ void write_single(const WriteRows<E, Gt>& rows, const
       if (lane == 0) rows.dlambda.at(s, 0) = total;
       if (lane == 16) rows.dk_eff.at(s, 0) = total;
     }
-    grad += kWarpCols, bank += kWarpCols, delta += kWarpCols, du += kWarpCols, saved += kWarpCols;
+    grad += kWarpCols, delta += kWarpCols, du += kWarpCols;
     if constexpr (kRead) dy += kWarpCols;
   }
 }

@@ -1,12 +1,13 @@
 // slots.cu - the slot side of one reverse step of the CUDA backward (docs/spec.md §4: the G update
-// of written and read slots, the rows restored from the snapshot), chunks n = ti*P + p of step ti,
+// of written and read slots), chunks n = ti*P + p of step ti,
 // p in [geo.p_first, +geo.p_count); after the token side (it reads the step's dU and dy). One
 // kernel, slot_groups_backward; for each slot s that chunk n writes or reads:
 //   write group (entries e in token order, pre = M0[s] decoded from the snapshot):
 //     dlambda = exp(Lambda) <G[s], pre>;  dk_eff_e = <-beta_i dU_i, pre>;  dc_e = <delta_i, G[s]>
 //       (dc here only on the element path: on the vector path GWR takes it, backward.hpp dc_in_gwr)
-//     G'[s] = exp(Lambda) G[s] + sum_e k_eff_e (-beta_i dU_i);  bank[s] <- pre (bit copy for "none")
-//   read group (reads r in (token, lane) order; M0[s] = pre if written, else bank[s]):
+//     G'[s] = exp(Lambda) G[s] + sum_e k_eff_e (-beta_i dU_i);  row_source[s] <- the snapshot row
+//   read group (reads r in (token, lane) order; M0[s] = pre if written, else the row at the
+//   chunk's start, bank_at_chunk.cuh: the bank is only read):
 //     dq_w_r = <dy_i, M0[s]>
 //   G[s] <- rnd(base + sum_r q_w dy_i), base = G'[s] if written, else G[s]; the read sum from +0.
 // Decomposition: one warp per sorted position of the chunk (C*W write, then C*R read positions);
@@ -20,6 +21,7 @@
 #include <cstdlib>
 
 #include "cuda/backward/backward.hpp"
+#include "cuda/backward/bank_at_chunk.cuh"
 #include "cuda/backward/slot_reads.cuh"
 #include "cuda/backward/slot_split.cuh"
 #include "cuda/backward/slot_split.hpp"
@@ -86,11 +88,11 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
                     geo.hd * static_cast<std::int64_t>(sizeof(Gt)), lane);
     prefetch_row_l2(static_cast<const unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes,
                     bb.snapshot.row_bytes, lane);
+    if (lane == 0) bb.row_source[slot] = e;  // earlier chunks find M0[s] in this snapshot row
   }
 
   WriteRows<E, Gt> rows;
   rows.grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
-  rows.bank = static_cast<E*>(bb.bank) + slot * geo.hd;
   rows.delta = bb.delta + n * geo.C * geo.hd;
   rows.du = bb.du + n * geo.C * geo.hd;
   rows.snapshot = bb.snapshot;
@@ -135,7 +137,7 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
 // at q when the chunk does not write the slot (else the write group's warps do the reads), or a
 // helper of such a group's worker. A group of one entry (nearly all) takes it from its task;
 // others load their keys and entries and split their row over their members.
-template <typename E, typename Gt, bool kVec>
+template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
 __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Phase1Buffers& p1,
                                                   const BackwardBuffers& bb, std::int64_t ti, std::int64_t p,
                                                   int q_at, int lane) {
@@ -147,14 +149,13 @@ __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Pha
   if (!group_member(bb.slot_tasks + n * (CW + CR) + CW, q_at, bb, read_size_of, task, member, members)) return;
   const int q = q_at - member;
   const std::int64_t slot = p * geo.sps + task.local;
-  const std::int64_t row_bytes = geo.hd * static_cast<std::int64_t>(sizeof(E));
+  const BankRow<E, kMode> bank = bank_row_at_chunk<E, kMode>(bb, slot, geo.hd);
   if (member == 0) {
     prefetch_row_l2(static_cast<const unsigned char*>(bb.grad_rows) + slot * geo.hd * sizeof(Gt),
                     geo.hd * static_cast<std::int64_t>(sizeof(Gt)), lane);
-    prefetch_row_l2(static_cast<const unsigned char*>(bb.bank) + slot * row_bytes, row_bytes, lane);
+    bank.prefetch(geo.hd, lane);
   }
   Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
-  const E* bank = static_cast<const E*>(bb.bank) + slot * geo.hd;
   const float* dy = bb.dy + n * geo.C * geo.hd;
   if (read_size_of(task) == 1) {
     read_single<kVec>(grad, bank, single_read(task, dy, bb.dq_w, geo.hd, geo.R, n * CR), hd, steps, lane);
@@ -171,15 +172,15 @@ __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Pha
 // slot_groups_backward in detail. Grid (P, (C*W + C*R) / kWarps), one warp per sorted position of chunk n:
 // first the C*W sorted write positions, then the C*R sorted read positions. The warp at a write
 // group's first position is its slot's worker: the write side, and, when the chunk also reads the
-// slot, the read side in the same walk over the row, with M0 = the decoded pre it already holds
-// (bitwise the values the restored bank row holds: restore stores exactly them, or in mode "none"
-// the saved bits, which decode to the same f32), so G' never leaves registers. The warp at a read
-// group's first position works only when the chunk does not write the slot (the bank row is M0
-// there, base = G). Each warp first loads its task (bb.slot_tasks, found for every chunk before
+// slot, the read side in the same walk over the row, with M0 = the decoded pre it already holds,
+// so G' never leaves registers; its worker names the group's snapshot row as the slot's row source
+// for the earlier chunks (bank_at_chunk.cuh). The warp at a read group's first position works only
+// when the chunk does not write the slot (M0 = the row at the chunk's start: the final bank row or
+// a later chunk's decoded snapshot row; base = G). Each warp first loads its task (bb.slot_tasks, found for every chunk before
 // the loop by backward/slot_tasks.cu: idle, a helper's offset, or the slot, the group sizes, where
 // a written slot's reads start and, for a group of one write entry read at most once or of one
 // read entry, the entries' scalars); idle warps exit there, and no warp searches keys inside the
-// loop. A worker asks L2 for its G row and its snapshot row (write) or bank row (read)
+// loop. A worker asks L2 for its G row and its snapshot row (write) or M0 row (read)
 // (prefetch_row_l2); the common groups then walk their row at once (write_single / read_single,
 // every column step in turn), the others first load their keys (lane_key: lane l loads the key at
 // position q + l, so the group's first 32 entries' keys come from one load per lane) and entries'
@@ -189,8 +190,7 @@ __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Pha
 // owns the 8-column pieces c0 = 256 s + 8 l (common/rows.cuh).
 // Instruction economy of the column loops (they are instruction / latency bound): the snapshot
 // mode is a template parameter (the host knows it), so a loop holds one decoder and no mode
-// switch; row pointers are formed once per walk; in mode "none" the snapshot piece's bits from
-// its one load are stored back into the bank (the bits copy_piece would copy); a bf16 G piece is
+// switch; row pointers are formed once per walk; the bank is never written; a bf16 G piece is
 // rounded by store_piece_cvt (the hardware pair conversion, bitwise the integer rounding for
 // every non-NaN value; a piece with a NaN takes store_piece). Registers over occupancy: at most
 // 128 registers a thread (16 resident warps an SM) with the split walks inlined, so no walk
@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, kMinBlock
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t p = geo.p_first + blockIdx.x;
   if (q < CW) write_group_worker<E, Gt, kVec, kMode>(geo, in, p1, bb, ti, p, q, lane);
-  else if (q < CW + CR) read_group_worker<E, Gt, kVec>(geo, p1, bb, ti, p, q - CW, lane);
+  else if (q < CW + CR) read_group_worker<E, Gt, kVec, kMode>(geo, p1, bb, ti, p, q - CW, lane);
 }
 
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>

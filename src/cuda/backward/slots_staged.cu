@@ -1,7 +1,8 @@
 // slots_staged.cu - the slot side of one reverse step of the CUDA backward with the chunk's token
 // rows on chip: the same math, the same bits as slots.cu (docs/spec.md §4; per slot s of chunk n:
-// the write group's dlambda / dc / dk_eff step partials, G' and the restored bank row, the read
-// group's dq_w partials and G <- rnd(base + sum)), for chunks whose staged rows fit one CTA.
+// the write group's dlambda / dc / dk_eff step partials and G', the read group's dq_w partials and
+// G <- rnd(base + sum); the bank is only read, bank_at_chunk.cuh), for chunks whose staged rows fit
+// one CTA.
 //
 // Kernel staged_slot_groups_backward. Grid (streams p, column steps s, shares j): CTA (p, s, j)
 //   1. stages chunk n's delta, dU and dy rows [C, 256 columns of step s] (f32) in shared memory
@@ -10,14 +11,15 @@
 //      positions (contiguous shares: a group of m entries spans m positions, so a share's work is
 //      about its length): its warps take batches of kBatch positions from a shared counter, load
 //      the batch's tasks (backward/slot_tasks.cu), ask L2 for each worker's G piece and snapshot
-//      (write group) or bank (read-only group) piece of step s, then run each worker's step s
+//      (write group) or M0 (read-only group) piece of step s, then run each worker's step s
 //      with every token piece from shared memory: a group of at most one write and one read
 //      entry (nearly all) by slots.cu's single-entry walks (write_single / read_single) over the
 //      one step, the others by write_group_step / read_group_step (slot_split.cuh). Only G, pre
-//      and the bank pieces travel from L2 / DRAM.
+//      and the M0 pieces travel from L2 / DRAM. The owner of a write group's step 0 names its
+//      snapshot row as the slot's row source.
 // Where it pays: see use_staged_slot_walk (the automatic choice; slot_split.hpp's knob forces
 // either kernel).
-// Each (group, column step) has one owner CTA and one warp, so every G / bank piece and every
+// Each (group, column step) has one owner CTA and one warp, so every G piece and every
 // dot-plane element has one writer; the shared counter only decides which warp that is.
 // Numerics: per column step the fmaf chains, warp butterflies and the one rounding of slots.cu's
 // split walk (the lane owns columns 256 s + 8 l .. + 7 of the step, common/rows.cuh), so every
@@ -28,6 +30,7 @@
 #include <cstring>
 
 #include "cuda/backward/backward.hpp"
+#include "cuda/backward/bank_at_chunk.cuh"
 #include "cuda/backward/slot_reads.cuh"
 #include "cuda/backward/slot_split.cuh"
 #include "cuda/backward/slot_split.hpp"
@@ -133,7 +136,7 @@ __device__ __forceinline__ DotPlanes plane_of(const DotPlanes& planes, int s) {
 }
 
 // Asks L2 for the pieces of step s a worker's walk loads from memory: its G piece and its snapshot
-// piece (write group at sorted write position q) or bank piece (read-only group).
+// piece (write group at sorted write position q) or M0 piece (read-only group, bank_at_chunk.cuh).
 template <typename E, typename Gt, SnapshotQuant kMode>
 __device__ __forceinline__ void prefetch_worker(const Geometry& geo, const BackwardBuffers& bb, const StagedStep& st,
                                                 std::int32_t local, int q, int lane) {
@@ -141,15 +144,16 @@ __device__ __forceinline__ void prefetch_worker(const Geometry& geo, const Backw
   const std::int64_t col0 = static_cast<std::int64_t>(st.s) * kWarpCols;
   const std::int64_t cols = geo.hd - col0 < kWarpCols ? geo.hd - col0 : kWarpCols;
   prefetch_piece(static_cast<const Gt*>(bb.grad_rows) + slot * geo.hd + col0, cols * sizeof(Gt), lane);
+  const std::int64_t from = snapshot_step_offset<E, kMode>(st.s), to = snapshot_step_offset<E, kMode>(st.s + 1);
+  const std::int64_t end = to < bb.snapshot.row_bytes ? to : bb.snapshot.row_bytes;
   if (q < st.CW) {
-    const std::int64_t from = snapshot_step_offset<E, kMode>(st.s), to = snapshot_step_offset<E, kMode>(st.s + 1);
-    const std::int64_t end = to < bb.snapshot.row_bytes ? to : bb.snapshot.row_bytes;
-    prefetch_piece(static_cast<const unsigned char*>(bb.snapshot.payload) + (st.n * st.CW + q) * bb.snapshot.row_bytes +
-                       from,
-                   end - from, lane);
-  } else {
-    prefetch_piece(static_cast<const E*>(bb.bank) + slot * geo.hd + col0, cols * sizeof(E), lane);
+    const auto* row = static_cast<const unsigned char*>(bb.snapshot.payload) + (st.n * st.CW + q) * bb.snapshot.row_bytes;
+    prefetch_piece(row + from, end - from, lane);
+    return;
   }
+  const BankRow<E, kMode> m0 = bank_row_at_chunk<E, kMode>(bb, slot, geo.hd);
+  if (m0.row != nullptr) prefetch_piece(m0.row + col0, cols * sizeof(E), lane);
+  else prefetch_piece(static_cast<const unsigned char*>(m0.snapshot.payload) + from, end - from, lane);
 }
 
 // Step s of the write group whose worker's task sits at sorted write position q.
@@ -160,7 +164,6 @@ __device__ __forceinline__ void staged_write_group(const Geometry& geo, const In
   const std::int64_t n = st.n, e = n * st.CW + q, slot = st.p * geo.sps + task.local;
   WriteRows<E, Gt> rows;
   rows.grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
-  rows.bank = static_cast<E*>(bb.bank) + slot * geo.hd;
   rows.delta = nullptr;  // the staged pieces (st) stand for the step rows
   rows.du = nullptr;
   rows.snapshot = bb.snapshot;
@@ -171,6 +174,7 @@ __device__ __forceinline__ void staged_write_group(const Geometry& geo, const In
   rows.dc = planes_at(bb.dc, e);
   rows.dk_eff = planes_at(bb.dk_eff, e);
   rows.decay = task.decay;
+  if (st.s == 0 && lane == 0) bb.row_source[slot] = e;  // earlier chunks find M0[s] in this snapshot row
 
   const int size = write_size_of(task), read_size = read_size_of(task);
   if (task_holds_entries(task)) {
@@ -179,7 +183,6 @@ __device__ __forceinline__ void staged_write_group(const Geometry& geo, const In
     const int col0 = st.s * kWarpCols;
     WriteRows<E, Gt> step = rows;
     step.grad += col0;
-    step.bank += col0;
     step.delta = st.delta;
     step.du = st.du;
     step.snapshot.payload = static_cast<unsigned char*>(step.snapshot.payload) + snapshot_step_offset<E, kMode>(st.s);
@@ -212,16 +215,16 @@ __device__ __forceinline__ void staged_write_group(const Geometry& geo, const In
 }
 
 // Step s of the read-only group whose worker's task sits at sorted read position q.
-template <typename E, typename Gt, bool kVec>
+template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
 __device__ __forceinline__ void staged_read_group(const Geometry& geo, const Phase1Buffers& p1,
                                                   const BackwardBuffers& bb, const StagedStep& st,
                                                   const SlotTask& task, int q, int lane) {
   const std::int64_t n = st.n, slot = st.p * geo.sps + task.local;
   Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
-  const E* bank = static_cast<const E*>(bb.bank) + slot * geo.hd;
+  const BankRow<E, kMode> bank = bank_row_at_chunk<E, kMode>(bb, slot, geo.hd);
   if (read_size_of(task) == 1) {
     const int col0 = st.s * kWarpCols;
-    read_single<kVec>(grad + col0, bank + col0,
+    read_single<kVec>(grad + col0, bank_row_from(bank, col0, snapshot_step_offset<E, kMode>(st.s)),
                       single_read(task, st.dy, plane_of(bb.dq_w, st.s), kWarpCols, geo.R, n * st.CR), st.hd - col0, 1,
                       lane);
     return;
@@ -283,7 +286,7 @@ __global__ void __launch_bounds__(kStageThreads, 1)
       const int b = __ffs(todo) - 1;
       const SlotTask mine = task_from_lane(task, b);
       if (base + b < st.CW) staged_write_group<E, Gt, kVec, kMode>(geo, in, p1, bb, st, mine, base + b, lane);
-      else staged_read_group<E, Gt, kVec>(geo, p1, bb, st, mine, base + b - st.CW, lane);
+      else staged_read_group<E, Gt, kVec, kMode>(geo, p1, bb, st, mine, base + b - st.CW, lane);
     }
   }
 }

@@ -173,7 +173,8 @@ INSTANTIATE_TEST_SUITE_P(G, BackwardVsFiniteDifferences, ::testing::Values(1, 3)
 //   bf16 (f32 bank)  gradients 1e-2 (measured 3.1e-3)  bank 4e-3 (2.9e-3; bound 2^-8)
 //   fp8              gradients 8e-2 (measured 4.0e-2)  bank 7e-2 (3.5e-2; bound 2^-4 + bf16)
 //   int4             gradients 2e-1 (measured 1.0e-1)  bank 1e-1 (7.1e-2; bound ~1/14)
-// For a bf16 bank, "bf16" is "none": bit-identical results, exact restore.
+// For a bf16 bank, "bf16" is "none": bit-identical results, exact restore. Each mode also runs
+// with restore_bank = false: the bank keeps the final bank's bits and every gradient its bits.
 struct SnapshotCase {
   SnapshotQuant mode;
   double grad_tol, bank_tol;
@@ -200,7 +201,9 @@ TEST_P(SnapshotModes, GradientsAndRestoredBank) {
                                 {SnapshotQuant::int4, 2e-1, 1e-1}};
   for (const SnapshotCase& c : cases) {
     options.snapshot_quant = c.mode;
-    const GradRun engine = engine_backward(pb, engine_forward_saving(pb, options), dy, d_final, options, DType::f32);
+    options.restore_bank = true;
+    const ForwardRun forward = engine_forward_saving(pb, options);
+    const GradRun engine = engine_backward(pb, forward, dy, d_final, options, DType::f32);
     const std::string what = std::string(dtype_name(bank)) + " bank, snapshot " + snapshot_quant_name(c.mode);
     const bool exact = c.mode == SnapshotQuant::none || (c.mode == SnapshotQuant::bf16 && bank == DType::bf16);
     const double grad_tol = exact ? base_tol : c.grad_tol;
@@ -217,6 +220,15 @@ TEST_P(SnapshotModes, GradientsAndRestoredBank) {
       EXPECT_LE(bank_error, c.bank_tol) << what;
       EXPECT_GT(bank_error, 0.0) << what << ": a lossy snapshot restores an approximate bank";
     }
+    // restore_bank = false: the bank is only read (it keeps the final bank's bits) and every
+    // gradient keeps its bits.
+    options.restore_bank = false;
+    const GradRun kept = engine_backward(pb, forward, dy, d_final, options, DType::f32);
+    EXPECT_TRUE(kept.bank_after.bitwise_equal(forward.final_bank)) << what << ": restore_bank = false";
+    EXPECT_TRUE(kept.memory.bitwise_equal(engine.memory) && kept.k_val.bitwise_equal(engine.k_val) &&
+                kept.v.bitwise_equal(engine.v) && kept.beta.bitwise_equal(engine.beta) &&
+                kept.g.bitwise_equal(engine.g) && kept.q_val.bitwise_equal(engine.q_val))
+        << what << ": restore_bank = false changes a gradient";
     if (c.mode == SnapshotQuant::none) none = engine;
     if (c.mode == SnapshotQuant::bf16 && bank == DType::bf16) {
       EXPECT_TRUE(engine.k_val.bitwise_equal(none.k_val) && engine.g.bitwise_equal(none.g) &&
