@@ -55,27 +55,34 @@ __device__ __forceinline__ void steps_in_lane(K (&x)[M], bool descending) {
 
 template <int M, typename K>
 __device__ __forceinline__ void sort_runs(K (&x)[M], int run, bool descending, int lane) {
-  // Blocks of size s < M: inside the lane; block b of size s runs in `descending` direction for
-  // even b and the other way for odd b (so pairs of blocks are bitonic), all of them at s == run.
+  // The direction-free bitonic sort: merging two sorted halves of a block of s compares element g
+  // of the lower half with its mirror s - 1 - g (the upper half reversed), then half-cleaners; the
+  // lower position of every pair keeps the better key, so no step depends on a block's parity.
 #pragma unroll
   for (int s = 2; s <= M; s *= 2) {
     if (s > run) break;
 #pragma unroll
-    for (int d = s / 2; d >= 1; d /= 2) {
+    for (int r = 0; r < M; ++r) {
+      if ((r & (s / 2)) == 0) order_in_lane(x[r], x[r ^ (s - 1)], descending);
+    }
+#pragma unroll
+    for (int d = s / 4; d >= 1; d /= 2) {
 #pragma unroll
       for (int r = 0; r < M; ++r) {
-        if ((r & d) == 0) {
-          const bool odd_block = (s < M ? (r & s) != 0 : (lane & 1) != 0) && s < run;
-          order_in_lane(x[r], x[r + d], descending != odd_block);
-        }
+        if ((r & d) == 0) order_in_lane(x[r], x[r + d], descending);
       }
     }
   }
   for (int s = 2 * M; s <= run; s *= 2) {
-    const bool odd_block = (lane & (s / M)) != 0 && s < run;
-    const bool dir = descending != odd_block;
-    for (int d = s / 2; d >= M; d /= 2) step_across_lanes(x, d / M, dir, lane);
-    steps_in_lane(x, dir);
+    const int mirror = s / M - 1;
+    const bool keep_big = ((lane & (s / (2 * M))) == 0) == descending;
+    K y[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) y[r] = __shfl_xor_sync(kFullMask, x[M - 1 - r], mirror);
+#pragma unroll
+    for (int r = 0; r < M; ++r) x[r] = keep_big ? (x[r] > y[r] ? x[r] : y[r]) : (x[r] < y[r] ? x[r] : y[r]);
+    for (int d = s / 4; d >= M; d /= 2) step_across_lanes(x, d / M, descending, lane);
+    steps_in_lane(x, descending);
   }
 }
 
