@@ -10,13 +10,15 @@
 //     input dtype), the last one sorts them by slot id and stores (id, sum rounded to the dtype).
 // Decomposition: one warp per row.
 //   - A factor of width w sits in registers, M = pow2(ceil(w / 32)) keys per lane (one vector load
-//     per lane where the row allows); sort_runs builds sorted runs of pow2(m) keys and
+//     per lane where the row allows); stage 1's two factors are ranked at once, one per half-warp
+//     (rank_two: 32-bit keys, widths <= 256, 16 lanes x pow2(w / 16) keys); sort_runs builds sorted runs of pow2(m) keys and
 //     keep_top_half folds them into the top run (register_sort.cuh).
 //   - A stage holds ceil(pair_count(KMAX) / 32) candidates per lane from the constant pair table
 //     (pair_table.cuh): 32-bit sum keys and 16-bit tie payloads in registers. The c-th largest key
 //     is found by bisection with warp-wide counts (__reduce_add_sync): first over the sum keys,
-//     between the smallest key of the first c table entries (c candidates, so at least c keys are
-//     above it) and the largest key; it stops as soon as exactly c keys are at or above the probe.
+//     between the largest key(i, j) with (i + 1)(j + 1) == c (at least c keys are at or above it:
+//     the sums are monotone in both ranks; the smallest key of the first c table entries where no
+//     such pair is a candidate) and key(0, 0), the largest; it stops as soon as exactly c keys are at or above the probe.
 //     Only when the c-th key ties with others does a second bisection split the tied sum key by
 //     payload. The kept candidates are compacted (ballot + popc) into shared memory, loaded back
 //     KMAX / 32 per lane and sorted by one register network.
@@ -38,6 +40,16 @@ namespace sdm::cuda::topk {
 
 inline constexpr int kRegisterMaxWidth = 512;
 inline constexpr int kRegisterMaxK = 128;
+#ifndef SDM_TOPK_HALF_WARP_RANK
+#define SDM_TOPK_HALF_WARP_RANK 1
+#endif
+// Stage 1's factors ranked by the two half-warps at once (rank_two); 0: one after the other.
+inline constexpr bool kHalfWarpRank = SDM_TOPK_HALF_WARP_RANK != 0;
+#ifndef SDM_TOPK_TIGHT_BOUNDS
+#define SDM_TOPK_TIGHT_BOUNDS 1
+#endif
+// The c-th key's bisection starts from [max key(i, j) with (i + 1)(j + 1) == c, key(0, 0)].
+inline constexpr bool kTightBounds = SDM_TOPK_TIGHT_BOUNDS != 0;
 
 template <int KMAX>
 struct StageLists {
@@ -56,12 +68,12 @@ __device__ __forceinline__ int pow2_at_least(int x) {
 
 // The M scores of lane `lane` (columns lane * M + r of x[0..width)), as floats; one 16-byte load
 // per 16 bytes where the whole warp's columns lie in the row and x is 16-byte aligned.
-template <typename S, int M>
+template <typename S, int M, int LANES = 32>
 __device__ __forceinline__ void load_scores(const typename S::Storage* x, int width, int lane, float (&v)[M]) {
   using Storage = typename S::Storage;
   constexpr int kBytes = M * static_cast<int>(sizeof(Storage));
   if constexpr (kBytes % 16 == 0) {
-    if (width == 32 * M && (reinterpret_cast<std::uintptr_t>(x) & 15u) == 0) {
+    if (width == LANES * M && (reinterpret_cast<std::uintptr_t>(x) & 15u) == 0) {
       uint4 chunk[kBytes / 16];
       const auto* from = reinterpret_cast<const uint4*>(x + lane * M);
 #pragma unroll
@@ -122,6 +134,66 @@ __device__ void rank_factor(const typename S::Storage* x, int width, int m, floa
   if (width <= 128) return rank_factor_in<S, 4, KMAX>(x, width, m, val, col, lane);
   if (width <= 256) return rank_factor_in<S, 8, KMAX>(x, width, m, val, col, lane);
   return rank_factor_in<S, 16, KMAX>(x, width, m, val, col, lane);
+}
+
+// Both factors of stage 1 at once, one per half-warp (32-bit keys, widths <= 256): half h ranks
+// factor h (columns of x + h * w0) with M = pow2(max width / 16) keys per lane, so a factor's
+// network runs 16 lanes wide: half the shuffles of the whole-warp rank per factor, and the two
+// factors' networks overlap. Half 0 writes the running list (val0 / col0), half 1 the factor list.
+template <typename S, int M, int KMAX>
+__device__ void rank_two_in(const typename S::Storage* x, int w0, int w1, int m0, int m1, float* val0,
+                            std::uint32_t* col0, float* val1, std::uint32_t* col1, int lane) {
+  using Key = typename S::Key;
+  const int half = lane >> 4, sub = lane & 15;
+  const int width = half ? w1 : w0, m = half ? m1 : m0;
+  const typename S::Storage* f = half ? x + w0 : x;
+  float v[M];
+  load_scores<S, M, 16>(f, width, sub, v);
+  Key key[M];
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    const int c = sub * M + r;
+    key[r] = c < width ? S::key(v[r], static_cast<std::uint32_t>(c)) : Key{0};
+  }
+  constexpr int kRun = KMAX < 16 * M ? KMAX : 16 * M;
+  const int run = max(M, pow2_at_least(max(m0, m1)));
+  if (run == kRun) {
+    sort_runs(key, kRun, true, lane);
+    keep_top_half<M, 16>(key, kRun, lane);
+  } else {
+    sort_runs(key, run, true, lane);
+    keep_top_half<M, 16>(key, run, lane);
+  }
+  float* val = half ? val1 : val0;
+  std::uint32_t* col = half ? col1 : col0;
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    const int g = sub * M + r;
+    if (g < m) {
+      const auto c = static_cast<std::uint32_t>(key[r] & 0xffffu);
+      col[g] = c;
+      val[g] = S::load(f[c]);
+    }
+  }
+  __syncwarp();
+}
+
+// Stage 1's two factors by half-warps when that fits (true), else nothing done (false).
+template <typename S, int KMAX>
+__device__ bool rank_two(const typename S::Storage* x, int w0, int w1, int m0, int m1, float* val0, std::uint32_t* col0,
+                         float* val1, std::uint32_t* col1, int lane) {
+  if constexpr (sizeof(typename S::Key) != 4 || !kHalfWarpRank) {
+    return false;
+  } else {
+    const int w = max(w0, w1);
+    if (w > 256) return false;
+    if (w <= 16) rank_two_in<S, 1, KMAX>(x, w0, w1, m0, m1, val0, col0, val1, col1, lane);
+    else if (w <= 32) rank_two_in<S, 2, KMAX>(x, w0, w1, m0, m1, val0, col0, val1, col1, lane);
+    else if (w <= 64) rank_two_in<S, 4, KMAX>(x, w0, w1, m0, m1, val0, col0, val1, col1, lane);
+    else if (w <= 128) rank_two_in<S, 8, KMAX>(x, w0, w1, m0, m1, val0, col0, val1, col1, lane);
+    else rank_two_in<S, 16, KMAX>(x, w0, w1, m0, m1, val0, col0, val1, col1, lane);
+    return true;
+  }
 }
 
 // The number of candidates with key >= (t, p): sum key above t, or equal to t with payload >= p.
@@ -214,7 +286,7 @@ __device__ void pair_stage(StageLists<KMAX>& s, int n, int m, int c, std::uint32
   constexpr int kTable = pair_count(kPairTableRank);
   constexpr int C = (pair_count(KMAX) + 31) / 32;
   std::uint32_t sk[C], pay[C];
-  std::uint32_t first_min = 0xffffffffu, top = 0;
+  std::uint32_t first_min = 0xffffffffu, top = 0, exact_key = 0;
 #pragma unroll
   for (int q = 0; q < C; ++q) {
     const int t = q * 32 + lane;
@@ -226,11 +298,25 @@ __device__ void pair_stage(StageLists<KMAX>& s, int n, int m, int c, std::uint32
     }
     pay[q] = static_cast<std::uint32_t>((i + j) << 8 | i);
     if (t < c) first_min = min(first_min, sk[q]);
+    if ((i + 1) * (j + 1) == c) exact_key = max(exact_key, sk[q]);
     top = max(top, sk[q]);
   }
   // Invariant: count(lo) >= c > count(hi) (hi_count = count(hi)).
-  std::uint32_t lo = __reduce_min_sync(kFullMask, first_min);
-  std::uint32_t hi = __reduce_max_sync(kFullMask, top) + 1u;
+  std::uint32_t lo, hi;
+  if constexpr (kTightBounds) {
+    // The sums are monotone in both ranks, so key(i, j) has at least (i + 1)(j + 1) candidates at
+    // or above it (the pairs (i' <= i, j' <= j)): any candidate with (i + 1)(j + 1) == c bounds
+    // the c-th key from below, and key(0, 0) is the largest key.
+    const std::uint32_t exact_max = __reduce_max_sync(kFullMask, exact_key);
+    lo = exact_max != 0 ? exact_max : __reduce_min_sync(kFullMask, first_min);
+#ifdef SDM_TOPK_MUTANT_LO
+    lo += 1u;  // mutant: the lower bound one above (the tests must fail)
+#endif
+    hi = core::score_key(__fadd_rn(s.run_val[0], s.fac_val[0])) + 1u;
+  } else {
+    lo = __reduce_min_sync(kFullMask, first_min);
+    hi = __reduce_max_sync(kFullMask, top) + 1u;
+  }
   unsigned hi_count = 0;
   std::uint32_t tie_key = 0, tie_payload = 0x10000u;  // kept: key > tie_key, or == tie_key and payload >= tie_payload
   bool exact = false;
@@ -292,12 +378,14 @@ __device__ void select_row(const RegisterRow& p, const typename S::Storage* x, t
                            std::int64_t* out_slots, StageLists<KMAX>& s, int lane) {
   int width = static_cast<int>(p.dims[0]);
   int n = min(p.k, width);
-  rank_factor<S, KMAX>(x, width, n, s.run_val, s.run_id, lane);
+  const int w1 = static_cast<int>(p.dims[1]);
+  const bool paired = rank_two<S, KMAX>(x, width, w1, n, min(p.k, w1), s.run_val, s.run_id, s.fac_val, s.fac_col, lane);
+  if (!paired) rank_factor<S, KMAX>(x, width, n, s.run_val, s.run_id, lane);
   std::int64_t offset = width;
   for (int f = 1; f < p.factors; ++f) {
     width = static_cast<int>(p.dims[f]);
     const int m = min(p.k, width);
-    rank_factor<S, KMAX>(x + offset, width, m, s.fac_val, s.fac_col, lane);
+    if (f > 1 || !paired) rank_factor<S, KMAX>(x + offset, width, m, s.fac_val, s.fac_col, lane);
     offset += width;
     const int c = static_cast<int>(min(static_cast<std::int64_t>(p.k), static_cast<std::int64_t>(n) * m));
     pair_stage<S, KMAX>(s, n, m, c, static_cast<std::uint32_t>(width), f + 1 == p.factors, p.wide_ids, out_values,

@@ -6,8 +6,9 @@
 // d >= M exchange x[r] with lane l ^ (d / M) by one shuffle per key.
 //   sort_runs(x, run, descending)   sorts every run of `run` consecutive elements (a power of two,
 //                                   M <= run <= 32 M) in one direction
-//   keep_top_half(x, run)           runs sorted descending -> every run holds the `run` largest keys
-//                                   of the whole warp, sorted descending (log2(32 M / run) rounds
+//   keep_top_half<M, LANES>(x, run) runs sorted descending -> every run holds the `run` largest keys
+//                                   of its group of LANES lanes (32: the whole warp; 16: each
+//                                   half-warp on its own), sorted descending (log2(LANES M / run) rounds
 //                                   of "max against the reversed neighbour run, then a bitonic
 //                                   clean"; the runs end up identical)
 // Both are inlined: called with a constant `run`, every loop unrolls and every direction folds.
@@ -54,7 +55,7 @@ __device__ __forceinline__ void steps_in_lane(K (&x)[M], bool descending) {
 }
 
 template <int M, typename K>
-__device__ __forceinline__ void sort_runs(K (&x)[M], int run, bool descending, int lane) {
+__device__ __forceinline__ void sort_runs_alternating(K (&x)[M], int run, bool descending, int lane) {
   // Blocks of size s < M: inside the lane; block b of size s runs in `descending` direction for
   // even b and the other way for odd b (so pairs of blocks are bitonic), all of them at s == run.
 #pragma unroll
@@ -80,8 +81,50 @@ __device__ __forceinline__ void sort_runs(K (&x)[M], int run, bool descending, i
 }
 
 template <int M, typename K>
+__device__ __forceinline__ void sort_runs_direction_free(K (&x)[M], int run, bool descending, int lane) {
+  // The direction-free bitonic sort: merging two sorted halves of a block of s compares element g
+  // of the lower half with its mirror s - 1 - g (the upper half reversed), then half-cleaners; the
+  // lower position of every pair keeps the better key, so no step depends on a block's parity.
+#pragma unroll
+  for (int s = 2; s <= M; s *= 2) {
+    if (s > run) break;
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      if ((r & (s / 2)) == 0) order_in_lane(x[r], x[r ^ (s - 1)], descending);
+    }
+#pragma unroll
+    for (int d = s / 4; d >= 1; d /= 2) {
+#pragma unroll
+      for (int r = 0; r < M; ++r) {
+        if ((r & d) == 0) order_in_lane(x[r], x[r + d], descending);
+      }
+    }
+  }
+  for (int s = 2 * M; s <= run; s *= 2) {
+    const int mirror = s / M - 1;
+    const bool keep_big = ((lane & (s / (2 * M))) == 0) == descending;
+    K y[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) y[r] = __shfl_xor_sync(kFullMask, x[M - 1 - r], mirror);
+#pragma unroll
+    for (int r = 0; r < M; ++r) x[r] = keep_big ? (x[r] > y[r] ? x[r] : y[r]) : (x[r] < y[r] ? x[r] : y[r]);
+    for (int d = s / 4; d >= M; d /= 2) step_across_lanes(x, d / M, descending, lane);
+    steps_in_lane(x, descending);
+  }
+}
+
+#ifndef SDM_TOPK_DIRECTION_FREE
+#define SDM_TOPK_DIRECTION_FREE 1
+#endif
+template <int M, typename K>
+__device__ __forceinline__ void sort_runs(K (&x)[M], int run, bool descending, int lane) {
+  if constexpr (SDM_TOPK_DIRECTION_FREE != 0) sort_runs_direction_free(x, run, descending, lane);
+  else sort_runs_alternating(x, run, descending, lane);
+}
+
+template <int M, int LANES = 32, typename K>
 __device__ __forceinline__ void keep_top_half(K (&x)[M], int run, int lane) {
-  for (int block = 2 * run; block <= 32 * M; block *= 2) {
+  for (int block = 2 * run; block <= LANES * M; block *= 2) {
     // Lane l's partner is the mirror lane of the block: element g meets element block - 1 - g,
     // that is, the mirror run reversed; the max of a descending and an ascending run is bitonic.
     const int mirror = block / M - 1;
