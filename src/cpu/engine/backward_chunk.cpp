@@ -172,6 +172,15 @@ void write_side(const BackwardJob& job, std::int64_t time_chunk, BackwardScratch
   }
 }
 
+// Snapshot row `source` as the bank dtype holds it, into `out` (one bank row; `decoded`: hd floats
+// of scratch): the values a bank restored from it holds (snapshot_codec.hpp).
+void restore_source_row(const BackwardJob& job, std::int64_t source, float* decoded, void* out) {
+  const SavedLayout& layout = job.layout;
+  const unsigned char* payload = job.saved + layout.snapshot_rows + at(source) * layout.snapshot.row_bytes;
+  decode_snapshot_row(layout.snapshot, payload, job.saved + layout.scales + at(source) * sizeof(float), decoded);
+  restore_snapshot_row(layout.snapshot, payload, decoded, out);
+}
+
 // dot(x, M0[row]) in RowMatrix::dot's order, M0 as the bank dtype holds it: the final bank row,
 // or the row source's snapshot row (its saved bits for "none", else restored into ws.bank_row:
 // the values a bank restored chunk by chunk would hold).
@@ -183,8 +192,7 @@ float bank_row_dot(const BackwardJob& job, BackwardScratch& ws, std::int64_t row
   if (layout.snapshot.mode == SnapshotQuant::none) {
     return RowMatrix{const_cast<unsigned char*>(payload), job.bank.dtype, job.bank.width}.dot(0, x);
   }
-  decode_snapshot_row(layout.snapshot, payload, job.saved + layout.scales + at(source) * sizeof(float), ws.decoded.data());
-  restore_snapshot_row(layout.snapshot, payload, ws.decoded.data(), ws.bank_row.data());
+  restore_source_row(job, source, ws.decoded.data(), ws.bank_row.data());
   return RowMatrix{ws.bank_row.data(), job.bank.dtype, job.bank.width}.dot(0, x);
 }
 
@@ -347,7 +355,6 @@ void backward_chunk(const BackwardJob& job, std::int64_t time_chunk, BackwardScr
 }
 
 void restore_initial_rows(const BackwardJob& job, std::int64_t p) {
-  const SavedLayout& layout = job.layout;
   const std::int64_t sps = job.shape.slots_per_stream, hd = job.shape.hd;
   const size_t row_bytes = at(hd) * dtype_size(job.bank.dtype);
   std::vector<float> decoded(at(hd));
@@ -355,10 +362,7 @@ void restore_initial_rows(const BackwardJob& job, std::int64_t p) {
   for (std::int64_t row = p * sps; row < (p + 1) * sps; ++row) {
     const std::int64_t source = job.row_source[row];
     if (source == kFinalBankRow) continue;
-    const unsigned char* payload = job.saved + layout.snapshot_rows + at(source) * layout.snapshot.row_bytes;
-    decode_snapshot_row(layout.snapshot, payload, job.saved + layout.scales + at(source) * sizeof(float),
-                        decoded.data());
-    restore_snapshot_row(layout.snapshot, payload, decoded.data(), bank + at(row) * row_bytes);
+    restore_source_row(job, source, decoded.data(), bank + at(row) * row_bytes);
   }
 }
 
