@@ -58,11 +58,11 @@ struct BankRow {
   }
 };
 
-// M0[slot] at the start of the chunk being walked (row_source read once; all lanes the same).
+// M0[slot] at the start of the chunk being walked, given the slot's row source (row_source[slot],
+// read by the caller: the staged walk loads a batch's sources with its tasks, one load per lane).
 template <typename E, SnapshotQuant kMode>
-__device__ __forceinline__ BankRow<E, kMode> bank_row_at_chunk(const BackwardBuffers& bb, std::int64_t slot,
-                                                               std::int64_t hd) {
-  const std::int64_t source = bb.row_source[slot];
+__device__ __forceinline__ BankRow<E, kMode> bank_row_of(const BackwardBuffers& bb, std::int64_t slot,
+                                                         std::int64_t source, std::int64_t hd) {
   BankRow<E, kMode> m0;
   if (source == kFinalBankRow) {
     m0.row = static_cast<const E*>(bb.bank) + slot * hd;
@@ -78,6 +78,13 @@ __device__ __forceinline__ BankRow<E, kMode> bank_row_at_chunk(const BackwardBuf
     if constexpr (kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4) m0.snapshot.scales += source;
   }
   return m0;
+}
+
+// M0[slot] at the start of the chunk being walked (row_source read once; all lanes the same).
+template <typename E, SnapshotQuant kMode>
+__device__ __forceinline__ BankRow<E, kMode> bank_row_at_chunk(const BackwardBuffers& bb, std::int64_t slot,
+                                                               std::int64_t hd) {
+  return bank_row_of<E, kMode>(bb, slot, bb.row_source[slot], hd);
 }
 
 // Moves a row source to column c0 (the staged walk's column steps).

@@ -149,12 +149,12 @@ __device__ __forceinline__ void read_group_worker(const Geometry& geo, const Pha
   if (!group_member(bb.slot_tasks + n * (CW + CR) + CW, q_at, bb, read_size_of, task, member, members)) return;
   const int q = q_at - member;
   const std::int64_t slot = p * geo.sps + task.local;
-  const BankRow<E, kMode> bank = bank_row_at_chunk<E, kMode>(bb, slot, geo.hd);
-  if (member == 0) {
+  if (member == 0) {  // G's row first: it does not wait for the row source
     prefetch_row_l2(static_cast<const unsigned char*>(bb.grad_rows) + slot * geo.hd * sizeof(Gt),
                     geo.hd * static_cast<std::int64_t>(sizeof(Gt)), lane);
-    bank.prefetch(geo.hd, lane);
   }
+  const BankRow<E, kMode> bank = bank_row_at_chunk<E, kMode>(bb, slot, geo.hd);
+  if (member == 0) bank.prefetch(geo.hd, lane);
   Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
   const float* dy = bb.dy + n * geo.C * geo.hd;
   if (read_size_of(task) == 1) {

@@ -136,10 +136,11 @@ __device__ __forceinline__ DotPlanes plane_of(const DotPlanes& planes, int s) {
 }
 
 // Asks L2 for the pieces of step s a worker's walk loads from memory: its G piece and its snapshot
-// piece (write group at sorted write position q) or M0 piece (read-only group, bank_at_chunk.cuh).
+// piece (write group at sorted write position q) or M0 piece (read-only group with row source
+// `source`, bank_at_chunk.cuh).
 template <typename E, typename Gt, SnapshotQuant kMode>
 __device__ __forceinline__ void prefetch_worker(const Geometry& geo, const BackwardBuffers& bb, const StagedStep& st,
-                                                std::int32_t local, int q, int lane) {
+                                                std::int32_t local, int q, std::int64_t source, int lane) {
   const std::int64_t slot = st.p * geo.sps + local;
   const std::int64_t col0 = static_cast<std::int64_t>(st.s) * kWarpCols;
   const std::int64_t cols = geo.hd - col0 < kWarpCols ? geo.hd - col0 : kWarpCols;
@@ -151,7 +152,7 @@ __device__ __forceinline__ void prefetch_worker(const Geometry& geo, const Backw
     prefetch_piece(row + from, end - from, lane);
     return;
   }
-  const BankRow<E, kMode> m0 = bank_row_at_chunk<E, kMode>(bb, slot, geo.hd);
+  const BankRow<E, kMode> m0 = bank_row_of<E, kMode>(bb, slot, source, geo.hd);
   if (m0.row != nullptr) prefetch_piece(m0.row + col0, cols * sizeof(E), lane);
   else prefetch_piece(static_cast<const unsigned char*>(m0.snapshot.payload) + from, end - from, lane);
 }
@@ -214,14 +215,15 @@ __device__ __forceinline__ void staged_write_group(const Geometry& geo, const In
   write_group_step<kMode, kVec>(rows, mine, src, keys + q, size, reads, st.pieces, st.hd, st.s, lane);
 }
 
-// Step s of the read-only group whose worker's task sits at sorted read position q.
+// Step s of the read-only group whose worker's task sits at sorted read position q (M0's row
+// source `source`).
 template <typename E, typename Gt, bool kVec, SnapshotQuant kMode>
 __device__ __forceinline__ void staged_read_group(const Geometry& geo, const Phase1Buffers& p1,
                                                   const BackwardBuffers& bb, const StagedStep& st,
-                                                  const SlotTask& task, int q, int lane) {
+                                                  const SlotTask& task, int q, std::int64_t source, int lane) {
   const std::int64_t n = st.n, slot = st.p * geo.sps + task.local;
   Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
-  const BankRow<E, kMode> bank = bank_row_at_chunk<E, kMode>(bb, slot, geo.hd);
+  const BankRow<E, kMode> bank = bank_row_of<E, kMode>(bb, slot, source, geo.hd);
   if (read_size_of(task) == 1) {
     const int col0 = st.s * kWarpCols;
     read_single<kVec>(grad + col0, bank_row_from(bank, col0, snapshot_step_offset<E, kMode>(st.s)),
@@ -277,16 +279,24 @@ __global__ void __launch_bounds__(kStageThreads, 1)
     const int q = base + lane;
     SlotTask task;
     if (lane < kBatch && q < end) task = tasks[q];
+    // A read-only worker's row source: each lane loads its own, so a batch waits for one load.
+    std::int64_t source = kFinalBankRow;
+    if (q >= st.CW && task.role != kSlotIdle) source = bb.row_source[st.p * geo.sps + task.local];
     const unsigned workers = __ballot_sync(kAllLanes, task.role != kSlotIdle);
     for (unsigned todo = workers; todo != 0; todo &= todo - 1) {
       const int b = __ffs(todo) - 1;
-      prefetch_worker<E, Gt, kMode>(geo, bb, st, __shfl_sync(kAllLanes, task.local, b), base + b, lane);
+      prefetch_worker<E, Gt, kMode>(geo, bb, st, __shfl_sync(kAllLanes, task.local, b), base + b,
+                                    __shfl_sync(kAllLanes, source, b), lane);
     }
     for (unsigned todo = workers; todo != 0; todo &= todo - 1) {
       const int b = __ffs(todo) - 1;
       const SlotTask mine = task_from_lane(task, b);
-      if (base + b < st.CW) staged_write_group<E, Gt, kVec, kMode>(geo, in, p1, bb, st, mine, base + b, lane);
-      else staged_read_group<E, Gt, kVec, kMode>(geo, p1, bb, st, mine, base + b - st.CW, lane);
+      if (base + b < st.CW) {
+        staged_write_group<E, Gt, kVec, kMode>(geo, in, p1, bb, st, mine, base + b, lane);
+      } else {
+        staged_read_group<E, Gt, kVec, kMode>(geo, p1, bb, st, mine, base + b - st.CW,
+                                              __shfl_sync(kAllLanes, source, b), lane);
+      }
     }
   }
 }
