@@ -1,7 +1,8 @@
 // test_product_key_topk.cpp - the CUDA product-key top-k against the CPU kernels, bit for bit:
 // slots, values (any NaN equals any NaN: IEEE leaves the NaN an addition returns to the
 // hardware) and the backward's gradient rows, on awkward factor lists, k, dtypes, tie-heavy and
-// special-value scores and strided rows; and two CUDA runs of each case bitwise equal.
+// special-value scores and strided rows; two CUDA runs of each case bitwise equal; and the backward
+// over slots with entries outside [0, prod(dims)) (they contribute nothing) against the CPU's.
 // Prints one line per case and "sdm_gpu_topk_tests: N checks, F failed" last; exit status 1 on a
 // failure, 0 (with a message) where no CUDA device exists.
 #include <cuda_runtime.h>
@@ -99,6 +100,20 @@ void run_case(const TopkCase& c) {
              c.name() + ": a second run gives the same bits");
     }
   }
+
+  // Every 5th entry moved outside the slots (below 0, at prod(dims), far above), the rest kept.
+  std::vector<std::int64_t> bad_slots = cpu_slots;
+  const std::int64_t outside[] = {-1, plan.slots, std::int64_t{1} << 40, -(std::int64_t{1} << 40)};
+  for (std::size_t e = 0; e < bad_slots.size(); e += 5) bad_slots[e] = outside[(e / 5) % 4];
+  if (cudaMemcpy(buffers.device_slots, bad_slots.data(), outputs * 8, cudaMemcpyHostToDevice) != cudaSuccess) {
+    throw std::runtime_error("cudaMemcpy to device failed");
+  }
+  cpu::product_key_topk_backward(plan, buffers.matrix_ref(bad_slots.data(), DType::i64, plan.selected, false),
+                                 buffers.grad_values_ref(false), buffers.matrix_ref(cpu_grad.data(), c.dtype, plan.width, false), 0);
+  cuda::product_key_topk_backward(plan, slots, buffers.grad_values_ref(true), grad_raw, nullptr);
+  sync(c.name().c_str());
+  expect(to_host(buffers.device_grad_raw, cpu_grad.size()) == cpu_grad,
+         c.name() + ": gradient over slots outside the product equals the CPU's");
 }
 
 std::vector<TopkCase> cases() {
@@ -110,6 +125,8 @@ std::vector<TopkCase> cases() {
       // The register kernel's shapes (>= 2 factors of width <= 512, k <= 128): k 128 at side 512,
       // 3 factors (side 64, and side 512 whose ids pass 2^24: 64-bit sort keys), odd widths and k.
       {{512, 512}, 128}, {{64, 64, 64}, 64}, {{512, 512, 512}, 64}, {{33, 500}, 37}, {{100, 31, 7}, 128},
+      // The backward's two row paths at k 128: width 1024 sums columns in shared memory, 1025 sorts.
+      {{513, 512}, 128}, {{1000, 24}, 100},
   };
   std::vector<TopkCase> all;
   std::uint64_t seed = 1;

@@ -1,8 +1,14 @@
-// register_backward.cu - the product-key top-k backward, keys in registers: the kernel and its
-// launcher (the row's math, decomposition and numerics: register_scatter.cuh).
+// register_backward.cu - the product-key top-k backward for kk <= 128: the kernels and their
+// launcher. Rows of 65..128 entries and width <= kColumnSumsWidth sum their columns in shared
+// memory (column_sums.cuh); the others sort their keys in registers (register_scatter.cuh). Both
+// give the CPU kernel's bits (the same chains), so the choice decides only the speed. Measured on
+// the H200 (docs/performance.md, "Product-key top-k, stop 38"): the column sums are 15-20 % faster
+// at k 128 (no 4-key-a-lane sort) and 5-17 % slower at k 64, where the sort is cheap and the
+// column walks' serial chains (one lane a column, divergent) dominate.
 //
 // Grid: one warp per row, 8 rows per 256-thread CTA; instantiated per score dtype and per KMAX in
-// {32, 64, 128} (kk <= KMAX). Shared memory: ScatterLists<KMAX> per warp (1 KB at KMAX 128).
+// {32, 64, 128} (kk <= KMAX). Shared memory per warp: ColumnSums (4.1 KiB) or ScatterLists<KMAX>
+// (1 KiB at KMAX 128).
 #include "cuda/topk/register_backward.hpp"
 
 #include <cuda_runtime.h>
@@ -10,6 +16,7 @@
 #include <cstdint>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/topk/column_sums.cuh"
 #include "cuda/topk/register_scatter.cuh"
 
 namespace sdm::cuda {
@@ -40,12 +47,36 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock) register_backward_kernel(R
                              static_cast<Storage*>(p.grad_raw) + row * p.width, lists[warp], lane);
 }
 
+template <typename S, int KMAX>
+__global__ void __launch_bounds__(32 * kRowsPerBlock) column_sums_kernel(RegisterBackwardParams p) {
+  __shared__ topk::ColumnSums sums[kRowsPerBlock];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + warp;
+  if (row >= p.rows) return;
+  using Storage = typename S::Storage;
+  const topk::ScatterRow shape{p.dims, p.factors, p.selected, p.width, p.num_slots};
+  topk::column_sums_row<S, KMAX>(shape, p.slots + row * p.selected,
+                                 static_cast<const Storage*>(p.grad_values) + row * p.selected,
+                                 static_cast<Storage*>(p.grad_raw) + row * p.width, sums[warp], lane);
+}
+
+template <typename S, int KMAX>
+void launch_kernel(const RegisterBackwardParams& p, unsigned blocks, cudaStream_t stream) {
+  if constexpr (KMAX == 128) {
+    if (p.width <= topk::kColumnSumsWidth) {
+      column_sums_kernel<S, KMAX><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
+      return;
+    }
+  }
+  register_backward_kernel<S, KMAX><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
+}
+
 template <typename S>
 void launch_for_k(const RegisterBackwardParams& p, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  if (p.selected <= 32) return register_backward_kernel<S, 32><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
-  if (p.selected <= 64) return register_backward_kernel<S, 64><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
-  register_backward_kernel<S, 128><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
+  if (p.selected <= 32) return launch_kernel<S, 32>(p, blocks, stream);
+  if (p.selected <= 64) return launch_kernel<S, 64>(p, blocks, stream);
+  launch_kernel<S, 128>(p, blocks, stream);
 }
 
 }  // namespace
@@ -74,7 +105,7 @@ void register_backward(const core::ProductKeyPlan& plan, const TensorRef& slots,
   if (plan.dtype == DType::f32) launch_for_k<topk::F32Scores>(p, stream);
   else if (plan.dtype == DType::bf16) launch_for_k<topk::BF16Scores>(p, stream);
   else launch_for_k<topk::F16Scores>(p, stream);
-  check_launch("register_backward_kernel");
+  check_launch("product-key top-k backward (register_backward.cu)");
 }
 
 }  // namespace sdm::cuda
