@@ -1,6 +1,6 @@
-// register_backward.hpp - the product-key top-k backward with keys in registers
-// (register_backward.cu): kk <= 128 and every factor width <= 2^24; product_key_topk.cu sends every
-// other call to the general kernel. Same bits as the CPU kernels.
+// register_backward.hpp - the product-key top-k backward for kk <= 128 and every factor width
+// <= 2^24 (register_backward.cu: keys sorted in registers, or column sums in shared memory);
+// product_key_topk.cu sends every other call to the general kernel. Same bits as the CPU kernels.
 #pragma once
 
 #include "core/product_key_plan.hpp"
