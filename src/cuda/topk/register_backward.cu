@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/topk/column_sums.cuh"
@@ -34,41 +35,33 @@ struct RegisterBackwardParams {
   std::uint32_t dims[kMaxProductKeyFactors];
 };
 
-template <typename S, int KMAX>
+// kColumnSums: the row's columns summed in shared memory (column_sums.cuh), else its keys sorted
+// (register_scatter.cuh).
+template <typename S, int KMAX, bool kColumnSums>
 __global__ void __launch_bounds__(32 * kRowsPerBlock) register_backward_kernel(RegisterBackwardParams p) {
-  __shared__ topk::ScatterLists<KMAX> lists[kRowsPerBlock];
+  using Shared = std::conditional_t<kColumnSums, topk::ColumnSums, topk::ScatterLists<KMAX>>;
+  __shared__ Shared per_warp[kRowsPerBlock];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + warp;
   if (row >= p.rows) return;
   using Storage = typename S::Storage;
   const topk::ScatterRow shape{p.dims, p.factors, p.selected, p.width, p.num_slots};
-  topk::scatter_row<S, KMAX>(shape, p.slots + row * p.selected,
-                             static_cast<const Storage*>(p.grad_values) + row * p.selected,
-                             static_cast<Storage*>(p.grad_raw) + row * p.width, lists[warp], lane);
-}
-
-template <typename S, int KMAX>
-__global__ void __launch_bounds__(32 * kRowsPerBlock) column_sums_kernel(RegisterBackwardParams p) {
-  __shared__ topk::ColumnSums sums[kRowsPerBlock];
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + warp;
-  if (row >= p.rows) return;
-  using Storage = typename S::Storage;
-  const topk::ScatterRow shape{p.dims, p.factors, p.selected, p.width, p.num_slots};
-  topk::column_sums_row<S, KMAX>(shape, p.slots + row * p.selected,
-                                 static_cast<const Storage*>(p.grad_values) + row * p.selected,
-                                 static_cast<Storage*>(p.grad_raw) + row * p.width, sums[warp], lane);
+  const std::int64_t* ids = p.slots + row * p.selected;
+  const Storage* grad = static_cast<const Storage*>(p.grad_values) + row * p.selected;
+  Storage* out = static_cast<Storage*>(p.grad_raw) + row * p.width;
+  if constexpr (kColumnSums) topk::column_sums_row<S, KMAX>(shape, ids, grad, out, per_warp[warp], lane);
+  else topk::scatter_row<S, KMAX>(shape, ids, grad, out, per_warp[warp], lane);
 }
 
 template <typename S, int KMAX>
 void launch_kernel(const RegisterBackwardParams& p, unsigned blocks, cudaStream_t stream) {
   if constexpr (KMAX == 128) {
     if (p.width <= topk::kColumnSumsWidth) {
-      column_sums_kernel<S, KMAX><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
+      register_backward_kernel<S, KMAX, true><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
       return;
     }
   }
-  register_backward_kernel<S, KMAX><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
+  register_backward_kernel<S, KMAX, false><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
 }
 
 template <typename S>

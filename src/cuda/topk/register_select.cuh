@@ -92,32 +92,35 @@ __device__ __forceinline__ void load_scores(const typename S::Storage* x, int wi
   }
 }
 
-// val / col [0..m): the m best columns of x[0..width), best first (width <= 32 * M, m <= KMAX).
-template <typename S, int M, int KMAX>
-__device__ void rank_factor_in(const typename S::Storage* x, int width, int m, float* val, std::uint32_t* col,
-                               int lane) {
+// val / col [0..m): the m best columns of x[0..width), best first (width <= LANES * M, m <= KMAX),
+// ranked by LANES lanes of the warp (`sub`: this lane's index among them) with M keys each. The
+// sorted runs hold pow2(run_m) keys (run_m >= m; the same on every lane of the warp, whose shuffle
+// networks run together).
+template <typename S, int M, int KMAX, int LANES>
+__device__ __forceinline__ void rank_columns(const typename S::Storage* x, int width, int m, int run_m, float* val,
+                                             std::uint32_t* col, int sub, int lane) {
   using Key = typename S::Key;
   float v[M];
-  load_scores<S, M>(x, width, lane, v);
+  load_scores<S, M, LANES>(x, width, sub, v);
   Key key[M];
 #pragma unroll
   for (int r = 0; r < M; ++r) {
-    const int c = lane * M + r;
+    const int c = sub * M + r;
     key[r] = c < width ? S::key(v[r], static_cast<std::uint32_t>(c)) : Key{0};
   }
-  // Runs of pow2(m) keys; the usual run (m > KMAX / 2) is a constant of the instantiation.
-  constexpr int kRun = KMAX < 32 * M ? KMAX : 32 * M;
-  const int run = max(M, pow2_at_least(m));
+  // The usual run (run_m > KMAX / 2) is a constant of the instantiation.
+  constexpr int kRun = KMAX < LANES * M ? KMAX : LANES * M;
+  const int run = max(M, pow2_at_least(run_m));
   if (run == kRun) {
     sort_runs(key, kRun, true, lane);
-    keep_top_half(key, kRun, lane);
+    keep_top_half<M, LANES>(key, kRun, lane);
   } else {
     sort_runs(key, run, true, lane);
-    keep_top_half(key, run, lane);
+    keep_top_half<M, LANES>(key, run, lane);
   }
 #pragma unroll
   for (int r = 0; r < M; ++r) {
-    const int g = lane * M + r;
+    const int g = sub * M + r;
     if (g < m) {
       const auto c = static_cast<std::uint32_t>(key[r] & 0xffffu);
       col[g] = c;
@@ -125,6 +128,13 @@ __device__ void rank_factor_in(const typename S::Storage* x, int width, int m, f
     }
   }
   __syncwarp();
+}
+
+// The whole warp ranks one factor.
+template <typename S, int M, int KMAX>
+__device__ void rank_factor_in(const typename S::Storage* x, int width, int m, float* val, std::uint32_t* col,
+                               int lane) {
+  rank_columns<S, M, KMAX, 32>(x, width, m, m, val, col, lane, lane);
 }
 
 template <typename S, int KMAX>
@@ -143,39 +153,9 @@ __device__ void rank_factor(const typename S::Storage* x, int width, int m, floa
 template <typename S, int M, int KMAX>
 __device__ void rank_two_in(const typename S::Storage* x, int w0, int w1, int m0, int m1, float* val0,
                             std::uint32_t* col0, float* val1, std::uint32_t* col1, int lane) {
-  using Key = typename S::Key;
-  const int half = lane >> 4, sub = lane & 15;
-  const int width = half ? w1 : w0, m = half ? m1 : m0;
-  const typename S::Storage* f = half ? x + w0 : x;
-  float v[M];
-  load_scores<S, M, 16>(f, width, sub, v);
-  Key key[M];
-#pragma unroll
-  for (int r = 0; r < M; ++r) {
-    const int c = sub * M + r;
-    key[r] = c < width ? S::key(v[r], static_cast<std::uint32_t>(c)) : Key{0};
-  }
-  constexpr int kRun = KMAX < 16 * M ? KMAX : 16 * M;
-  const int run = max(M, pow2_at_least(max(m0, m1)));
-  if (run == kRun) {
-    sort_runs(key, kRun, true, lane);
-    keep_top_half<M, 16>(key, kRun, lane);
-  } else {
-    sort_runs(key, run, true, lane);
-    keep_top_half<M, 16>(key, run, lane);
-  }
-  float* val = half ? val1 : val0;
-  std::uint32_t* col = half ? col1 : col0;
-#pragma unroll
-  for (int r = 0; r < M; ++r) {
-    const int g = sub * M + r;
-    if (g < m) {
-      const auto c = static_cast<std::uint32_t>(key[r] & 0xffffu);
-      col[g] = c;
-      val[g] = S::load(f[c]);
-    }
-  }
-  __syncwarp();
+  const int half = lane >> 4;
+  rank_columns<S, M, KMAX, 16>(half ? x + w0 : x, half ? w1 : w0, half ? m1 : m0, max(m0, m1), half ? val1 : val0,
+                               half ? col1 : col0, lane & 15, lane);
 }
 
 // Stage 1's two factors by half-warps when that fits (true), else nothing done (false).
