@@ -50,9 +50,10 @@ using namespace slot_side;
 
 constexpr int kStageWarps = 16;  // 128 registers a thread
 constexpr int kStageThreads = kStageWarps * 32;
-// Positions a warp takes at a time: small batches spread a CTA's few workers over more warps
-// (4 and 8 measured best of 2, 4, 8, 16 at small and readme, docs/performance.md).
-constexpr int kBatch = 4;
+// Positions a warp takes at a time: its tasks, row sources and L2 requests go out together.
+// Measured at flagship (the shape the walk is chosen for; docs/performance.md, stop 38): 16
+// against 4, training pk 30.30 -> 28.52 ms, heavy reuse 26.99 -> 25.77, 8 in between.
+constexpr int kBatch = 16;
 constexpr std::int64_t kStagedRows = 3;  // delta, dU, dy
 
 std::size_t stage_bytes(std::int64_t C) {
