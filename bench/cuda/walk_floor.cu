@@ -60,7 +60,11 @@ template <int kPending>
 __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
-__device__ __forceinline__ void wait_for_predecessor() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void wait_for_predecessor() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 template <typename Kernel, typename... Args>
 void launch(Kernel kernel, dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream, bool pdl, Args... args) {
