@@ -3,9 +3,9 @@
 //                     kernel (slot_split.cuh). 0 (the default): every position of the group up
 //                     to one warp per 256-column step. Tests force 1, 2, ... and compare bits.
 //                     SDM_CUDA_SLOT_WARPS=n in the environment sets the default.
-//   slot_walk         which kernel walks the groups: automatic (the staged walk of
-//                     slots_staged.cu where it fits, else the per-position kernel of slots.cu),
-//                     per_position, or staged (where it fits). SDM_CUDA_SLOT_WALK=positions or
+//   slot_walk         which kernel walks the groups: automatic or staged (the staged walk of
+//                     slots_staged.cu on the vector path where it fits, else the per-position
+//                     kernel of slots.cu), or per_position. SDM_CUDA_SLOT_WALK=positions or
 //                     staged in the environment sets the default.
 // The environment is read once per process (for A/B runs); the setters override it; neither is
 // thread-safe against concurrent backward calls.
@@ -23,7 +23,8 @@ void set_slot_split_warps(int n);
 enum class SlotWalk { automatic, per_position, staged };
 SlotWalk slot_walk();
 void set_slot_walk(SlotWalk walk);
-// Whether the staged walk's rows for chunk size C (3 x C x 256 f32) fit one CTA on the current device.
+// Whether the staged walk's shared memory for chunk size C (2 x C x 256 f32 of token rows and the
+// warps' rings and dot rows) fits one CTA on the current device.
 bool staged_slot_walk_fits(std::int64_t chunk_size);
 
 }  // namespace sdm::cuda

@@ -246,11 +246,12 @@ int& split_cap() {
 int slot_split_warps() { return split_cap(); }
 void set_slot_split_warps(int n) { split_cap() = n > 0 ? n : 0; }
 
-// The staged walk where it fits (slots_staged.hpp), else the per-position kernel; the snapshot
-// mode (known on the host) becomes a template parameter: no mode switch in the loop.
+// The staged walk on the vector path where it fits (slots_staged.hpp), else the per-position
+// kernel; the snapshot mode (known on the host) becomes a template parameter: no mode switch in
+// the loop.
 void launch_slot_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
                       std::int64_t ti, cudaStream_t stream) {
-  if (use_staged_slot_walk(geo)) {
+  if (use_staged_slot_walk(geo, bb)) {
     launch_staged_slot_side(geo, in, p1, bb, ti, stream);
     return;
   }

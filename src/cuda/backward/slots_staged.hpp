@@ -1,6 +1,7 @@
 // slots_staged.hpp - which kernel runs the backward's slot side (backward.hpp launch_slot_side):
-// the staged walk (slots_staged.cu, the chunk's token rows of a column step in shared memory)
-// where its rows fit one CTA, else the per-position kernel (slots.cu). Both give the same bits.
+// the staged walk (slots_staged.cu, the chunk's token rows of a column step and every member's
+// operands on chip) on the vector path where its rows fit one CTA, else the per-position kernel
+// (slots.cu). Both give the same bits.
 // dispatch_slot_kernel: the template arguments both launchers are instantiated over.
 #pragma once
 
@@ -14,8 +15,9 @@
 
 namespace sdm::cuda {
 
-// Whether launch_slot_side takes the staged walk: it fits and slot_walk() does not forbid it.
-bool use_staged_slot_walk(const Geometry& geo);
+// Whether launch_slot_side takes the staged walk: the vector path (bb.vec8), it fits, and
+// slot_walk() does not forbid it.
+bool use_staged_slot_walk(const Geometry& geo, const BackwardBuffers& bb);
 void launch_staged_slot_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
                              const BackwardBuffers& bb, std::int64_t ti, cudaStream_t stream);
 
