@@ -3,10 +3,11 @@
 //                     kernel (slot_split.cuh). 0 (the default): every position of the group up
 //                     to one warp per 256-column step. Tests force 1, 2, ... and compare bits.
 //                     SDM_CUDA_SLOT_WARPS=n in the environment sets the default.
-//   slot_walk         which kernel walks the groups: automatic or staged (the staged walk of
-//                     slots_staged.cu on the vector path where it fits, else the per-position
-//                     kernel of slots.cu), or per_position. SDM_CUDA_SLOT_WALK=positions or
-//                     staged in the environment sets the default.
+//   slot_walk         which kernel walks the groups: staged (the staged walk of slots_staged.cu
+//                     on the vector path where it fits, else the per-position kernel of
+//                     slots.cu), per_position, or automatic (staged where it also pays,
+//                     slots_staged.cu staged_walk_pays). SDM_CUDA_SLOT_WALK=positions or staged
+//                     in the environment sets the default.
 // The environment is read once per process (for A/B runs); the setters override it; neither is
 // thread-safe against concurrent backward calls.
 #pragma once

@@ -439,18 +439,22 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   if (dots.count > 0) flush_dots(dots, lane);
 }
 
+// A chunk's sorted positions, and the shares they are cut into: about one CTA an SM over all
+// streams' launches of the step (a share's work is its positions).
+std::int64_t chunk_positions(const Geometry& geo) { return geo.C * geo.W + geo.C * geo.R; }
+std::int64_t staged_shares(const Geometry& geo, std::int64_t steps) {
+  const std::int64_t shares = (multiprocessor_count() + geo.P * steps - 1) / (geo.P * steps);
+  const std::int64_t most = (chunk_positions(geo) + kBatch - 1) / kBatch;
+  return shares < 1 ? 1 : shares > most ? most : shares;
+}
+
 template <typename E, typename Gt, SnapshotQuant kMode>
 void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
             std::int64_t ti, cudaStream_t stream) {
   const auto kernel = staged_slot_walk<E, Gt, kMode>;
   const std::size_t smem = stage_bytes<E, Gt>(geo.C);
   allow_dynamic_shared_memory(kernel, smem, "cudaFuncSetAttribute (staged_slot_walk shared memory)");
-  // About one CTA an SM over all streams' launches of the step (a share's work is its positions).
-  const std::int64_t steps = bb.dot_steps, positions = geo.C * geo.W + geo.C * geo.R;
-  const std::int64_t sms = multiprocessor_count();
-  std::int64_t shares = (sms + geo.P * steps - 1) / (geo.P * steps);
-  const std::int64_t most = (positions + kBatch - 1) / kBatch;
-  shares = shares < 1 ? 1 : shares > most ? most : shares;
+  const std::int64_t steps = bb.dot_steps, shares = staged_shares(geo, steps);
   const dim3 grid(static_cast<unsigned>(geo.p_count), static_cast<unsigned>(steps), static_cast<unsigned>(shares));
   launch_dependent(kernel, grid, dim3(kStageThreads), smem, stream, "staged_slot_walk", geo, in, p1, bb, ti);
 }
@@ -475,9 +479,21 @@ bool staged_slot_walk_fits(std::int64_t chunk_size) {
   return stage_bytes<float, float>(chunk_size) + 16 <= shared_memory_optin();
 }
 
+// The automatic choice: the walk stages C x 256 x 2 f32 a CTA, which pays only where each of the
+// CTA's warps gets at least one batch of positions. Measured on an H100 (docs/performance.md, stop
+// 40): small (P 4, W = R = 16, hd 128: 62 positions a share) 1.53 -> 1.64-1.71 ms with the walk;
+// readme (372 a share), big (910) and flagship (3277) faster or equal.
+bool staged_walk_pays(const Geometry& geo, const BackwardBuffers& bb) {
+  return chunk_positions(geo) / staged_shares(geo, bb.dot_steps) >= kStageWarps * kBatch;
+}
+
 bool use_staged_slot_walk(const Geometry& geo, const BackwardBuffers& bb) {
-  if (!bb.vec8 || walk_choice() == SlotWalk::per_position) return false;
-  return staged_slot_walk_fits(geo.C);
+  if (!bb.vec8 || !staged_slot_walk_fits(geo.C)) return false;
+  switch (walk_choice()) {
+    case SlotWalk::per_position: return false;
+    case SlotWalk::staged: return true;
+    default: return staged_walk_pays(geo, bb);
+  }
 }
 
 void launch_staged_slot_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
