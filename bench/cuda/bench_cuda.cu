@@ -47,6 +47,7 @@
 #include "bench_config.hpp"
 #include "core/snapshot_quant.hpp"
 #include "device_tensor.hpp"
+#include "device_timing.hpp"
 #include "digest.hpp"
 #include "kernel_timeline.hpp"
 #include "sdm/options.hpp"
@@ -150,41 +151,8 @@ std::uint64_t digest_of(const DeviceTensor& t) {
   return d.value();
 }
 
-template <typename F>
-double median_ms(int reps, F&& body) {
-  cudaEvent_t start, stop;
-  cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
-  cuda_ok(cudaEventCreate(&stop), "cudaEventCreate");
-  body();  // warm-up
-  cuda_ok(cudaDeviceSynchronize(), "warm-up");
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    cuda_ok(cudaEventRecord(start, cudaStreamLegacy), "cudaEventRecord");
-    body();
-    cuda_ok(cudaEventRecord(stop, cudaStreamLegacy), "cudaEventRecord");
-    cuda_ok(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float t = 0;
-    cuda_ok(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-// Device-to-device copy bandwidth, bytes read + written per second.
-double copy_bandwidth() {
-  const std::size_t bytes = std::size_t{2} << 30;
-  void *a = nullptr, *b = nullptr;
-  cuda_ok(cudaMalloc(&a, bytes), "cudaMalloc");
-  cuda_ok(cudaMalloc(&b, bytes), "cudaMalloc");
-  cuda_ok(cudaMemset(a, 1, bytes), "cudaMemset");
-  const double ms = median_ms(7, [&] { cuda_ok(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, cudaStreamLegacy), "copy"); });
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
-}
+using bench::copy_bandwidth;
+using bench::median_ms;
 
 // Median time of one replay of a CUDA graph holding what `record(stream)` enqueues.
 template <typename F>

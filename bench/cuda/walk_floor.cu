@@ -35,6 +35,7 @@
 
 #include "bench_config.hpp"
 #include "device_array.hpp"
+#include "device_timing.hpp"
 #include "slot_patterns.hpp"
 #include "walk_plan.hpp"
 
@@ -43,6 +44,8 @@ namespace {
 using namespace sdm;
 using sdm::testing::cuda_ok;
 using sdm::testing::DeviceArray;
+using sdm::bench::copy_bandwidth;
+using sdm::bench::median_ms;
 
 // ---- shared helpers ------------------------------------------------------------------------------
 
@@ -79,38 +82,6 @@ void launch(Kernel kernel, dim3 grid, dim3 block, std::size_t smem, cudaStream_t
   config.attrs = &attribute;
   config.numAttrs = pdl ? 1 : 0;
   cuda_ok(cudaLaunchKernelEx(&config, kernel, args...), "cudaLaunchKernelEx");
-}
-
-template <typename F>
-double median_ms(int reps, F&& body) {
-  cudaEvent_t start, stop;
-  cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
-  cuda_ok(cudaEventCreate(&stop), "cudaEventCreate");
-  body();  // warm-up
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    cuda_ok(cudaEventRecord(start), "cudaEventRecord");
-    body();
-    cuda_ok(cudaEventRecord(stop), "cudaEventRecord");
-    cuda_ok(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float t = 0.0f;
-    cuda_ok(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return static_cast<double>(ms[ms.size() / 2]);
-}
-
-double copy_bandwidth() {  // bytes read + written per second, device to device
-  const std::size_t bytes = std::size_t{2} << 30;
-  DeviceArray<unsigned char> a(bytes), b(bytes);
-  a.fill_bytes(1);
-  const double ms = median_ms(7, [&] {
-    cuda_ok(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, cudaStreamLegacy), "copy");
-  });
-  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
 }
 
 // ---- (1) the PDL chain ----------------------------------------------------------------------------
