@@ -31,8 +31,10 @@ std::vector<Entry> chunk_entries(const std::vector<std::int32_t>& slots, std::in
 
 WalkPlan make_walk_plan(const std::vector<std::int32_t>& writes, const std::vector<std::int32_t>& reads,
                         std::int64_t P, std::int64_t T, std::int64_t W, std::int64_t R, std::int64_t C,
-                        std::int64_t L) {
-  if (P < 1 || T < 1 || W < 1 || R < 1 || C < 1 || L < 1) throw std::invalid_argument("make_walk_plan: sizes must be >= 1");
+                        std::int64_t L, std::int64_t max_group) {
+  if (P < 1 || T < 1 || W < 1 || R < 1 || C < 1 || L < 1 || max_group < 0) {
+    throw std::invalid_argument("make_walk_plan: sizes must be >= 1 (max_group >= 0)");
+  }
   if (static_cast<std::int64_t>(writes.size()) != P * T * W || static_cast<std::int64_t>(reads.size()) != P * T * R) {
     throw std::invalid_argument("make_walk_plan: writes / reads must be [P, T, W] / [P, T, R]");
   }
@@ -56,16 +58,26 @@ WalkPlan make_walk_plan(const std::vector<std::int32_t>& writes, const std::vect
     std::int32_t at = 0;
     while (a < w.size() || b < r.size()) {
       const std::int32_t slot = a < w.size() && (b >= r.size() || w[a].slot <= r[b].slot) ? w[a].slot : r[b].slot;
-      WalkGroup g;
-      g.slot = slot;
-      g.first = at;
-      for (; a < w.size() && w[a].slot == slot; ++a, ++g.writes) rec[at++] = {w[a].token, w[a].lane};
-      for (; b < r.size() && r[b].slot == slot; ++b, ++g.reads) rec[at++] = {r[b].token, r[b].lane};
-      const auto local = static_cast<std::int32_t>(plan.groups.size() - chunk_first_group);
-      group_of_record.insert(group_of_record.end(), static_cast<std::size_t>(g.writes + g.reads), local);
-      plan.m0_row.push_back(g.writes > 0 ? next_snapshot++ : -1);
-      (g.writes > 0 ? plan.written_groups : plan.read_only_groups) += 1;
-      plan.groups.push_back(g);
+      const std::int32_t first = at;
+      std::int32_t slot_writes = 0;
+      for (; a < w.size() && w[a].slot == slot; ++a, ++slot_writes) rec[at++] = {w[a].token, w[a].lane};
+      for (; b < r.size() && r[b].slot == slot; ++b) rec[at++] = {r[b].token, r[b].lane};
+      const std::int32_t m0 = slot_writes > 0 ? next_snapshot++ : -1;
+      (slot_writes > 0 ? plan.written_groups : plan.read_only_groups) += 1;
+      // The slot's records as groups of at most max_group (all of them when 0), writes first.
+      const std::int32_t piece = max_group > 0 ? static_cast<std::int32_t>(max_group) : at - first;
+      for (std::int32_t from = first; from < at; from += piece) {
+        WalkGroup g;
+        g.slot = slot;
+        g.first = from;
+        const std::int32_t to = std::min(at, from + piece), write_end = first + slot_writes;
+        g.writes = std::max(0, std::min(to, write_end) - from);
+        g.reads = to - from - g.writes;
+        const auto local = static_cast<std::int32_t>(plan.groups.size() - chunk_first_group);
+        group_of_record.insert(group_of_record.end(), static_cast<std::size_t>(to - from), local);
+        plan.m0_row.push_back(m0);
+        plan.groups.push_back(g);
+      }
     }
     const auto groups = static_cast<std::int32_t>(plan.groups.size() - chunk_first_group);
     std::int32_t* tiles = plan.tile_groups.data() + n * (plan.tiles_per_chunk + 1);

@@ -3,7 +3,7 @@
 // measured before it is built:
 //
 //   sdm_gpu_walk_floor [--configs readme,big,flagship] [--slots product_key,heavy_reuse]
-//                      [--tiles 32,64,128] [--reps N]
+//                      [--tiles 32,64,128] [--pieces 0,64] [--reps N]
 //
 // (1) PDL chain: 6 kernels x 128 steps linked by programmatic dependent launch (as the engine
 //     launches a step's kernels), each CTA (one an SM) waiting for its predecessor, loading 48 KiB
@@ -19,6 +19,9 @@
 //     walk's on-chip work (write: ret = a u, acc += b ret, dot ret . M0; read: sum += b y,
 //     dot y . M0) and its dot partial goes through a per-warp transpose in shared memory to one
 //     plane value per (record, slice); at the group's end G = acc + sum is stored (bf16).
+//     --pieces: groups cut into pieces of at most that many records (0: whole slots), each piece
+//     walked as a group (the design's sub-tiles for long groups; the pieces of a slot store G in
+//     turn, and the combine a real walk needs is not timed).
 //     Reports ms a call, the bank-row bytes (groups x (G read + G write + M0 read)), and those
 //     plus staging, record and plane bytes as a rate against the copy bandwidth of the same run.
 // Numerics are not the engine's: this is a timing skeleton (the values only keep the work live).
@@ -355,7 +358,7 @@ struct DevicePlan {
 
 template <int kCols>
 void walk_config(const bench::BenchConfig& c, bench::SlotPattern pattern, const std::vector<std::int64_t>& tile_lens,
-                 int reps, double copy_bw) {
+                 const std::vector<std::int64_t>& pieces, int reps, double copy_bw) {
   using Shape = WalkShape<kCols>;
   const std::vector<std::int32_t> writes = bench::make_slots(pattern, c.P, c.T, c.W, c.slots_per_stream, 7);
   const std::vector<std::int32_t> reads = bench::make_slots(pattern, c.P, c.T, c.R, c.slots_per_stream, 8);
@@ -372,38 +375,41 @@ void walk_config(const bench::BenchConfig& c, bench::SlotPattern pattern, const 
   fill(dy, N * C * c.hd, 2);
   fill(grad, rows * c.hd, 3);
   fill(bank, rows * c.hd, 4);
-  for (const std::int64_t L : tile_lens) {
-    const bench::WalkPlan plan = bench::make_walk_plan(writes, reads, c.P, c.T, c.W, c.R, C, L);
-    const DevicePlan device(plan);
-    DeviceArray<std::uint16_t> snapshot(static_cast<std::size_t>(std::max<std::int64_t>(plan.written_groups, 1) * c.hd));
-    fill(snapshot, plan.written_groups * c.hd, 5);
-    DeviceArray<float> planes(static_cast<std::size_t>(slices * N * plan.records_per_chunk));
-    WalkArgs args{static_cast<int>(C), static_cast<int>(c.hd), static_cast<int>(c.P),
-                  static_cast<int>(plan.records_per_chunk), static_cast<int>(plan.tiles_per_chunk), static_cast<int>(L),
-                  N, device.groups.get(), device.group_begin.get(), device.records.get(), device.tile_groups.get(),
-                  du.get(), dy.get(), grad.get(), bank.get(), snapshot.get(), planes.get()};
-    const std::size_t smem = Shape::smem(static_cast<int>(C), static_cast<int>(L));
-    cuda_ok(cudaFuncSetAttribute(walk_skeleton<kCols>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-            "cudaFuncSetAttribute (walk_skeleton)");
-    const dim3 grid(static_cast<unsigned>((plan.tiles_per_chunk + Shape::kWarps - 1) / Shape::kWarps),
-                    static_cast<unsigned>(slices), static_cast<unsigned>(c.P));
-    const double ms = median_ms(reps, [&] {
-      for (std::int64_t ti = 0; ti < Nt; ++ti) {
-        walk_skeleton<kCols><<<grid, Shape::kWarps * 32, smem>>>(args, static_cast<int>(ti));
-      }
-      cuda_ok(cudaGetLastError(), "walk_skeleton");
-    });
-    cuda_ok(cudaDeviceSynchronize(), "walk_skeleton");
-    const double groups = static_cast<double>(plan.groups.size()), entries = static_cast<double>(N * plan.records_per_chunk);
-    const double row_bytes = groups * 3.0 * static_cast<double>(c.hd) * 2.0;
-    const double ctas = static_cast<double>(grid.x) * grid.y * grid.z * static_cast<double>(Nt);
-    const double staging = ctas * 2.0 * static_cast<double>(C * Shape::kSliceCols) * 4.0;
-    const double other = entries * slices * (16.0 + 4.0);  // records read and plane values stored per slice
-    std::printf("| %s | %s | %d | %lld | %.3f | %.3f | %.1f | %.3f | %.2f | %.2f | %.3f |\n", c.name.c_str(),
-                bench::slot_pattern_name(pattern), Shape::kSliceCols, static_cast<long long>(L),
-                plan.written_groups / static_cast<double>(N * C * c.W), ms, 1e3 * ms / static_cast<double>(Nt),
-                row_bytes * 1e-9, row_bytes / (ms * 1e-3) * 1e-12, (row_bytes + staging + other) / (ms * 1e-3) * 1e-12,
-                (row_bytes + staging + other) / (ms * 1e-3) / copy_bw);
+  for (const std::int64_t max_group : pieces) {
+    for (const std::int64_t L : tile_lens) {
+      const bench::WalkPlan plan = bench::make_walk_plan(writes, reads, c.P, c.T, c.W, c.R, C, L, max_group);
+      const DevicePlan device(plan);
+      DeviceArray<std::uint16_t> snapshot(static_cast<std::size_t>(std::max<std::int64_t>(plan.written_groups, 1) * c.hd));
+      fill(snapshot, plan.written_groups * c.hd, 5);
+      DeviceArray<float> planes(static_cast<std::size_t>(slices * N * plan.records_per_chunk));
+      WalkArgs args{static_cast<int>(C), static_cast<int>(c.hd), static_cast<int>(c.P),
+                    static_cast<int>(plan.records_per_chunk), static_cast<int>(plan.tiles_per_chunk), static_cast<int>(L),
+                    N, device.groups.get(), device.group_begin.get(), device.records.get(), device.tile_groups.get(),
+                    du.get(), dy.get(), grad.get(), bank.get(), snapshot.get(), planes.get()};
+      const std::size_t smem = Shape::smem(static_cast<int>(C), static_cast<int>(L));
+      cuda_ok(cudaFuncSetAttribute(walk_skeleton<kCols>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+              "cudaFuncSetAttribute (walk_skeleton)");
+      const dim3 grid(static_cast<unsigned>((plan.tiles_per_chunk + Shape::kWarps - 1) / Shape::kWarps),
+                      static_cast<unsigned>(slices), static_cast<unsigned>(c.P));
+      const double ms = median_ms(reps, [&] {
+        for (std::int64_t ti = 0; ti < Nt; ++ti) {
+          walk_skeleton<kCols><<<grid, Shape::kWarps * 32, smem>>>(args, static_cast<int>(ti));
+        }
+        cuda_ok(cudaGetLastError(), "walk_skeleton");
+      });
+      cuda_ok(cudaDeviceSynchronize(), "walk_skeleton");
+      const double groups = static_cast<double>(plan.groups.size()), entries = static_cast<double>(N * plan.records_per_chunk);
+      const double row_bytes = groups * 3.0 * static_cast<double>(c.hd) * 2.0;
+      const double ctas = static_cast<double>(grid.x) * grid.y * grid.z * static_cast<double>(Nt);
+      const double staging = ctas * 2.0 * static_cast<double>(C * Shape::kSliceCols) * 4.0;
+      const double other = entries * slices * (16.0 + 4.0);  // records read and plane values stored per slice
+      std::printf("| %s | %s | %d | %lld | %lld | %.3f | %.3f | %.1f | %.3f | %.2f | %.2f | %.3f |\n", c.name.c_str(),
+                  bench::slot_pattern_name(pattern), Shape::kSliceCols, static_cast<long long>(L),
+                  static_cast<long long>(max_group),
+                  plan.written_groups / static_cast<double>(N * C * c.W), ms, 1e3 * ms / static_cast<double>(Nt),
+                  row_bytes * 1e-9, row_bytes / (ms * 1e-3) * 1e-12, (row_bytes + staging + other) / (ms * 1e-3) * 1e-12,
+                  (row_bytes + staging + other) / (ms * 1e-3) / copy_bw);
+    }
   }
 }
 
@@ -425,7 +431,7 @@ std::vector<T> parse_list(const std::string& text, Parse parse) {
 int main(int argc, char** argv) {
   std::vector<std::string> configs = {"readme", "big", "flagship"};
   std::vector<bench::SlotPattern> patterns = {bench::SlotPattern::product_key, bench::SlotPattern::heavy_reuse};
-  std::vector<std::int64_t> tile_lens = {32, 64, 128};
+  std::vector<std::int64_t> tile_lens = {32, 64, 128}, pieces = {0};
   int reps = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -433,6 +439,7 @@ int main(int argc, char** argv) {
     if (arg == "--configs" && has_value) configs = parse_list<std::string>(argv[++i], [](const std::string& x) { return x; });
     else if (arg == "--slots" && has_value) patterns = parse_list<bench::SlotPattern>(argv[++i], bench::parse_slot_pattern);
     else if (arg == "--tiles" && has_value) tile_lens = parse_list<std::int64_t>(argv[++i], [](const std::string& x) { return std::stoll(x); });
+    else if (arg == "--pieces" && has_value) pieces = parse_list<std::int64_t>(argv[++i], [](const std::string& x) { return std::stoll(x); });
     else if (arg == "--reps" && has_value) reps = std::max(1, std::atoi(argv[++i]));
     else {
       std::fprintf(stderr, "sdm_gpu_walk_floor: unknown argument %s\n", arg.c_str());
@@ -450,13 +457,13 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount,
               copy_bw * 1e-9);
   pdl_chain(prop.multiProcessorCount, reps);
-  std::printf("\n| config | slots | slice cols | L | written groups / write entries | ms a call | us a step | GB bank rows | "
-              "TB/s bank rows | TB/s all | of copy bw |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| config | slots | slice cols | L | pieces <= | written groups / write entries | ms a call | us a step | "
+              "GB bank rows | TB/s bank rows | TB/s all | of copy bw |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& name : configs) {
     const bench::BenchConfig& c = bench::find_config(name);
     for (const bench::SlotPattern pattern : patterns) {
-      walk_config<4>(c, pattern, tile_lens, reps, copy_bw);
-      walk_config<8>(c, pattern, tile_lens, reps, copy_bw);
+      walk_config<4>(c, pattern, tile_lens, pieces, reps, copy_bw);
+      walk_config<8>(c, pattern, tile_lens, pieces, reps, copy_bw);
     }
   }
   return 0;
