@@ -87,18 +87,4 @@ __device__ __forceinline__ BankRow<E, kMode> bank_row_at_chunk(const BackwardBuf
   return bank_row_of<E, kMode>(bb, slot, bb.row_source[slot], hd);
 }
 
-// Moves a row source to column c0 (the staged walk's column steps).
-template <typename E, SnapshotQuant kMode>
-__device__ __forceinline__ BankRow<E, kMode> bank_row_from(BankRow<E, kMode> m0, std::int64_t c0,
-                                                           std::int64_t payload_offset) {
-  if constexpr (kMode != SnapshotQuant::none) {
-    if (m0.row == nullptr) {
-      m0.snapshot.payload = static_cast<unsigned char*>(m0.snapshot.payload) + payload_offset;
-      return m0;
-    }
-  }
-  m0.row += c0;
-  return m0;
-}
-
 }  // namespace sdm::cuda

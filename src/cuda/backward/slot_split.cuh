@@ -23,8 +23,8 @@
 // run transposed over four dots at once, bitwise the same); the
 // entry kernels add the steps in step order (sum_steps): bits independent of g', of the warps per
 // CTA and of the SM count. With hd <= 256 (one step) every dot equals the whole-row warp dot.
-// The one-step bodies (write_group_step, read_group_step) take the token pieces as TokenPieces, so
-// the staged walk (slots_staged.cu) runs them on rows in shared memory.
+// The one-step bodies (write_group_step, read_group_step) take the token pieces of their step as
+// TokenPieces.
 #pragma once
 
 #include <cstdint>
@@ -45,9 +45,7 @@ __device__ __forceinline__ int split_members(int positions, std::int64_t steps, 
 
 // Where one column piece of a chunk's token rows lies for one lane: the piece of the token whose
 // row offset is `row` (an entry's row: i times the rows' stride) is at delta + row, du + row,
-// dy + row. From the step rows in global memory (stride hd, pointers at column c0) or from a
-// column step staged in shared memory (stride kWarpCols, pointers at the lane's 8 columns;
-// slots_staged.cu): the same values either way.
+// dy + row: the step rows in global memory (stride hd, pointers at column c0).
 struct TokenPieces {
   const float* delta;
   const float* du;
