@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "bench_config.hpp"
+#include "cuda/common/dependent_launch.cuh"
 #include "device_array.hpp"
 #include "device_timing.hpp"
 #include "slot_patterns.hpp"
@@ -49,6 +50,7 @@ using sdm::testing::cuda_ok;
 using sdm::testing::DeviceArray;
 using sdm::bench::copy_bandwidth;
 using sdm::bench::median_ms;
+using sdm::cuda::wait_for_predecessor;
 
 // ---- shared helpers ------------------------------------------------------------------------------
 
@@ -65,11 +67,6 @@ __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_
 template <int kPending>
 __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-__device__ __forceinline__ void wait_for_predecessor() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
 }
 
 template <typename Kernel, typename... Args>
