@@ -25,6 +25,7 @@
 // dots, the same dot order): dc_in_gwr.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -52,11 +53,16 @@ struct AnyFloat {
 //           read position q starting a read group of s that the chunk does not write:
 //           kSlotNoPartner (the read-only worker of s); every other position (inside a group,
 //           padding / masked entries, a read group of a written slot, which its write worker
-//           finishes): kSlotIdle, and nothing else of the task is set;
-//   local   s;  sizes  the write group's size | the read group's size << kReadSizeShift;
+//           finishes): kSlotIdle;
+//   local   s (a kSlotIdle position inside a group: helper_offset);
+//   sizes   the write group's size | the read group's size << kReadSizeShift;
 //   decay   exp(Lambda_s) of a write group (gdecay at its first sorted position);
-//   and for a group of at most one write entry and one read entry: tokens = the write entry's
-//   token i | the read entry's index (i*R + r) << 16, write_scale = -beta_i, write_k_eff, read_q_w.
+//   the position's own entry, at every real position (a worker's or not; 0 at padding / masked
+//   ones): a write position's token i in tokens' low 16 bits, write_scale = -beta_i and
+//   write_k_eff; a read position's token i in the low 16 bits, its read index (i*R + r) in the
+//   high 16 bits and read_q_w. A write group of at most one write entry and one read entry also
+//   holds its read entry's index in tokens' high 16 bits and its read_q_w (task_holds_entries).
+// The entry fields fill the task's second 16 bytes: a group's entries are one 16-byte load each.
 constexpr std::int32_t kSlotNoPartner = -1;
 constexpr std::int32_t kSlotIdle = -2;
 constexpr int kReadSizeShift = 9;
@@ -71,12 +77,13 @@ struct alignas(16) SlotTask {
   std::int32_t role = kSlotIdle;
   std::int32_t local = 0;
   std::int32_t sizes = 0;
-  std::uint32_t tokens = 0;
+  float decay = 0.0f;        // exp(Lambda) of the write group
+  std::uint32_t tokens = 0;  // token i | read index << 16
   float write_scale = 0.0f;  // -beta of the write entry's token
   float write_k_eff = 0.0f;
-  float decay = 0.0f;        // exp(Lambda) of the write group
   float read_q_w = 0.0f;
 };
+static_assert(sizeof(SlotTask) == 32 && offsetof(SlotTask, tokens) == 16, "the entry fields are the second 16 bytes");
 
 // The offset of a kSlotIdle position from its group's worker (0: no helper).
 __host__ __device__ __forceinline__ int helper_offset(const SlotTask& task) { return task.local; }

@@ -20,6 +20,19 @@ __device__ __forceinline__ bool task_holds_entries(const SlotTask& task) {
   return write_size_of(task) <= 1 && read_size_of(task) <= 1;
 }
 
+// A position's own entry (SlotTask's second 16 bytes, backward.hpp) in one load; `task` is read
+// only while the slot kernels run.
+struct EntryWords {
+  std::uint32_t tokens;
+  float write_scale, write_k_eff, read_q_w;
+};
+__device__ __forceinline__ EntryWords entry_words(const SlotTask* task) {
+  const uint4 v = __ldg(reinterpret_cast<const uint4*>(&task->tokens));
+  return EntryWords{v.x, __uint_as_float(v.y), __uint_as_float(v.z), __uint_as_float(v.w)};
+}
+__device__ __forceinline__ int entry_token(const EntryWords& words) { return static_cast<int>(words.tokens & 0xffffu); }
+__device__ __forceinline__ int read_index(const EntryWords& words) { return static_cast<int>(words.tokens >> 16); }
+
 // The dot planes moved to index e.
 __device__ __forceinline__ DotPlanes planes_at(const DotPlanes& planes, std::int64_t e) {
   return DotPlanes{planes.base + e, planes.stride};

@@ -4,10 +4,11 @@
 //
 // Output: tasks[n*(C*W + C*R) + position] (SlotTask, backward.hpp, which states every field): for
 // chunk n the slot kernel has one warp per sorted position, the C*W write positions, then the C*R
-// read positions. For a group of at most one write entry and one read entry (nearly all of them:
-// slots_per_stream is large) a task also holds the entries' data, so that the worker starts its row
-// passes after one load: the values the worker would load itself (the same words, no arithmetic
-// but beta's negation), so nothing downstream changes by a bit.
+// read positions. Every real position's task also holds its own entry's data, and a group of at
+// most one write entry and one read entry (nearly all of them: slots_per_stream is large) its read
+// entry's too, so that a worker starts its row passes after one load and a longer group's entries
+// are one load each: the values the worker would load itself (the same words, no arithmetic but
+// beta's negation), so nothing downstream changes by a bit.
 //
 // Parallel decomposition: one CTA per chunk (chunk_slot_tasks, its three passes described above
 // the kernel). Integer work and copies only; each task has one writer.
@@ -81,33 +82,47 @@ __device__ __forceinline__ int group_offset(const Slots& slots, int q, std::int6
   return 0;
 }
 
-// Completes the task of the worker of slot `local`: its write group of write_size entries starting
-// at sorted write position write_at (write_size 0: none) and its read group starting at sorted
-// read position first_read (-1: none).
+// The entry of write position q (a real one) into its task: token i, -beta_i, k_eff.
 template <typename ReadSlots>
-__device__ __forceinline__ void finish_task(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
-                                            const ChunkKeys<ReadSlots>& chunk, std::int64_t local, int write_at,
-                                            int write_size, int first_read, SlotTask& task) {
+__device__ __forceinline__ void set_write_entry(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
+                                                const ChunkKeys<ReadSlots>& chunk, int q, SlotTask& task) {
+  const std::uint64_t key = chunk.writes.keys[q];
+  const std::int64_t n = chunk.n, i = geo.keys.token(key), p = n % geo.P, ti = n / geo.P;
+  task.tokens = static_cast<std::uint32_t>(i);
+  task.write_scale = -load_input(in.beta, in.beta_dtype, p * geo.T + ti * geo.C + i);
+  task.write_k_eff = p1.k_eff[n * chunk.CW + i * geo.W + geo.keys.lane(key)];
+}
+
+// The read entry at sorted read position q (a real one): its token i, its index i*R + r, q_w.
+struct ReadEntryWords {
+  std::uint32_t token, index;
+  float q_w;
+};
+template <typename ReadSlots>
+__device__ __forceinline__ ReadEntryWords read_entry_words(const Geometry& geo, const Phase1Buffers& p1,
+                                                           const ChunkKeys<ReadSlots>& chunk, int q) {
+  const std::uint64_t key = chunk.reads.keys[q];
+  const std::int64_t i = chunk.reads.layout.token(key), index = i * geo.R + chunk.reads.layout.lane(key);
+  return ReadEntryWords{static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(index),
+                        p1.q_w[chunk.n * chunk.CR + index]};
+}
+
+// Completes the task of the worker of slot `local`: its write group of write_size entries (0:
+// none) and its read group starting at sorted read position first_read (-1: none). A group of at
+// most one write entry and one read entry gets its read entry (the write entry is the position's
+// own, set before).
+template <typename ReadSlots>
+__device__ __forceinline__ void finish_task(const Geometry& geo, const Phase1Buffers& p1,
+                                            const ChunkKeys<ReadSlots>& chunk, std::int64_t local, int write_size,
+                                            int first_read, SlotTask& task) {
   const int read_size = first_read >= 0 ? group_size(chunk.read_slots, chunk.CR, first_read, local) : 0;
   task.local = static_cast<std::int32_t>(local);
   task.sizes = write_size | read_size << kReadSizeShift;
-  if (write_size > 1 || read_size > 1) return;
-  const std::int64_t n = chunk.n;
-  std::uint32_t tokens = 0;
-  if (write_size == 1) {
-    const std::uint64_t key = chunk.writes.keys[write_at];
-    const std::int64_t i = geo.keys.token(key), p = n % geo.P, ti = n / geo.P;
-    tokens = static_cast<std::uint32_t>(i);
-    task.write_scale = -load_input(in.beta, in.beta_dtype, p * geo.T + ti * geo.C + i);
-    task.write_k_eff = p1.k_eff[n * chunk.CW + i * geo.W + geo.keys.lane(key)];
+  if (write_size == 1 && read_size == 1) {
+    const ReadEntryWords read = read_entry_words(geo, p1, chunk, first_read);
+    task.tokens |= read.index << 16;
+    task.read_q_w = read.q_w;
   }
-  if (read_size == 1) {
-    const std::uint64_t key = chunk.reads.keys[first_read];
-    const std::int64_t entry = chunk.reads.layout.token(key) * geo.R + chunk.reads.layout.lane(key);
-    tokens |= static_cast<std::uint32_t>(entry) << 16;
-    task.read_q_w = p1.q_w[n * chunk.CR + entry];
-  }
-  task.tokens = tokens;
 }
 
 // Parallel decomposition (kernel chunk_slot_tasks): one CTA of kThreads per chunk, three passes
@@ -165,13 +180,14 @@ __global__ void __launch_bounds__(kThreads)
   for (int q = t; q < CW; q += kThreads) {
     SlotTask task{};
     const std::int64_t local = chunk.writes[q];
+    if (local != geo.sps) set_write_entry(geo, in, p1, chunk, q, task);
     if (starts_group(chunk.writes, q, local, geo.sps)) {
       const int write_size = group_size(chunk.writes, CW, q, local);
       const int first_read = find_slot(read_slots, CR, local);
       task.role = first_read >= 0 ? first_read : kSlotNoPartner;
       task.decay = p1.gdecay[n * CW + q];
       if (first_read >= 0) claimed[first_read] = 1;
-      finish_task(geo, in, p1, chunk, local, q, write_size, first_read, task);
+      finish_task(geo, p1, chunk, local, write_size, first_read, task);
     } else if (local != geo.sps) {
       task.local = group_offset(chunk.writes, q, local, steps);
     }
@@ -183,9 +199,14 @@ __global__ void __launch_bounds__(kThreads)
   for (int q = t; q < CR; q += kThreads) {
     SlotTask task{};
     const std::int64_t local = read_slots[q];
+    if (local != geo.sps) {
+      const ReadEntryWords read = read_entry_words(geo, p1, chunk, q);
+      task.tokens = read.token | read.index << 16;
+      task.read_q_w = read.q_w;
+    }
     if (starts_group(read_slots, q, local, geo.sps) && claimed[q] == 0) {
       task.role = kSlotNoPartner;
-      finish_task(geo, in, p1, chunk, local, 0, 0, q, task);
+      finish_task(geo, p1, chunk, local, 0, q, task);
     } else if (local != geo.sps && !starts_group(read_slots, q, local, geo.sps)) {
       const int j = group_offset(read_slots, q, local, steps);
       if (j > 0 && claimed[q - j] == 0) task.local = j;

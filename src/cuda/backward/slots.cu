@@ -252,7 +252,7 @@ void set_slot_split_warps(int n) { split_cap() = n > 0 ? n : 0; }
 void launch_slot_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
                       std::int64_t ti, cudaStream_t stream) {
   if (use_staged_slot_walk(geo, bb)) {
-    launch_staged_slot_side(geo, in, p1, bb, ti, stream);
+    launch_staged_slot_side(geo, bb, ti, stream);
     return;
   }
   dispatch_slot_kernel(bb, [&]<typename E, typename Gt, bool kVec, SnapshotQuant kMode>() {

@@ -15,7 +15,8 @@
 //   3. per group, one pass over its members: a write member (token i) loads dU_i's piece from
 //      shared memory, G' = fmaf(k_eff, -beta dU, G') and its dk_eff partial; a read member dy_i's
 //      piece, sum = fmaf(q_w, dy, sum) and its dq_w partial; entries come from the task (a group
-//      of at most one write and one read entry) or 32 at a time from the sorted keys. Each
+//      of at most one write and one read entry) or 32 at a time from the members' own tasks (one
+//      16-byte load a member, backward.hpp SlotTask). Each
 //      member's lane partial goes to the warp's transpose rows; every kFlush members the lanes
 //      sum one row each in warp_sum's butterfly order (flush_dots) and store it at the dot's
 //      plane s. G <- rnd(acc + sum) (written) or rnd(G + sum) (read only), one rounding.
@@ -133,12 +134,16 @@ __device__ __forceinline__ std::int64_t snapshot_step_offset(int s) {
   return static_cast<std::int64_t>(s) * kWarpCols * snapshot_column_bits<E, kMode>() / 8;
 }
 
-// What every walk of one CTA shares: chunk n of stream p, column step s, the staged rows.
+// What every walk of one CTA shares: chunk n of stream p, column step s, the staged rows, the
+// chunk's tasks and the dots' planes of step s moved to the chunk's first entry.
 struct StagedStep {
   std::int64_t n, p;
   int CW, CR, hd, s;
   const float* du;  // [C][kWarpCols] each
   const float* dy;
+  const SlotTask* tasks;        // the chunk's C*W + C*R positions
+  float *dlambda, *dk_eff;      // at the chunk's sorted write position 0
+  float* dq_w;                  // at the chunk's read entry 0
 };
 
 // The step pieces a worker's walk loads from memory, copied into `ring_slot` at the offsets they
@@ -222,33 +227,31 @@ __device__ __forceinline__ void staged_piece(const float* rows, std::int64_t row
 
 // A group's read members: sum = fmaf(q_w, dy_i, sum) over the reads in group order, each read's
 // dq_w partial dy_i . m0 (the read group of `size` entries at sorted read position q; `task`
-// holds it when single).
-__device__ __forceinline__ void walk_reads(const Geometry& geo, const Phase1Buffers& p1, const BackwardBuffers& bb,
-                                           const StagedStep& st, const SlotTask& task, int q, int size, bool single,
-                                           const float (&m0)[kLaneCols], bool active, float (&sum)[kLaneCols],
-                                           PendingDots& dots, int lane) {
-  const DotPlanes dq_w{bb.dq_w.base + st.s * bb.dq_w.stride, bb.dq_w.stride};
-  const auto member = [&](std::int64_t row, float q_w, std::int64_t index) {
+// holds it when single, else each position's task holds its entry).
+__device__ __forceinline__ void walk_reads(const Geometry& geo, const StagedStep& st, const SlotTask& task, int q,
+                                           int size, bool single, const float (&m0)[kLaneCols], bool active,
+                                           float (&sum)[kLaneCols], PendingDots& dots, int lane) {
+  const auto member = [&](int token, float q_w, int index) {
     float y[kLaneCols];
-    staged_piece(st.dy, row, active, lane, y);
+    staged_piece(st.dy, token * kWarpCols, active, lane, y);
     float dot = 0.0f;
     add_read(q_w, y, kLaneCols, m0, dot, sum);
-    add_dot(dots, dot, &dq_w.at(0, index), lane);
+    add_dot(dots, dot, st.dq_w + index, lane);
   };
   if (single) {
-    const ReadEntry entry = single_read(task, st.dy, dq_w, kWarpCols, geo.R, st.n * st.CR).mine;
-    member(entry.row, entry.q_w, entry.index);
+    const int index = static_cast<int>(task.tokens >> 16);
+    member(index / static_cast<int>(geo.R), task.read_q_w, index);
     return;
   }
-  const std::uint64_t* keys = bb.read_keys + st.n * st.CR + q;
-  const ReadEntrySource src{p1.q_w, bb.read_layout, kWarpCols, geo.R, st.n * st.CR};
+  const SlotTask* window = st.tasks + st.CW + q;
   for (int j0 = 0; j0 < size; j0 += 32) {
-    ReadEntry mine;
-    if (j0 + lane < size) mine = read_entry(src, keys[j0 + lane]);
+    EntryWords mine{};
+    if (j0 + lane < size) mine = entry_words(window + j0 + lane);
     const int count = size - j0 < 32 ? size - j0 : 32;
     for (int j = 0; j < count; ++j) {
-      member(__shfl_sync(kAllLanes, mine.row, j), __shfl_sync(kAllLanes, mine.q_w, j),
-             __shfl_sync(kAllLanes, mine.index, j));
+      const EntryWords entry{__shfl_sync(kAllLanes, mine.tokens, j), 0.0f, 0.0f,
+                             __shfl_sync(kAllLanes, mine.read_q_w, j)};
+      member(entry_token(entry), entry.read_q_w, read_index(entry));
     }
   }
 }
@@ -256,9 +259,9 @@ __device__ __forceinline__ void walk_reads(const Geometry& geo, const Phase1Buff
 // Step s of the write group whose worker's task sits at sorted write position q; its G and
 // snapshot pieces in `ring_slot`.
 template <typename E, typename Gt, SnapshotQuant kMode>
-__device__ __forceinline__ void walk_write_group(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
-                                                 const BackwardBuffers& bb, const StagedStep& st, const SlotTask& task,
-                                                 int q, const unsigned char* ring_slot, PendingDots& dots, int lane) {
+__device__ __forceinline__ void walk_write_group(const Geometry& geo, const BackwardBuffers& bb, const StagedStep& st,
+                                                 const SlotTask& task, int q, const unsigned char* ring_slot,
+                                                 PendingDots& dots, int lane) {
   const std::int64_t n = st.n, e = n * st.CW + q, slot = st.p * geo.sps + task.local;
   const int c0 = st.s * kWarpCols, rest = st.hd - c0;
   const bool active = lane * kLaneCols < rest;
@@ -277,13 +280,13 @@ __device__ __forceinline__ void walk_write_group(const Geometry& geo, const Inpu
     lambda_dot = fmaf(g[k], pre[k], lambda_dot);
     acc[k] = task.decay * g[k];
   }
-  add_dot(dots, lambda_dot, &bb.dlambda.at(st.s, e), lane);
+  add_dot(dots, lambda_dot, st.dlambda + q, lane);
 
   const int size = write_size_of(task), read_size = read_size_of(task);
   const bool single = task_holds_entries(task);
-  const auto member = [&](std::int64_t row, float scale, float k_eff, std::int64_t b) {
+  const auto member = [&](int token, float scale, float k_eff, int b) {
     float u[kLaneCols];
-    staged_piece(st.du, row, active, lane, u);
+    staged_piece(st.du, token * kWarpCols, active, lane, u);
     float dot = 0.0f;
 #pragma unroll
     for (int k = 0; k < kLaneCols; ++k) {
@@ -291,27 +294,24 @@ __device__ __forceinline__ void walk_write_group(const Geometry& geo, const Inpu
       dot = fmaf(ret, pre[k], dot);
       acc[k] = fmaf(k_eff, ret, acc[k]);
     }
-    add_dot(dots, dot, &bb.dk_eff.at(st.s, e + b), lane);
+    add_dot(dots, dot, st.dk_eff + q + b, lane);
   };
   if (single) {
-    const WriteEntry entry = single_write(task, kWarpCols);
-    member(entry.row, entry.scale, entry.k_eff, 0);
+    member(static_cast<int>(task.tokens & 0xffffu), task.write_scale, task.write_k_eff, 0);
   } else {
-    const std::uint64_t* keys = p1.keys + e;
-    const WriteEntrySource src{in.beta, in.beta_dtype, p1.k_eff + n * st.CW, geo.keys, kWarpCols, geo.W,
-                               st.p * geo.T + (n / geo.P) * geo.C};
+    const SlotTask* window = st.tasks + q;
     for (int b0 = 0; b0 < size; b0 += 32) {
-      WriteEntry mine;
-      if (b0 + lane < size) mine = write_entry(src, keys[b0 + lane]);
+      EntryWords mine{};
+      if (b0 + lane < size) mine = entry_words(window + b0 + lane);
       const int count = size - b0 < 32 ? size - b0 : 32;
       for (int b = 0; b < count; ++b) {
-        member(__shfl_sync(kAllLanes, mine.row, b), __shfl_sync(kAllLanes, mine.scale, b),
-               __shfl_sync(kAllLanes, mine.k_eff, b), b0 + b);
+        member(static_cast<int>(__shfl_sync(kAllLanes, mine.tokens, b) & 0xffffu),
+               __shfl_sync(kAllLanes, mine.write_scale, b), __shfl_sync(kAllLanes, mine.write_k_eff, b), b0 + b);
       }
     }
   }
   if (task.role >= 0) {
-    walk_reads(geo, p1, bb, st, task, task.role, read_size, single, pre, active, sum, dots, lane);
+    walk_reads(geo, st, task, task.role, read_size, single, pre, active, sum, dots, lane);
 #pragma unroll
     for (int k = 0; k < kLaneCols; ++k) acc[k] = acc[k] + sum[k];
   }
@@ -323,8 +323,8 @@ __device__ __forceinline__ void walk_write_group(const Geometry& geo, const Inpu
 // Step s of the read-only group whose worker's task sits at sorted read position q (M0's row
 // source `source`); its G and M0 pieces in `ring_slot`.
 template <typename E, typename Gt, SnapshotQuant kMode>
-__device__ __forceinline__ void walk_read_group(const Geometry& geo, const Phase1Buffers& p1,
-                                                const BackwardBuffers& bb, const StagedStep& st, const SlotTask& task,
+__device__ __forceinline__ void walk_read_group(const Geometry& geo, const BackwardBuffers& bb, const StagedStep& st,
+                                                const SlotTask& task,
                                                 int q, std::int64_t source, const unsigned char* ring_slot,
                                                 PendingDots& dots, int lane) {
   const std::int64_t slot = st.p * geo.sps + task.local;
@@ -338,23 +338,27 @@ __device__ __forceinline__ void walk_read_group(const Geometry& geo, const Phase
     load_piece<true>(reinterpret_cast<const Gt*>(ring_slot + kWarpCols * sizeof(E)), lane * kLaneCols, rest, base);
     m0_row.template load<true>(lane * kLaneCols, rest, m0);
   }
-  walk_reads(geo, p1, bb, st, task, q, read_size_of(task), read_size_of(task) == 1, m0, active, sum, dots, lane);
+  walk_reads(geo, st, task, q, read_size_of(task), read_size_of(task) == 1, m0, active, sum, dots, lane);
 #pragma unroll
   for (int k = 0; k < kLaneCols; ++k) sum[k] = base[k] + sum[k];
   Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd + c0;
   if (active) store_piece_cvt<true>(grad, lane * kLaneCols, rest, sum);
 }
 
-__device__ __forceinline__ SlotTask task_from_lane(const SlotTask& t, int lane) {
+// The task of lane `lane` in every lane: the fields its walk reads (a read-only worker's walk reads
+// neither its role, its decay nor its write entry).
+__device__ __forceinline__ SlotTask task_from_lane(const SlotTask& t, int lane, bool write) {
   SlotTask r;
-  r.role = __shfl_sync(kAllLanes, t.role, lane);
   r.local = __shfl_sync(kAllLanes, t.local, lane);
   r.sizes = __shfl_sync(kAllLanes, t.sizes, lane);
   r.tokens = __shfl_sync(kAllLanes, t.tokens, lane);
-  r.write_scale = __shfl_sync(kAllLanes, t.write_scale, lane);
-  r.write_k_eff = __shfl_sync(kAllLanes, t.write_k_eff, lane);
-  r.decay = __shfl_sync(kAllLanes, t.decay, lane);
   r.read_q_w = __shfl_sync(kAllLanes, t.read_q_w, lane);
+  if (write) {
+    r.role = __shfl_sync(kAllLanes, t.role, lane);
+    r.decay = __shfl_sync(kAllLanes, t.decay, lane);
+    r.write_scale = __shfl_sync(kAllLanes, t.write_scale, lane);
+    r.write_k_eff = __shfl_sync(kAllLanes, t.write_k_eff, lane);
+  }
   return r;
 }
 
@@ -362,7 +366,7 @@ __device__ __forceinline__ SlotTask task_from_lane(const SlotTask& t, int lane) 
 // kStageThreads threads, stage_bytes<E, Gt>(C) of dynamic shared memory.
 template <typename E, typename Gt, SnapshotQuant kMode>
 __global__ void __launch_bounds__(kStageThreads, 1)
-    staged_slot_walk(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, std::int64_t ti) {
+    staged_slot_walk(Geometry geo, BackwardBuffers bb, std::int64_t ti) {
   extern __shared__ float4 stage_words[];
   __shared__ int next_position;
   float* stage = reinterpret_cast<float*>(stage_words);
@@ -377,6 +381,10 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   st.s = static_cast<int>(blockIdx.y);
   st.du = stage;
   st.dy = stage + C * kWarpCols;
+  st.tasks = bb.slot_tasks + st.n * (st.CW + st.CR);
+  st.dlambda = &bb.dlambda.at(st.s, st.n * st.CW);
+  st.dk_eff = &bb.dk_eff.at(st.s, st.n * st.CW);
+  st.dq_w = &bb.dq_w.at(st.s, st.n * st.CR);
   const int positions = st.CW + st.CR, shares = static_cast<int>(gridDim.z), share = static_cast<int>(blockIdx.z);
   const int first = static_cast<int>(static_cast<std::int64_t>(positions) * share / shares);
   const int end = static_cast<int>(static_cast<std::int64_t>(positions) * (share + 1) / shares);
@@ -393,7 +401,7 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   stage_token_rows(stage, bb.du + row0, bb.dy + row0, C, hd, st.s * kWarpCols);
   __syncthreads();
 
-  const SlotTask* tasks = bb.slot_tasks + st.n * positions;
+  const SlotTask* tasks = st.tasks;
   for (;;) {
     int base = 0;
     if (lane == 0) base = atomicAdd(&next_position, kBatch);
@@ -424,14 +432,13 @@ __global__ void __launch_bounds__(kStageThreads, 1)
     int walked = 0;
     for (unsigned todo = workers; todo != 0; todo &= todo - 1, ++walked) {
       const int b = __ffs(todo) - 1;
-      const SlotTask worker = task_from_lane(task, b);
       unsigned char* ring_slot = ring + (walked % kRing) * kSlotBytes;
       wait_async_groups<kRing - 1>();
       if (base + b < st.CW) {
-        walk_write_group<E, Gt, kMode>(geo, in, p1, bb, st, worker, base + b, ring_slot, dots, lane);
+        walk_write_group<E, Gt, kMode>(geo, bb, st, task_from_lane(task, b, true), base + b, ring_slot, dots, lane);
       } else {
-        walk_read_group<E, Gt, kMode>(geo, p1, bb, st, worker, base + b - st.CW, __shfl_sync(kAllLanes, source, b),
-                                      ring_slot, dots, lane);
+        walk_read_group<E, Gt, kMode>(geo, bb, st, task_from_lane(task, b, false), base + b - st.CW,
+                                      __shfl_sync(kAllLanes, source, b), ring_slot, dots, lane);
       }
       fetch_next(ring_slot);  // the walk consumed the slot's loads: refill it
     }
@@ -449,14 +456,13 @@ std::int64_t staged_shares(const Geometry& geo, std::int64_t steps) {
 }
 
 template <typename E, typename Gt, SnapshotQuant kMode>
-void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
-            std::int64_t ti, cudaStream_t stream) {
+void launch(const Geometry& geo, const BackwardBuffers& bb, std::int64_t ti, cudaStream_t stream) {
   const auto kernel = staged_slot_walk<E, Gt, kMode>;
   const std::size_t smem = stage_bytes<E, Gt>(geo.C);
   allow_dynamic_shared_memory(kernel, smem, "cudaFuncSetAttribute (staged_slot_walk shared memory)");
   const std::int64_t steps = bb.dot_steps, shares = staged_shares(geo, steps);
   const dim3 grid(static_cast<unsigned>(geo.p_count), static_cast<unsigned>(steps), static_cast<unsigned>(shares));
-  launch_dependent(kernel, grid, dim3(kStageThreads), smem, stream, "staged_slot_walk", geo, in, p1, bb, ti);
+  launch_dependent(kernel, grid, dim3(kStageThreads), smem, stream, "staged_slot_walk", geo, bb, ti);
 }
 
 SlotWalk& walk_choice() {
@@ -496,10 +502,9 @@ bool use_staged_slot_walk(const Geometry& geo, const BackwardBuffers& bb) {
   }
 }
 
-void launch_staged_slot_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
-                             const BackwardBuffers& bb, std::int64_t ti, cudaStream_t stream) {
+void launch_staged_slot_side(const Geometry& geo, const BackwardBuffers& bb, std::int64_t ti, cudaStream_t stream) {
   dispatch_slot_kernel(bb, [&]<typename E, typename Gt, bool kVec, SnapshotQuant kMode>() {
-    if constexpr (kVec) launch<E, Gt, kMode>(geo, in, p1, bb, ti, stream);
+    if constexpr (kVec) launch<E, Gt, kMode>(geo, bb, ti, stream);
   });
 }
 

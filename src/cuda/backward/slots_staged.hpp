@@ -18,8 +18,7 @@ namespace sdm::cuda {
 // Whether launch_slot_side takes the staged walk: the vector path (bb.vec8), it fits, and
 // slot_walk() does not forbid it.
 bool use_staged_slot_walk(const Geometry& geo, const BackwardBuffers& bb);
-void launch_staged_slot_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
-                             const BackwardBuffers& bb, std::int64_t ti, cudaStream_t stream);
+void launch_staged_slot_side(const Geometry& geo, const BackwardBuffers& bb, std::int64_t ti, cudaStream_t stream);
 
 // Calls launch.template operator()<E, Gt, kVec, kMode>() once with bb's bank row type E, G row
 // type Gt, vector access (16-byte pieces) and snapshot mode: the host knows them, so each slot
