@@ -29,13 +29,10 @@ struct RegisterForwardParams {
 };
 
 // CTAs per SM the register budget must allow: 4 (64 registers) with 32-bit factor keys, 3 with
-// 64-bit ones (f32 / f16). Measured on the H200: 1-4 % faster than the unconstrained allocation.
-#ifndef SDM_TOPK_LAUNCH_BOUNDS
-#define SDM_TOPK_LAUNCH_BOUNDS 1
-#endif
+// 64-bit ones (f32 / f16). Measured on the H200: 1-4 % faster than the unconstrained allocation
+// (docs/performance.md, "Product-key top-k v3").
 template <typename S>
 constexpr int min_blocks() {
-  if constexpr (SDM_TOPK_LAUNCH_BOUNDS == 0) return 1;
   return sizeof(typename S::Key) == 4 ? 4 : 3;
 }
 

@@ -11,17 +11,21 @@
 // Decomposition: one warp per row.
 //   - A factor of width w sits in registers, M = pow2(ceil(w / 32)) keys per lane (one vector load
 //     per lane where the row allows); stage 1's two factors are ranked at once, one per half-warp
-//     (rank_two: 32-bit keys, widths <= 256, 16 lanes x pow2(w / 16) keys); sort_runs builds sorted runs of pow2(m) keys and
-//     keep_top_half folds them into the top run (register_sort.cuh).
+//     (rank_two: 32-bit keys, widths <= 256, 16 lanes x pow2(w / 16) keys); sort_runs builds
+//     sorted runs of pow2(m) keys and keep_top_half folds them into the top run
+//     (register_sort.cuh). The first lanes store the top run's keys (16-byte stores), then every
+//     lane turns its share of the m entries into (column, value re-read from the row).
 //   - A stage holds ceil(pair_count(KMAX) / 32) candidates per lane from the constant pair table
 //     (pair_table.cuh): 32-bit sum keys and 16-bit tie payloads in registers. The c-th largest key
-//     is found by bisection with warp-wide counts (__reduce_add_sync): first over the sum keys,
+//     is found by bisection with warp-wide counts (__reduce_add_sync, two instructions a key),
 //     between the largest key(i, j) with (i + 1)(j + 1) == c (at least c keys are at or above it:
-//     the sums are monotone in both ranks; the smallest key of the first c table entries where no
-//     such pair is a candidate) and key(0, 0), the largest; it stops as soon as exactly c keys are at or above the probe.
-//     Only when the c-th key ties with others does a second bisection split the tied sum key by
-//     payload. The kept candidates are compacted (ballot + popc) into shared memory, loaded back
-//     KMAX / 32 per lane and sorted by one register network.
+//     the sums are monotone in both ranks; 0 where no such pair is a candidate) and key(0, 0),
+//     the largest; it stops as soon as exactly c keys are at or above the probe, and for 16-bit
+//     inputs walks up from the smallest key once few extra keys remain (find_cut). Only when the
+//     c-th key ties with others are the tied ones split by payload: the need-th largest payload
+//     by up to 4 rounds of warp max (the usual 1-3 tied keys needed), else by bisection. The kept
+//     candidates are compacted (ballot + popc) into shared memory, loaded back KMAX / 32 per lane
+//     and sorted by one register network.
 //   - Shared memory per warp: the running and factor lists (value, id) and the kept keys.
 // Numerics: sums are __fadd_rn in float32 in factor order, one rounding per stored value; the
 // keys and the tie rule are the CPU kernel's, so the selected slots and values are the same bits
@@ -40,19 +44,8 @@ namespace sdm::cuda::topk {
 
 inline constexpr int kRegisterMaxWidth = 512;
 inline constexpr int kRegisterMaxK = 128;
-#ifndef SDM_TOPK_HALF_WARP_RANK
-#define SDM_TOPK_HALF_WARP_RANK 1
-#endif
-// Stage 1's factors ranked by the two half-warps at once (rank_two); 0: one after the other.
-inline constexpr bool kHalfWarpRank = SDM_TOPK_HALF_WARP_RANK != 0;
-#ifndef SDM_TOPK_TIGHT_BOUNDS
-#define SDM_TOPK_TIGHT_BOUNDS 1
-#endif
-// The c-th key's bisection starts from [max key(i, j) with (i + 1)(j + 1) == c, key(0, 0)].
-inline constexpr bool kTightBounds = SDM_TOPK_TIGHT_BOUNDS != 0;
-
 template <int KMAX>
-struct StageLists {
+struct alignas(16) StageLists {
   float run_val[KMAX];
   std::uint32_t run_id[KMAX];
   float fac_val[KMAX];
@@ -118,14 +111,26 @@ __device__ __forceinline__ void rank_columns(const typename S::Storage* x, int w
     sort_runs(key, run, true, lane);
     keep_top_half<M, LANES>(key, run, lane);
   }
+  // Every group of run / M lanes now holds the top run; the first group stores its keys into
+  // col[0..run) (run <= KMAX), then the LANES lanes turn the first m into columns and values.
+  if (sub < run / M) {
+    if constexpr (M % 4 == 0) {
+      auto* to = reinterpret_cast<uint4*>(col + sub * M);
 #pragma unroll
-  for (int r = 0; r < M; ++r) {
-    const int g = sub * M + r;
-    if (g < m) {
-      const auto c = static_cast<std::uint32_t>(key[r] & 0xffffu);
-      col[g] = c;
-      val[g] = S::load(x[c]);
+      for (int q = 0; q < M / 4; ++q) {
+        to[q] = make_uint4(static_cast<std::uint32_t>(key[4 * q]), static_cast<std::uint32_t>(key[4 * q + 1]),
+                           static_cast<std::uint32_t>(key[4 * q + 2]), static_cast<std::uint32_t>(key[4 * q + 3]));
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < M; ++r) col[sub * M + r] = static_cast<std::uint32_t>(key[r]);
     }
+  }
+  __syncwarp();
+  for (int g = sub; g < m; g += LANES) {
+    const std::uint32_t c = col[g] & 0xffffu;
+    col[g] = c;
+    val[g] = S::load(x[c]);
   }
   __syncwarp();
 }
@@ -162,7 +167,7 @@ __device__ void rank_two_in(const typename S::Storage* x, int w0, int w1, int m0
 template <typename S, int KMAX>
 __device__ bool rank_two(const typename S::Storage* x, int w0, int w1, int m0, int m1, float* val0, std::uint32_t* col0,
                          float* val1, std::uint32_t* col1, int lane) {
-  if constexpr (sizeof(typename S::Key) != 4 || !kHalfWarpRank) {
+  if constexpr (sizeof(typename S::Key) != 4) {
     return false;
   } else {
     const int w = max(w0, w1);
@@ -176,22 +181,89 @@ __device__ bool rank_two(const typename S::Storage* x, int w0, int w1, int m0, i
   }
 }
 
-// The number of candidates with key >= (t, p): sum key above t, or equal to t with payload >= p.
+// The number of keys >= t over the warp. The predicated add keeps it at two instructions a key
+// (a compare and an add; `local += key >= t` compiles to three).
 template <int C>
-__device__ __forceinline__ unsigned count_at_least(const std::uint32_t (&sk)[C], std::uint32_t t) {
+__device__ __forceinline__ unsigned count_at_least(const std::uint32_t (&key)[C], std::uint32_t t) {
   unsigned local = 0;
 #pragma unroll
-  for (int q = 0; q < C; ++q) local += sk[q] >= t ? 1u : 0u;
+  for (int q = 0; q < C; ++q) {
+    asm("{\n .reg .pred p;\n setp.ge.u32 p, %1, %2;\n @p add.u32 %0, %0, 1;\n}" : "+r"(local) : "r"(key[q]), "r"(t));
+  }
   return __reduce_add_sync(kFullMask, local);
 }
 
-template <int C>
-__device__ __forceinline__ unsigned count_tied_at_least(const std::uint32_t (&sk)[C], const std::uint32_t (&pay)[C],
-                                                        std::uint32_t t, std::uint32_t p) {
-  unsigned local = 0;
+// Where the c-th largest of the warp's keys lies: exact (exactly c keys are > key), or key is
+// the c-th largest and `above` (< c) keys are > it, the rest of the c tied with it.
+struct Cut {
+  std::uint32_t key;
+  unsigned above;
+  bool exact;
+};
+
+// Bisection over [lo, hi) with count(lo) >= c > count(hi) (count(hi) = 0), stopping at an exact
+// count. kExtract > 0: once count(lo) - c <= kExtract, the keys >= lo are walked up from the
+// smallest instead (at most kExtract + 1 rounds of a warp min and a count): the sums of 16-bit
+// inputs leave wide gaps between distinct keys, which the bisection otherwise halves one probe at
+// a time (simulated at 2x256 k 64 bf16: 13.2 probes a row; with the walk, about 40 % fewer
+// instructions in this search).
+template <int kExtract, int C>
+__device__ __forceinline__ Cut find_cut(const std::uint32_t (&key)[C], unsigned c, std::uint32_t lo, std::uint32_t hi) {
+  unsigned lo_count = 0xffffffffu, hi_count = 0;
+  while (hi - lo > 1u) {
+    if constexpr (kExtract > 0) {
+      if (lo_count - c <= static_cast<unsigned>(kExtract)) {
+        for (;;) {
+          std::uint32_t local = 0xffffffffu;
 #pragma unroll
-  for (int q = 0; q < C; ++q) local += sk[q] == t && pay[q] >= p ? 1u : 0u;
-  return __reduce_add_sync(kFullMask, local);
+          for (int q = 0; q < C; ++q) local = min(local, key[q] >= lo ? key[q] : 0xffffffffu);
+          const std::uint32_t v = __reduce_min_sync(kFullMask, local);
+          const unsigned above = count_at_least(key, v + 1u);
+          if (above <= c) return {v, above, above == c};
+          lo = v + 1u;
+        }
+      }
+    }
+    const std::uint32_t mid = lo + (hi - lo) / 2u;
+    const unsigned count = count_at_least(key, mid);
+    if (count == c) return {mid - 1u, c, true};
+    if (count > c) {
+      lo = mid;
+      lo_count = count;
+    } else {
+      hi = mid;
+      hi_count = count;
+    }
+  }
+  return {lo, hi_count, false};
+}
+
+// The need-th largest of the warp's tie codes (distinct where nonzero; 0 = not tied; at least
+// `need` nonzero): a few rounds of "largest below the last one" when need is small (ties at the
+// c-th key are mostly 2-4 candidates), else a bisection over the codes (< kPairCodes).
+inline constexpr int kTieRounds = 4;
+inline constexpr std::uint32_t kPairCodes = (kRegisterMaxK << 8) + 1u;
+template <int C>
+__device__ __forceinline__ std::uint32_t nth_largest_tie(const std::uint32_t (&tie)[C], unsigned need) {
+  if (need <= static_cast<unsigned>(kTieRounds)) {
+    std::uint32_t last = kPairCodes;
+    for (unsigned round = 0; round < need; ++round) {
+      std::uint32_t local = 0;
+#pragma unroll
+      for (int q = 0; q < C; ++q) local = max(local, tie[q] < last ? tie[q] : 0u);
+      last = __reduce_max_sync(kFullMask, local);
+    }
+    return last;
+  }
+  std::uint32_t lo = 1, hi = kPairCodes;  // count(lo) >= need > count(hi)
+  while (hi - lo > 1u) {
+    const std::uint32_t mid = lo + (hi - lo) / 2u;
+    const unsigned count = count_at_least(tie, mid);
+    if (count == need) return mid;
+    if (count > need) lo = mid;
+    else hi = mid;
+  }
+  return lo;
 }
 
 // The last stage: the c kept pairs sorted by slot id (Key holds id << 8 | kept position), stored.
@@ -266,76 +338,41 @@ __device__ void pair_stage(StageLists<KMAX>& s, int n, int m, int c, std::uint32
   constexpr int kTable = pair_count(kPairTableRank);
   constexpr int C = (pair_count(KMAX) + 31) / 32;
   std::uint32_t sk[C], pay[C];
-  std::uint32_t first_min = 0xffffffffu, top = 0, exact_key = 0;
+  std::uint32_t exact_key = 0;
 #pragma unroll
   for (int q = 0; q < C; ++q) {
     const int t = q * 32 + lane;
     const std::uint32_t code = t < kTable ? kPairTable.code[t] : 0xffffu;
     const int i = static_cast<int>(code >> 8), j = static_cast<int>(code & 0xffu);
+    const int product = (i + 1) * (j + 1);
     sk[q] = 0;
-    if (t < kTable && (i + 1) * (j + 1) <= c && i < n && j < m) {
+    if (t < kTable && product <= c && i < n && j < m) {
       sk[q] = core::score_key(__fadd_rn(s.run_val[i], s.fac_val[j]));
     }
     pay[q] = static_cast<std::uint32_t>((i + j) << 8 | i);
-    if (t < c) first_min = min(first_min, sk[q]);
-    if ((i + 1) * (j + 1) == c) exact_key = max(exact_key, sk[q]);
-    top = max(top, sk[q]);
+    if (product == c) exact_key = max(exact_key, sk[q]);
   }
-  // Invariant: count(lo) >= c > count(hi) (hi_count = count(hi)).
-  std::uint32_t lo, hi;
-  if constexpr (kTightBounds) {
-    // The sums are monotone in both ranks, so key(i, j) has at least (i + 1)(j + 1) candidates at
-    // or above it (the pairs (i' <= i, j' <= j)): any candidate with (i + 1)(j + 1) == c bounds
-    // the c-th key from below, and key(0, 0) is the largest key.
-    const std::uint32_t exact_max = __reduce_max_sync(kFullMask, exact_key);
-    lo = exact_max != 0 ? exact_max : __reduce_min_sync(kFullMask, first_min);
-#ifdef SDM_TOPK_MUTANT_LO
-    lo += 1u;  // mutant: the lower bound one above (the tests must fail)
-#endif
-    hi = core::score_key(__fadd_rn(s.run_val[0], s.fac_val[0])) + 1u;
-  } else {
-    lo = __reduce_min_sync(kFullMask, first_min);
-    hi = __reduce_max_sync(kFullMask, top) + 1u;
-  }
-  unsigned hi_count = 0;
-  std::uint32_t tie_key = 0, tie_payload = 0x10000u;  // kept: key > tie_key, or == tie_key and payload >= tie_payload
-  bool exact = false;
-  while (hi - lo > 1u) {
-    const std::uint32_t mid = lo + (hi - lo) / 2u;
-    const unsigned count = count_at_least(sk, mid);
-    if (count == static_cast<unsigned>(c)) {
-      tie_key = mid - 1u;
-      exact = true;
-      break;
-    }
-    if (count > static_cast<unsigned>(c)) {
-      lo = mid;
-    } else {
-      hi = mid;
-      hi_count = count;
-    }
-  }
-  if (!exact) {
-    // The c-th key is lo: the c - hi_count best of the candidates tied at lo, by payload.
-    tie_key = lo;
-    const unsigned need = static_cast<unsigned>(c) - hi_count;
-    std::uint32_t plo = 0, phi = KMAX << 8;  // payloads are < KMAX << 8: i + j < c <= KMAX
-    while (phi - plo > 1u) {
-      const std::uint32_t mid = plo + (phi - plo) / 2u;
-      const unsigned count = count_tied_at_least(sk, pay, lo, mid);
-      if (count == need) {
-        plo = mid;
-        break;
-      }
-      if (count > need) plo = mid;
-      else phi = mid;
-    }
-    tie_payload = plo;
+  // Invariant: count(lo) >= c > count(hi) (hi_count = count(hi)). The sums are monotone in both
+  // ranks, so key(i, j) has at least (i + 1)(j + 1) candidates at or above it (the pairs
+  // (i' <= i, j' <= j)): any candidate with (i + 1)(j + 1) == c bounds the c-th key from below
+  // (where none is a candidate, 0: every slot counts); key(0, 0) is the largest key.
+  const std::uint32_t lo = __reduce_max_sync(kFullMask, exact_key);
+  const std::uint32_t hi = core::score_key(__fadd_rn(s.run_val[0], s.fac_val[0])) + 1u;
+  constexpr int kExtract = sizeof(typename S::Storage) == 2 ? 4 : 0;
+  const Cut cut = find_cut<kExtract>(sk, static_cast<unsigned>(c), lo, hi);
+  // Kept: key > cut.key, or == cut.key and payload + 1 >= tie_code.
+  std::uint32_t tie_code = 0xffffffffu;
+  if (!cut.exact) {
+    // The c - cut.above best of the candidates tied at cut.key, by payload.
+    std::uint32_t tie[C];
+#pragma unroll
+    for (int q = 0; q < C; ++q) tie[q] = sk[q] == cut.key ? pay[q] + 1u : 0u;
+    tie_code = nth_largest_tie(tie, static_cast<unsigned>(c) - cut.above);
   }
   int base = 0;
 #pragma unroll
   for (int q = 0; q < C; ++q) {
-    const bool keep = sk[q] > tie_key || (sk[q] == tie_key && pay[q] >= tie_payload);
+    const bool keep = sk[q] > cut.key || (sk[q] == cut.key && pay[q] + 1u >= tie_code);
     const unsigned ballot = __ballot_sync(kFullMask, keep);
     if (keep) s.kept[base + __popc(ballot & ((1u << lane) - 1u))] = static_cast<std::uint64_t>(sk[q]) << 16 | pay[q];
     base += __popc(ballot);

@@ -55,33 +55,7 @@ __device__ __forceinline__ void steps_in_lane(K (&x)[M], bool descending) {
 }
 
 template <int M, typename K>
-__device__ __forceinline__ void sort_runs_alternating(K (&x)[M], int run, bool descending, int lane) {
-  // Blocks of size s < M: inside the lane; block b of size s runs in `descending` direction for
-  // even b and the other way for odd b (so pairs of blocks are bitonic), all of them at s == run.
-#pragma unroll
-  for (int s = 2; s <= M; s *= 2) {
-    if (s > run) break;
-#pragma unroll
-    for (int d = s / 2; d >= 1; d /= 2) {
-#pragma unroll
-      for (int r = 0; r < M; ++r) {
-        if ((r & d) == 0) {
-          const bool odd_block = (s < M ? (r & s) != 0 : (lane & 1) != 0) && s < run;
-          order_in_lane(x[r], x[r + d], descending != odd_block);
-        }
-      }
-    }
-  }
-  for (int s = 2 * M; s <= run; s *= 2) {
-    const bool odd_block = (lane & (s / M)) != 0 && s < run;
-    const bool dir = descending != odd_block;
-    for (int d = s / 2; d >= M; d /= 2) step_across_lanes(x, d / M, dir, lane);
-    steps_in_lane(x, dir);
-  }
-}
-
-template <int M, typename K>
-__device__ __forceinline__ void sort_runs_direction_free(K (&x)[M], int run, bool descending, int lane) {
+__device__ __forceinline__ void sort_runs(K (&x)[M], int run, bool descending, int lane) {
   // The direction-free bitonic sort: merging two sorted halves of a block of s compares element g
   // of the lower half with its mirror s - 1 - g (the upper half reversed), then half-cleaners; the
   // lower position of every pair keeps the better key, so no step depends on a block's parity.
@@ -111,15 +85,6 @@ __device__ __forceinline__ void sort_runs_direction_free(K (&x)[M], int run, boo
     for (int d = s / 4; d >= M; d /= 2) step_across_lanes(x, d / M, descending, lane);
     steps_in_lane(x, descending);
   }
-}
-
-#ifndef SDM_TOPK_DIRECTION_FREE
-#define SDM_TOPK_DIRECTION_FREE 1
-#endif
-template <int M, typename K>
-__device__ __forceinline__ void sort_runs(K (&x)[M], int run, bool descending, int lane) {
-  if constexpr (SDM_TOPK_DIRECTION_FREE != 0) sort_runs_direction_free(x, run, descending, lane);
-  else sort_runs_alternating(x, run, descending, lane);
 }
 
 template <int M, int LANES = 32, typename K>
