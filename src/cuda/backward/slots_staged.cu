@@ -1,5 +1,6 @@
 // slots_staged.cu - the slot side of one reverse step of the CUDA backward on the vector path
-// (hd % 8 == 0, 16-byte aligned rows; GWR takes dc), as a walk with every per-member operand on
+// (16-byte aligned rows; GWR takes dc) when hd is a multiple of 256 (every lane owns 8 columns of
+// every column step, so no lane idles and no piece is partial), as a walk with every per-member operand on
 // chip: the same math, the same bits as slots.cu (docs/spec.md §4; per slot s of chunk n: the
 // write group's dlambda / dk_eff step partials and G', the read group's dq_w step partials and
 // G <- rnd(base + sum); the bank is only read, bank_at_chunk.cuh).
@@ -105,16 +106,15 @@ __device__ __forceinline__ void wait_async_groups() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
-// Copies rows [C, width] at column col0 of chunk rows du, dy (stride hd) into stage
+// Copies rows [C, kWarpCols] at column col0 of chunk rows du, dy (stride hd) into stage
 // ([2][C][kWarpCols]), 16 bytes a copy.
 __device__ __forceinline__ void stage_token_rows(float* stage, const float* du, const float* dy, int C, int hd,
                                                  int col0) {
-  const int width = hd - col0 < kWarpCols ? hd - col0 : kWarpCols;
-  const int per_row = width / 4, per_rows = C * per_row;
-  for (int at = static_cast<int>(threadIdx.x); at < kStagedRows * per_rows; at += kStageThreads) {
-    const int which = at / per_rows, rest = at - which * per_rows, i = rest / per_row, c = (rest - i * per_row) * 4;
-    copy_async<16>(stage + (which * C + i) * kWarpCols + c,
-                   (which == 0 ? du : dy) + static_cast<std::int64_t>(i) * hd + col0 + c);
+  constexpr int kCopies = kWarpCols / 4;  // 16-byte copies a row
+  for (int at = static_cast<int>(threadIdx.x); at < kStagedRows * C * kCopies; at += kStageThreads) {
+    const int row = at / kCopies, c = (at % kCopies) * 4;
+    const float* from = row < C ? du + static_cast<std::int64_t>(row) * hd : dy + static_cast<std::int64_t>(row - C) * hd;
+    copy_async<16>(stage + row * kWarpCols + c, from + col0 + c);
   }
   commit_async_copies();
   wait_async_groups<0>();
@@ -138,7 +138,7 @@ __device__ __forceinline__ std::int64_t snapshot_step_offset(int s) {
 // chunk's tasks and the dots' planes of step s moved to the chunk's first entry.
 struct StagedStep {
   std::int64_t n, p;
-  int CW, CR, hd, s;
+  int CW, CR, s;
   const float* du;  // [C][kWarpCols] each
   const float* dy;
   const SlotTask* tasks;        // the chunk's C*W + C*R positions
@@ -146,31 +146,55 @@ struct StagedStep {
   float* dq_w;                  // at the chunk's read entry 0
 };
 
-// The step pieces a worker's walk loads from memory, copied into `ring_slot` at the offsets they
-// have within the step (M0's bytes first, then G's): G's piece, and the write group's snapshot
-// piece (sorted write position q) or the read-only group's M0 piece (row source `source`).
+// Where a worker's pieces of column step s are (the same in every lane; each worker's own lane
+// works them out when its batch loads, worker_rows): G's piece, and the pre / M0 piece: the write
+// group's snapshot row (row e = n*C*W + q) or the read-only group's row source (bank_at_chunk.cuh:
+// a snapshot row, or kFinalBankRow for the final bank row).
+template <typename Gt>
+struct WorkerRows {
+  Gt* grad = nullptr;
+  const unsigned char* m0 = nullptr;
+  std::int64_t m0_row = kFinalBankRow;
+};
+
 template <typename E, typename Gt, SnapshotQuant kMode>
-__device__ __forceinline__ void fetch_to_ring(const Geometry& geo, const BackwardBuffers& bb, const StagedStep& st,
-                                              std::int32_t local, int q, std::int64_t source, unsigned char* ring_slot,
-                                              int lane) {
-  const std::int64_t col = static_cast<std::int64_t>(st.s) * kWarpCols + lane * kLaneCols;
-  if (col >= geo.hd) return;
-  const std::int64_t slot = st.p * geo.sps + local;
-  constexpr int kGrad = kLaneCols * static_cast<int>(sizeof(Gt)), kSnapshot = snapshot_column_bits<E, kMode>();
-  copy_async<kGrad>(ring_slot + kWarpCols * sizeof(E) + lane * kGrad,
-                    static_cast<const Gt*>(bb.grad_rows) + slot * geo.hd + col);
-  const std::int64_t within = snapshot_step_offset<E, kMode>(st.s) + lane * kSnapshot;
-  if (q < st.CW) {
-    const auto* row = static_cast<const unsigned char*>(bb.snapshot.payload) + (st.n * st.CW + q) * bb.snapshot.row_bytes;
-    copy_async<kSnapshot>(ring_slot + lane * kSnapshot, row + within);
-    return;
-  }
-  const BankRow<E, kMode> m0 = bank_row_of<E, kMode>(bb, slot, source, geo.hd);
-  if (m0.row != nullptr) {
-    constexpr int kRow = kLaneCols * static_cast<int>(sizeof(E));
-    copy_async<kRow>(ring_slot + lane * kRow, m0.row + col);
+__device__ __forceinline__ WorkerRows<Gt> worker_rows(const Geometry& geo, const BackwardBuffers& bb,
+                                                      const StagedStep& st, const SlotTask& task, int q) {
+  WorkerRows<Gt> rows;
+  const std::int64_t slot = st.p * geo.sps + task.local, c0 = static_cast<std::int64_t>(st.s) * kWarpCols;
+  rows.grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd + c0;
+  rows.m0_row = q < st.CW ? st.n * st.CW + q : bb.row_source[slot];
+  if (rows.m0_row == kFinalBankRow) {
+    rows.m0 = reinterpret_cast<const unsigned char*>(static_cast<const E*>(bb.bank) + slot * geo.hd + c0);
   } else {
-    copy_async<kSnapshot>(ring_slot + lane * kSnapshot, static_cast<const unsigned char*>(m0.snapshot.payload) + within);
+    rows.m0 = static_cast<const unsigned char*>(bb.snapshot.payload) + rows.m0_row * bb.snapshot.row_bytes +
+              snapshot_step_offset<E, kMode>(st.s);
+  }
+  return rows;
+}
+
+// A worker's rows in every lane (its lane b).
+template <typename Gt>
+__device__ __forceinline__ WorkerRows<Gt> rows_from_lane(const WorkerRows<Gt>& rows, int b) {
+  WorkerRows<Gt> r;
+  r.grad = reinterpret_cast<Gt*>(__shfl_sync(kAllLanes, reinterpret_cast<std::uintptr_t>(rows.grad), b));
+  r.m0 = reinterpret_cast<const unsigned char*>(__shfl_sync(kAllLanes, reinterpret_cast<std::uintptr_t>(rows.m0), b));
+  r.m0_row = __shfl_sync(kAllLanes, rows.m0_row, b);
+  return r;
+}
+
+// The step pieces a worker's walk loads from memory, copied into `ring_slot` at the offsets they
+// have within the step (M0's bytes first, then G's): G's piece, and the pre / M0 piece (E values of
+// a bank row; a snapshot row's piece in its mode's bits).
+template <typename E, typename Gt, SnapshotQuant kMode>
+__device__ __forceinline__ void fetch_to_ring(const WorkerRows<Gt>& rows, unsigned char* ring_slot, int lane) {
+  constexpr int kGrad = kLaneCols * static_cast<int>(sizeof(Gt)), kSnapshot = snapshot_column_bits<E, kMode>();
+  constexpr int kRow = kLaneCols * static_cast<int>(sizeof(E));
+  copy_async<kGrad>(ring_slot + kWarpCols * sizeof(E) + lane * kGrad, rows.grad + lane * kLaneCols);
+  if (kMode == SnapshotQuant::none || rows.m0_row == kFinalBankRow) {
+    copy_async<kRow>(ring_slot + lane * kRow, rows.m0 + lane * kRow);
+  } else {
+    copy_async<kSnapshot>(ring_slot + lane * kSnapshot, rows.m0 + lane * kSnapshot);
   }
 }
 
@@ -207,142 +231,184 @@ __device__ __forceinline__ void flush_dots(PendingDots& dots, int lane) {
   dots.count = 0;
 }
 
-// One member's lane partial, its total to be stored at `dest` (warp-uniform).
-__device__ __forceinline__ void add_dot(PendingDots& dots, float partial, float* dest, int lane) {
-  dots.rows[dots.count * 32 + (lane ^ dots.count)] = partial;
-  if (lane == 0) dots.dest[dots.count] = dest;
-  if (++dots.count == kFlush) flush_dots(dots, lane);
+// kCount members' lane partials, their totals to be stored at `dest` (warp-uniform): a flush
+// first when they do not fit. When a dot is summed never changes its bits.
+template <int kCount>
+__device__ __forceinline__ void add_dots(PendingDots& dots, const float (&partial)[kCount],
+                                         float* const (&dest)[kCount], int lane) {
+  static_assert(kCount <= kFlush);
+  if (dots.count + kCount > kFlush) flush_dots(dots, lane);
+#pragma unroll
+  for (int m = 0; m < kCount; ++m) {
+    const int row = dots.count + m;
+    dots.rows[row * 32 + (lane ^ row)] = partial[m];
+    if (lane == 0) dots.dest[row] = dest[m];
+  }
+  dots.count += kCount;
 }
 
 // ---- 3. the walks --------------------------------------------------------------------------------
 
-// The piece of a staged row (row: token i times kWarpCols) at this lane's columns; zeros where
-// the lane has no columns.
-__device__ __forceinline__ void staged_piece(const float* rows, std::int64_t row, bool active, int lane,
-                                             float (&x)[kLaneCols]) {
-#pragma unroll
-  for (int k = 0; k < kLaneCols; ++k) x[k] = 0.0f;
-  if (active) load_piece<true>(rows + row + lane * kLaneCols, 0, kLaneCols, x);
+// The piece of a staged row (token i) at this lane's columns.
+__device__ __forceinline__ void staged_piece(const float* rows, int token, int lane, float (&x)[kLaneCols]) {
+  load_piece<true>(rows + token * kWarpCols + lane * kLaneCols, 0, kLaneCols, x);
 }
 
-// A group's read members: sum = fmaf(q_w, dy_i, sum) over the reads in group order, each read's
-// dq_w partial dy_i . m0 (the read group of `size` entries at sorted read position q; `task`
-// holds it when single, else each position's task holds its entry).
-__device__ __forceinline__ void walk_reads(const Geometry& geo, const StagedStep& st, const SlotTask& task, int q,
-                                           int size, bool single, const float (&m0)[kLaneCols], bool active,
-                                           float (&sum)[kLaneCols], PendingDots& dots, int lane) {
-  const auto member = [&](int token, float q_w, int index) {
-    float y[kLaneCols];
-    staged_piece(st.dy, token * kWarpCols, active, lane, y);
-    float dot = 0.0f;
-    add_read(q_w, y, kLaneCols, m0, dot, sum);
-    add_dot(dots, dot, st.dq_w + index, lane);
-  };
-  if (single) {
-    const int index = static_cast<int>(task.tokens >> 16);
-    member(index / static_cast<int>(geo.R), task.read_q_w, index);
-    return;
+// A write member (token i, scale = -beta_i): acc = fmaf(k_eff, scale dU_i, acc) per column, and
+// its dk_eff partial (scale dU_i) . pre, which it returns.
+__device__ __forceinline__ float write_member(const StagedStep& st, int token, float scale, float k_eff, int lane, const float (&pre)[kLaneCols], float (&acc)[kLaneCols]) {
+  float u[kLaneCols];
+  staged_piece(st.du, token, lane, u);
+  float dot = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kLaneCols; ++k) {
+    const float ret = scale * u[k];
+    dot = fmaf(ret, pre[k], dot);
+    acc[k] = fmaf(k_eff, ret, acc[k]);
   }
-  const SlotTask* window = st.tasks + st.CW + q;
-  for (int j0 = 0; j0 < size; j0 += 32) {
+  return dot;
+}
+
+// A read member (token i): sum = fmaf(q_w, dy_i, sum) per column, and its dq_w partial
+// dy_i . m0, which it returns.
+__device__ __forceinline__ float read_member(const StagedStep& st, int token, float q_w, int lane,
+                                             const float (&m0)[kLaneCols], float (&sum)[kLaneCols]) {
+  float y[kLaneCols];
+  staged_piece(st.dy, token, lane, y);
+  float dot = 0.0f;
+  add_read(q_w, y, kLaneCols, m0, dot, sum);
+  return dot;
+}
+
+// The members of a group that the members' own tasks hold (window: its first position's task, size
+// of them), walked in group order two at a time so that their dot chains overlap: member(entry)
+// walks one and returns its partial, dest(entry, b) is where member b's total goes.
+template <bool kWrite, typename Member, typename Dest>
+__device__ __forceinline__ void walk_window(const SlotTask* window, int size, PendingDots& dots, int lane,
+                                            Member member, Dest dest) {
+  for (int b0 = 0; b0 < size; b0 += 32) {
     EntryWords mine{};
-    if (j0 + lane < size) mine = entry_words(window + j0 + lane);
-    const int count = size - j0 < 32 ? size - j0 : 32;
-    for (int j = 0; j < count; ++j) {
-      const EntryWords entry{__shfl_sync(kAllLanes, mine.tokens, j), 0.0f, 0.0f,
-                             __shfl_sync(kAllLanes, mine.read_q_w, j)};
-      member(entry_token(entry), entry.read_q_w, read_index(entry));
+    if (b0 + lane < size) mine = entry_words(window + b0 + lane);
+    const int count = size - b0 < 32 ? size - b0 : 32;
+    const auto entry = [&](int b) {  // the fields the walk reads, in every lane
+      EntryWords words{__shfl_sync(kAllLanes, mine.tokens, b), 0.0f, 0.0f, 0.0f};
+      if constexpr (kWrite) {
+        words.write_scale = __shfl_sync(kAllLanes, mine.write_scale, b);
+        words.write_k_eff = __shfl_sync(kAllLanes, mine.write_k_eff, b);
+      } else {
+        words.read_q_w = __shfl_sync(kAllLanes, mine.read_q_w, b);
+      }
+      return words;
+    };
+    int b = 0;
+    for (; b + 1 < count; b += 2) {
+      const EntryWords first = entry(b), second = entry(b + 1);
+      const float partial[2] = {member(first), member(second)};
+      float* const to[2] = {dest(first, b0 + b), dest(second, b0 + b + 1)};
+      add_dots(dots, partial, to, lane);
+    }
+    if (b < count) {
+      const EntryWords last = entry(b);
+      const float partial[1] = {member(last)};
+      float* const to[1] = {dest(last, b0 + b)};
+      add_dots(dots, partial, to, lane);
     }
   }
 }
 
-// Step s of the write group whose worker's task sits at sorted write position q; its G and
-// snapshot pieces in `ring_slot`.
+// Step s of the write group whose worker's task sits at sorted write position q (its rows `rows`);
+// its G and snapshot pieces in `ring_slot`. A group of one write entry read at most once (task_holds_entries,
+// nearly every group) runs as one straight block, its two or three dot chains side by side.
 template <typename E, typename Gt, SnapshotQuant kMode>
 __device__ __forceinline__ void walk_write_group(const Geometry& geo, const BackwardBuffers& bb, const StagedStep& st,
-                                                 const SlotTask& task, int q, const unsigned char* ring_slot,
-                                                 PendingDots& dots, int lane) {
-  const std::int64_t n = st.n, e = n * st.CW + q, slot = st.p * geo.sps + task.local;
-  const int c0 = st.s * kWarpCols, rest = st.hd - c0;
-  const bool active = lane * kLaneCols < rest;
+                                                 const SlotTask& task, int q, const WorkerRows<Gt>& rows,
+                                                 const unsigned char* ring_slot, PendingDots& dots, int lane) {
   SnapshotRows snapshot = bb.snapshot;
   snapshot.mode = kMode;
   snapshot.payload = const_cast<unsigned char*>(ring_slot);
-  if constexpr (kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4) snapshot.scales += e;
-  float g[kLaneCols] = {}, pre[kLaneCols] = {}, acc[kLaneCols], sum[kLaneCols] = {};
-  if (active) {
-    load_piece<true>(reinterpret_cast<const Gt*>(ring_slot + kWarpCols * sizeof(E)), lane * kLaneCols, rest, g);
-    load_snapshot_piece<true, E>(snapshot, 0, lane * kLaneCols, rest, pre);
-  }
+  if constexpr (kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4) snapshot.scales += rows.m0_row;
+  float g[kLaneCols], pre[kLaneCols], acc[kLaneCols], sum[kLaneCols] = {};
+  load_piece<true>(reinterpret_cast<const Gt*>(ring_slot + kWarpCols * sizeof(E)), lane * kLaneCols, kWarpCols, g);
+  load_snapshot_piece<true, E>(snapshot, 0, lane * kLaneCols, kWarpCols, pre);
   float lambda_dot = 0.0f;
 #pragma unroll
   for (int k = 0; k < kLaneCols; ++k) {
     lambda_dot = fmaf(g[k], pre[k], lambda_dot);
     acc[k] = task.decay * g[k];
   }
-  add_dot(dots, lambda_dot, st.dlambda + q, lane);
-
-  const int size = write_size_of(task), read_size = read_size_of(task);
-  const bool single = task_holds_entries(task);
-  const auto member = [&](int token, float scale, float k_eff, int b) {
-    float u[kLaneCols];
-    staged_piece(st.du, token * kWarpCols, active, lane, u);
-    float dot = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kLaneCols; ++k) {
-      const float ret = scale * u[k];
-      dot = fmaf(ret, pre[k], dot);
-      acc[k] = fmaf(k_eff, ret, acc[k]);
+  if (task_holds_entries(task)) {
+    const float write_dot =
+        write_member(st, static_cast<int>(task.tokens & 0xffffu), task.write_scale, task.write_k_eff, lane, pre,
+                     acc);
+    if (task.role >= 0) {
+      const int index = static_cast<int>(task.tokens >> 16);
+      const float partial[3] = {lambda_dot, write_dot,
+                                read_member(st, index / static_cast<int>(geo.R), task.read_q_w, lane, pre, sum)};
+      float* const to[3] = {st.dlambda + q, st.dk_eff + q, st.dq_w + index};
+      add_dots(dots, partial, to, lane);
+    } else {
+      const float partial[2] = {lambda_dot, write_dot};
+      float* const to[2] = {st.dlambda + q, st.dk_eff + q};
+      add_dots(dots, partial, to, lane);
     }
-    add_dot(dots, dot, st.dk_eff + q + b, lane);
-  };
-  if (single) {
-    member(static_cast<int>(task.tokens & 0xffffu), task.write_scale, task.write_k_eff, 0);
   } else {
-    const SlotTask* window = st.tasks + q;
-    for (int b0 = 0; b0 < size; b0 += 32) {
-      EntryWords mine{};
-      if (b0 + lane < size) mine = entry_words(window + b0 + lane);
-      const int count = size - b0 < 32 ? size - b0 : 32;
-      for (int b = 0; b < count; ++b) {
-        member(static_cast<int>(__shfl_sync(kAllLanes, mine.tokens, b) & 0xffffu),
-               __shfl_sync(kAllLanes, mine.write_scale, b), __shfl_sync(kAllLanes, mine.write_k_eff, b), b0 + b);
-      }
+    const float partial[1] = {lambda_dot};
+    float* const to[1] = {st.dlambda + q};
+    add_dots(dots, partial, to, lane);
+    walk_window<true>(
+        st.tasks + q, write_size_of(task), dots, lane,
+        [&](const EntryWords& w) {
+          return write_member(st, entry_token(w), w.write_scale, w.write_k_eff, lane, pre, acc);
+        },
+        [&](const EntryWords&, int b) { return st.dk_eff + q + b; });
+    if (task.role >= 0) {
+      walk_window<false>(
+          st.tasks + st.CW + task.role, read_size_of(task), dots, lane,
+          [&](const EntryWords& r) { return read_member(st, entry_token(r), r.read_q_w, lane, pre, sum); },
+          [&](const EntryWords& r, int) { return st.dq_w + read_index(r); });
     }
   }
   if (task.role >= 0) {
-    walk_reads(geo, st, task, task.role, read_size, single, pre, active, sum, dots, lane);
 #pragma unroll
     for (int k = 0; k < kLaneCols; ++k) acc[k] = acc[k] + sum[k];
   }
-  Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd + c0;
-  if (active) store_piece_cvt<true>(grad, lane * kLaneCols, rest, acc);
-  if (st.s == 0 && lane == 0) bb.row_source[slot] = e;  // earlier chunks find M0[s] in this snapshot row
+  store_piece_cvt<true>(rows.grad, lane * kLaneCols, kWarpCols, acc);
+  // Earlier chunks find M0[s] in this snapshot row.
+  if (st.s == 0 && lane == 0) bb.row_source[st.p * geo.sps + task.local] = rows.m0_row;
 }
 
-// Step s of the read-only group whose worker's task sits at sorted read position q (M0's row
-// source `source`); its G and M0 pieces in `ring_slot`.
+// Step s of the read-only group whose worker's task sits at sorted read position q (its rows `rows`,
+// M0's row source rows.m0_row); its G and M0 pieces in `ring_slot`.
 template <typename E, typename Gt, SnapshotQuant kMode>
 __device__ __forceinline__ void walk_read_group(const Geometry& geo, const BackwardBuffers& bb, const StagedStep& st,
-                                                const SlotTask& task,
-                                                int q, std::int64_t source, const unsigned char* ring_slot,
-                                                PendingDots& dots, int lane) {
-  const std::int64_t slot = st.p * geo.sps + task.local;
-  const int c0 = st.s * kWarpCols, rest = st.hd - c0;
-  const bool active = lane * kLaneCols < rest;
-  BankRow<E, kMode> m0_row = bank_row_of<E, kMode>(bb, slot, source, geo.hd);
-  if (m0_row.row != nullptr) m0_row.row = reinterpret_cast<const E*>(ring_slot);
-  else m0_row.snapshot.payload = const_cast<unsigned char*>(ring_slot);
-  float base[kLaneCols] = {}, m0[kLaneCols] = {}, sum[kLaneCols] = {};
-  if (active) {
-    load_piece<true>(reinterpret_cast<const Gt*>(ring_slot + kWarpCols * sizeof(E)), lane * kLaneCols, rest, base);
-    m0_row.template load<true>(lane * kLaneCols, rest, m0);
+                                                const SlotTask& task, int q, const WorkerRows<Gt>& rows,
+                                                const unsigned char* ring_slot, PendingDots& dots, int lane) {
+  BankRow<E, kMode> m0_row;  // the ring's copy of M0's piece: row 0 of a bank or snapshot row
+  if (kMode == SnapshotQuant::none || rows.m0_row == kFinalBankRow) {
+    m0_row.row = reinterpret_cast<const E*>(ring_slot);
+  } else {
+    m0_row.snapshot = bb.snapshot;
+    m0_row.snapshot.mode = kMode;
+    m0_row.snapshot.payload = const_cast<unsigned char*>(ring_slot);
+    if constexpr (kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4) m0_row.snapshot.scales += rows.m0_row;
   }
-  walk_reads(geo, st, task, q, read_size_of(task), read_size_of(task) == 1, m0, active, sum, dots, lane);
+  float base[kLaneCols], m0[kLaneCols], sum[kLaneCols] = {};
+  load_piece<true>(reinterpret_cast<const Gt*>(ring_slot + kWarpCols * sizeof(E)), lane * kLaneCols, kWarpCols, base);
+  m0_row.template load<true>(lane * kLaneCols, kWarpCols, m0);
+  if (read_size_of(task) == 1) {
+    const int index = static_cast<int>(task.tokens >> 16);
+    const float partial[1] = {read_member(st, index / static_cast<int>(geo.R), task.read_q_w, lane, m0, sum)};
+    float* const to[1] = {st.dq_w + index};
+    add_dots(dots, partial, to, lane);
+  } else {
+    walk_window<false>(
+        st.tasks + st.CW + q, read_size_of(task), dots, lane,
+        [&](const EntryWords& r) { return read_member(st, entry_token(r), r.read_q_w, lane, m0, sum); },
+        [&](const EntryWords& r, int) { return st.dq_w + read_index(r); });
+  }
 #pragma unroll
   for (int k = 0; k < kLaneCols; ++k) sum[k] = base[k] + sum[k];
-  Gt* grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd + c0;
-  if (active) store_piece_cvt<true>(grad, lane * kLaneCols, rest, sum);
+  store_piece_cvt<true>(rows.grad, lane * kLaneCols, kWarpCols, sum);
 }
 
 // The task of lane `lane` in every lane: the fields its walk reads (a read-only worker's walk reads
@@ -377,7 +443,6 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   st.n = ti * geo.P + st.p;
   st.CW = static_cast<int>(geo.C * geo.W);
   st.CR = static_cast<int>(geo.C * geo.R);
-  st.hd = hd;
   st.s = static_cast<int>(blockIdx.y);
   st.du = stage;
   st.dy = stage + C * kWarpCols;
@@ -410,9 +475,10 @@ __global__ void __launch_bounds__(kStageThreads, 1)
     const int q = base + lane;
     SlotTask task;
     if (lane < kBatch && q < end) task = tasks[q];
-    // A read-only worker's row source: each lane loads its own, so a batch waits for one load.
-    std::int64_t source = kFinalBankRow;
-    if (q >= st.CW && task.role != kSlotIdle) source = bb.row_source[st.p * geo.sps + task.local];
+    // Each worker's rows, by its own lane (a read-only worker's row source is one load a lane, so a
+    // batch waits for one load).
+    WorkerRows<Gt> rows;
+    if (task.role != kSlotIdle) rows = worker_rows<E, Gt, kMode>(geo, bb, st, task, q);
     const unsigned workers = __ballot_sync(kAllLanes, task.role != kSlotIdle);
     // The ring: the k-th worker of the batch in slot k % kRing, one commit group per slot (empty
     // past the batch's workers), so kRing groups are always in flight and the oldest is the next
@@ -422,8 +488,7 @@ __global__ void __launch_bounds__(kStageThreads, 1)
       if (to_fetch != 0) {
         const int b = __ffs(to_fetch) - 1;
         to_fetch &= to_fetch - 1;
-        fetch_to_ring<E, Gt, kMode>(geo, bb, st, __shfl_sync(kAllLanes, task.local, b), base + b,
-                                    __shfl_sync(kAllLanes, source, b), ring_slot, lane);
+        fetch_to_ring<E, Gt, kMode>(rows_from_lane(rows, b), ring_slot, lane);
       }
       commit_async_copies();
     };
@@ -434,11 +499,13 @@ __global__ void __launch_bounds__(kStageThreads, 1)
       const int b = __ffs(todo) - 1;
       unsigned char* ring_slot = ring + (walked % kRing) * kSlotBytes;
       wait_async_groups<kRing - 1>();
+      const WorkerRows<Gt> worker = rows_from_lane(rows, b);
       if (base + b < st.CW) {
-        walk_write_group<E, Gt, kMode>(geo, bb, st, task_from_lane(task, b, true), base + b, ring_slot, dots, lane);
+        walk_write_group<E, Gt, kMode>(geo, bb, st, task_from_lane(task, b, true), base + b, worker, ring_slot, dots,
+                                       lane);
       } else {
-        walk_read_group<E, Gt, kMode>(geo, bb, st, task_from_lane(task, b, false), base + b - st.CW,
-                                      __shfl_sync(kAllLanes, source, b), ring_slot, dots, lane);
+        walk_read_group<E, Gt, kMode>(geo, bb, st, task_from_lane(task, b, false), base + b - st.CW, worker,
+                                      ring_slot, dots, lane);
       }
       fetch_next(ring_slot);  // the walk consumed the slot's loads: refill it
     }
@@ -494,7 +561,7 @@ bool staged_walk_pays(const Geometry& geo, const BackwardBuffers& bb) {
 }
 
 bool use_staged_slot_walk(const Geometry& geo, const BackwardBuffers& bb) {
-  if (!bb.vec8 || !staged_slot_walk_fits(geo.C)) return false;
+  if (!bb.vec8 || geo.hd % kWarpCols != 0 || !staged_slot_walk_fits(geo.C)) return false;
   switch (walk_choice()) {
     case SlotWalk::per_position: return false;
     case SlotWalk::staged: return true;

@@ -15,8 +15,8 @@
 
 namespace sdm::cuda {
 
-// Whether launch_slot_side takes the staged walk: the vector path (bb.vec8), it fits, and
-// slot_walk() does not forbid it.
+// Whether launch_slot_side takes the staged walk: the vector path (bb.vec8), hd a multiple of 256,
+// it fits, and slot_walk() does not forbid it.
 bool use_staged_slot_walk(const Geometry& geo, const BackwardBuffers& bb);
 void launch_staged_slot_side(const Geometry& geo, const BackwardBuffers& bb, std::int64_t ti, cudaStream_t stream);
 
