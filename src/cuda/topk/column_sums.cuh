@@ -94,8 +94,9 @@ __device__ void column_sums_row(const ScatterRow& p, const std::int64_t* ids, co
     for (int f = p.factors - 1; f >= 0; --f) {  // the last factor's digit is id % its width
       const std::uint32_t w = p.dims[f];
       offset -= w;
-      const std::uint32_t digit = f == 0 ? rest : rest % w;  // the first factor's digit is what is left
-      if (f > 0) rest /= w;
+      const std::uint32_t q = f == 0 ? 0u : divide(rest, p.magic[f]);  // the first factor's digit is what is left
+      const std::uint32_t digit = rest - q * w;
+      rest = q;
       const std::uint32_t column = valid ? offset + digit : 0xffffffffu;
       const unsigned peers = __match_any_sync(kFullMask, column);
       if (valid && (peers & ((1u << lane) - 1u)) == 0u) {  // the column's lowest lane

@@ -33,6 +33,7 @@ struct RegisterBackwardParams {
   int factors, selected;
   std::int64_t width, num_slots;
   std::uint32_t dims[kMaxProductKeyFactors];
+  std::uint64_t magic[kMaxProductKeyFactors];  // topk::division_magic(dims[f])
 };
 
 // kColumnSums: the row's columns summed in shared memory (column_sums.cuh), else its keys sorted
@@ -45,7 +46,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock) register_backward_kernel(R
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + warp;
   if (row >= p.rows) return;
   using Storage = typename S::Storage;
-  const topk::ScatterRow shape{p.dims, p.factors, p.selected, p.width, p.num_slots};
+  const topk::ScatterRow shape{p.dims, p.magic, p.factors, p.selected, p.width, p.num_slots};
   const std::int64_t* ids = p.slots + row * p.selected;
   const Storage* grad = static_cast<const Storage*>(p.grad_values) + row * p.selected;
   Storage* out = static_cast<Storage*>(p.grad_raw) + row * p.width;
@@ -93,7 +94,10 @@ void register_backward(const core::ProductKeyPlan& plan, const TensorRef& slots,
   p.selected = static_cast<int>(plan.selected);
   p.width = plan.width;
   p.num_slots = plan.slots;
-  for (std::size_t f = 0; f < plan.dims.size(); ++f) p.dims[f] = static_cast<std::uint32_t>(plan.dims[f]);
+  for (std::size_t f = 0; f < plan.dims.size(); ++f) {
+    p.dims[f] = static_cast<std::uint32_t>(plan.dims[f]);
+    p.magic[f] = topk::division_magic(p.dims[f]);
+  }
   const cudaStream_t stream = stream_of(cuda_stream);
   if (plan.dtype == DType::f32) launch_for_k<topk::F32Scores>(p, stream);
   else if (plan.dtype == DType::bf16) launch_for_k<topk::BF16Scores>(p, stream);

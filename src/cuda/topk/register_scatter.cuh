@@ -5,8 +5,9 @@
 //   slot has digit col in factor f, in increasing e (float32, from 0, __fadd_rn), stored once;
 //   every other column 0. Entries whose slot lies outside [0, prod(dims)) contribute nothing.
 // Decomposition: one warp per row; the kk <= KMAX entries sit KMAX / 32 per lane. Per factor (last
-//   first: its digit is id % width), the keys digit << 8 | e are sorted ascending by one register
-//   network (register_sort.cuh); the gradients are laid out in that order in shared memory; the
+//   first: its digit is id % width, the quotient by a multiply-high: divide()), the keys digit << 8 | e are sorted ascending by one register
+//   network (register_sort.cuh; skipped for the first factor when the row's slots are valid and
+//   ascending, as the forward stores them: its keys are in order already); the gradients are laid out in that order in shared memory; the
 //   first entry of each run (a column) finds where the run ends from the run starts of its lane and
 //   of the lanes after it (ballot + a suffix-min scan), sums its run from shared memory in order and
 //   stores the column. Runs are disjoint: each column is written by one lane, after the zeroing
@@ -29,11 +30,22 @@ struct ScatterLists {
 
 struct ScatterRow {
   const std::uint32_t* dims;
+  const std::uint64_t* magic;  // per factor: division_magic(dims[f])
   int factors;
   int selected;         // kk
   std::int64_t width;   // sum of dims
   std::int64_t slots;   // prod of dims
 };
+
+// x / d for x < 2^32 by one 64-bit high multiply: magic = ceil(2^64 / d) for d >= 2 (0 for d = 1).
+// Exact: x * magic / 2^64 = x / d + x * err / 2^64 with 0 <= err < 1, and x * err / 2^64 < 2^-32
+// <= 1 / d never lifts x / d (fraction at most 1 - 1 / d) past the next integer.
+__host__ __device__ inline std::uint64_t division_magic(std::uint32_t d) {
+  return d <= 1u ? 0u : ~std::uint64_t{0} / d + 1u;
+}
+__device__ __forceinline__ std::uint32_t divide(std::uint32_t x, std::uint64_t magic) {
+  return magic == 0u ? x : static_cast<std::uint32_t>(__umul64hi(x, magic));
+}
 
 // Zeroes x[0..count) (16-byte stores where x is aligned).
 template <typename S>
@@ -70,6 +82,17 @@ __device__ void scatter_row(const ScatterRow& p, const std::int64_t* ids, const 
     local_valid += valid[r] ? 1u : 0u;
   }
   const int real = static_cast<int>(__reduce_add_sync(kFullMask, local_valid));  // sorted keys [0, real) are real
+  // Every slot valid and ascending (the forward's output): the first factor's keys digit << 8 | e
+  // are sorted already, so its sort is skipped.
+  const std::uint32_t before_first = __shfl_up_sync(kFullMask, rest[M - 1], 1);
+  bool ordered = true;
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    const int e = lane * M + r;
+    const std::uint32_t prev = r > 0 ? rest[r - 1] : before_first;
+    if (e < p.selected && (!valid[r] || (e > 0 && prev > rest[r]))) ordered = false;
+  }
+  const bool ascending = __all_sync(kFullMask, ordered);
   __syncwarp();
   std::int64_t offset = p.width;
   for (int f = p.factors - 1; f >= 0; --f) {
@@ -80,11 +103,12 @@ __device__ void scatter_row(const ScatterRow& p, const std::int64_t* ids, const 
     for (int r = 0; r < M; ++r) {
       key[r] = kNone;
       if (valid[r]) {
-        key[r] = (rest[r] % w) << 8 | static_cast<std::uint32_t>(lane * M + r);
-        rest[r] /= w;
+        const std::uint32_t q = divide(rest[r], p.magic[f]);
+        key[r] = (rest[r] - q * w) << 8 | static_cast<std::uint32_t>(lane * M + r);
+        rest[r] = q;
       }
     }
-    sort_runs(key, KMAX, false, lane);
+    if (f > 0 || !ascending) sort_runs(key, KMAX, false, lane);
     const std::uint32_t before = __shfl_up_sync(kFullMask, key[M - 1], 1);
     unsigned starts = 0;  // bit r: element lane * M + r begins a run
 #pragma unroll
