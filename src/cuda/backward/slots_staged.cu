@@ -144,12 +144,21 @@ struct StagedStep {
   const SlotTask* tasks;        // the chunk's C*W + C*R positions
   float *dlambda, *dk_eff;      // at the chunk's sorted write position 0
   float* dq_w;                  // at the chunk's read entry 0
+  float inverse_R;              // 1 / R, for read_token
 };
+
+// The token i of read entry index = i*R + r (index < 2^16, so (index + 1/2) / R in f32 is within
+// 2^-7 / R of its value, which is at least 1 / (2R) from an integer: the truncation is exact).
+__device__ __forceinline__ int read_token(const StagedStep& st, int index) {
+  return static_cast<int>((static_cast<float>(index) + 0.5f) * st.inverse_R);
+}
 
 // Where a worker's pieces of column step s are (the same in every lane; each worker's own lane
 // works them out when its batch loads, worker_rows): G's piece, and the pre / M0 piece: the write
 // group's snapshot row (row e = n*C*W + q) or the read-only group's row source (bank_at_chunk.cuh:
-// a snapshot row, or kFinalBankRow for the final bank row).
+// a snapshot row, or kFinalBankRow for the final bank row). The owner of a write group's step 0
+// names its snapshot row as the slot's row source there (earlier chunks find M0 in it; this
+// chunk's read-only groups read the sources of other slots only).
 template <typename Gt>
 struct WorkerRows {
   Gt* grad = nullptr;
@@ -163,7 +172,12 @@ __device__ __forceinline__ WorkerRows<Gt> worker_rows(const Geometry& geo, const
   WorkerRows<Gt> rows;
   const std::int64_t slot = st.p * geo.sps + task.local, c0 = static_cast<std::int64_t>(st.s) * kWarpCols;
   rows.grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd + c0;
-  rows.m0_row = q < st.CW ? st.n * st.CW + q : bb.row_source[slot];
+  if (q < st.CW) {
+    rows.m0_row = st.n * st.CW + q;
+    if (st.s == 0) bb.row_source[slot] = rows.m0_row;
+  } else {
+    rows.m0_row = bb.row_source[slot];
+  }
   if (rows.m0_row == kFinalBankRow) {
     rows.m0 = reinterpret_cast<const unsigned char*>(static_cast<const E*>(bb.bank) + slot * geo.hd + c0);
   } else {
@@ -173,13 +187,16 @@ __device__ __forceinline__ WorkerRows<Gt> worker_rows(const Geometry& geo, const
   return rows;
 }
 
-// A worker's rows in every lane (its lane b).
-template <typename Gt>
+// A worker's rows in every lane (its lane b): G's piece, and M0's (kM0, for the ring's copies); the
+// row index only where a quantised mode needs it (the row's scale; bank or snapshot bits).
+template <SnapshotQuant kMode, bool kM0, typename Gt>
 __device__ __forceinline__ WorkerRows<Gt> rows_from_lane(const WorkerRows<Gt>& rows, int b) {
   WorkerRows<Gt> r;
   r.grad = reinterpret_cast<Gt*>(__shfl_sync(kAllLanes, reinterpret_cast<std::uintptr_t>(rows.grad), b));
-  r.m0 = reinterpret_cast<const unsigned char*>(__shfl_sync(kAllLanes, reinterpret_cast<std::uintptr_t>(rows.m0), b));
-  r.m0_row = __shfl_sync(kAllLanes, rows.m0_row, b);
+  if (kM0) {
+    r.m0 = reinterpret_cast<const unsigned char*>(__shfl_sync(kAllLanes, reinterpret_cast<std::uintptr_t>(rows.m0), b));
+  }
+  if (kMode != SnapshotQuant::none) r.m0_row = __shfl_sync(kAllLanes, rows.m0_row, b);
   return r;
 }
 
@@ -343,7 +360,7 @@ __device__ __forceinline__ void walk_write_group(const Geometry& geo, const Back
     if (task.role >= 0) {
       const int index = static_cast<int>(task.tokens >> 16);
       const float partial[3] = {lambda_dot, write_dot,
-                                read_member(st, index / static_cast<int>(geo.R), task.read_q_w, lane, pre, sum)};
+                                read_member(st, read_token(st, index), task.read_q_w, lane, pre, sum)};
       float* const to[3] = {st.dlambda + q, st.dk_eff + q, st.dq_w + index};
       add_dots(dots, partial, to, lane);
     } else {
@@ -373,8 +390,6 @@ __device__ __forceinline__ void walk_write_group(const Geometry& geo, const Back
     for (int k = 0; k < kLaneCols; ++k) acc[k] = acc[k] + sum[k];
   }
   store_piece_cvt<true>(rows.grad, lane * kLaneCols, kWarpCols, acc);
-  // Earlier chunks find M0[s] in this snapshot row.
-  if (st.s == 0 && lane == 0) bb.row_source[st.p * geo.sps + task.local] = rows.m0_row;
 }
 
 // Step s of the read-only group whose worker's task sits at sorted read position q (its rows `rows`,
@@ -396,9 +411,9 @@ __device__ __forceinline__ void walk_read_group(const Geometry& geo, const Backw
   load_piece<true>(reinterpret_cast<const Gt*>(ring_slot + kWarpCols * sizeof(E)), lane * kLaneCols, kWarpCols, base);
   m0_row.template load<true>(lane * kLaneCols, kWarpCols, m0);
   if (read_size_of(task) == 1) {
-    const int index = static_cast<int>(task.tokens >> 16);
-    const float partial[1] = {read_member(st, index / static_cast<int>(geo.R), task.read_q_w, lane, m0, sum)};
-    float* const to[1] = {st.dq_w + index};
+    const EntryWords own{task.tokens, 0.0f, 0.0f, task.read_q_w};  // the read-only worker's entry is its own
+    const float partial[1] = {read_member(st, entry_token(own), own.read_q_w, lane, m0, sum)};
+    float* const to[1] = {st.dq_w + read_index(own)};
     add_dots(dots, partial, to, lane);
   } else {
     walk_window<false>(
@@ -412,10 +427,9 @@ __device__ __forceinline__ void walk_read_group(const Geometry& geo, const Backw
 }
 
 // The task of lane `lane` in every lane: the fields its walk reads (a read-only worker's walk reads
-// neither its role, its decay nor its write entry).
+// only its sizes and its own entry).
 __device__ __forceinline__ SlotTask task_from_lane(const SlotTask& t, int lane, bool write) {
   SlotTask r;
-  r.local = __shfl_sync(kAllLanes, t.local, lane);
   r.sizes = __shfl_sync(kAllLanes, t.sizes, lane);
   r.tokens = __shfl_sync(kAllLanes, t.tokens, lane);
   r.read_q_w = __shfl_sync(kAllLanes, t.read_q_w, lane);
@@ -447,6 +461,7 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   st.du = stage;
   st.dy = stage + C * kWarpCols;
   st.tasks = bb.slot_tasks + st.n * (st.CW + st.CR);
+  st.inverse_R = 1.0f / static_cast<float>(geo.R);
   st.dlambda = &bb.dlambda.at(st.s, st.n * st.CW);
   st.dk_eff = &bb.dk_eff.at(st.s, st.n * st.CW);
   st.dq_w = &bb.dq_w.at(st.s, st.n * st.CR);
@@ -488,7 +503,7 @@ __global__ void __launch_bounds__(kStageThreads, 1)
       if (to_fetch != 0) {
         const int b = __ffs(to_fetch) - 1;
         to_fetch &= to_fetch - 1;
-        fetch_to_ring<E, Gt, kMode>(rows_from_lane(rows, b), ring_slot, lane);
+        fetch_to_ring<E, Gt, kMode>(rows_from_lane<kMode, true>(rows, b), ring_slot, lane);
       }
       commit_async_copies();
     };
@@ -499,7 +514,7 @@ __global__ void __launch_bounds__(kStageThreads, 1)
       const int b = __ffs(todo) - 1;
       unsigned char* ring_slot = ring + (walked % kRing) * kSlotBytes;
       wait_async_groups<kRing - 1>();
-      const WorkerRows<Gt> worker = rows_from_lane(rows, b);
+      const WorkerRows<Gt> worker = rows_from_lane<kMode, false>(rows, b);
       if (base + b < st.CW) {
         walk_write_group<E, Gt, kMode>(geo, bb, st, task_from_lane(task, b, true), base + b, worker, ring_slot, dots,
                                        lane);
