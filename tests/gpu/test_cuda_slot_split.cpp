@@ -11,8 +11,9 @@
 //    of C*R entries (every read lane reads the slot every token writes), both at hd > 256.
 // 2. Bitwise: every gradient and the restored bank bitwise equal whether the per-position kernel
 //    lets at most 1, 2, 3 or any number of warps share a group (sdm::cuda::set_slot_split_warps)
-//    or the staged walk (slots_staged.cu, token rows in shared memory; set_slot_walk) runs, in
-//    every snapshot mode and for both bank dtypes; two runs equal. Where hd % 8 == 0, the same
+//    or the staged walk (slots_staged.cu, token rows in shared memory; set_slot_walk; it takes hd
+//    a multiple of 256 only, so every kind of case has such an hd) runs, in every snapshot mode and
+//    for both bank dtypes; two runs equal. Where hd % 8 == 0, the same
 //    call with the bank off its 16-byte alignment (the element path; dc from the slot kernels,
 //    not GWR) gives the same forward and backward bits.
 #include <cuda_runtime.h>
@@ -254,8 +255,10 @@ void test_snapshot_modes() {
   for (const DType bank : {DType::f32, DType::bf16}) {
     for (const SnapshotQuant mode : {SnapshotQuant::bf16, SnapshotQuant::fp8, SnapshotQuant::int4}) {
       if (mode == SnapshotQuant::bf16 && bank == DType::bf16) continue;  // "bf16" is "none" on a bf16 bank
-      Case c{spec_of(2, 64, 8, 8, 776, 12, 1, bank, 81), 32, mode};
+      Case c{spec_of(2, 64, 8, 8, 776, 12, 1, bank, 81), 32, mode};  // partial last step: per-position only
       split_case(make_problem(c.spec), c);
+      Case whole{spec_of(2, 64, 8, 8, 768, 12, 1, bank, 87), 32, mode};  // whole steps: the staged walk too
+      split_case(make_problem(whole.spec), whole);
       Case odd{spec_of(1, 48, 4, 4, 517, 6, 1, bank, 82), 16, mode};  // element path, partial last step
       split_case(make_problem(odd.spec), odd);
     }
@@ -285,7 +288,8 @@ void test_one_slot_everywhere() {
 // Every token writes slot 3 and reads it in every read lane: a read group of C*R entries.
 void test_read_group_of_every_read() {
   for (const DType bank : {DType::f32, DType::bf16}) {
-    Case c{spec_of(1, 128, 4, 64, 520, 300, 1, bank, 84), 64};
+    const std::int64_t hd = bank == DType::f32 ? 520 : 512;  // 512: whole column steps (the staged walk)
+    Case c{spec_of(1, 128, 4, 64, hd, 300, 1, bank, 84), 64};
     c.spec.beta_max = 0.05;
     Problem pb = make_problem(c.spec);
     for (std::int64_t n = 0; n < c.spec.T; ++n) {
@@ -294,8 +298,9 @@ void test_read_group_of_every_read() {
     }
     split_case(pb, c);
   }
-  // Read-only slots read by every other read lane (no token writes slot 7): the read-only split.
-  Case c{spec_of(1, 64, 4, 32, 1000, 300, 1, DType::f32, 85), 64};
+  // Read-only slots read by every other read lane (no token writes slot 7): the read-only split, at
+  // whole column steps (the staged walk too).
+  Case c{spec_of(1, 64, 4, 32, 1024, 300, 1, DType::f32, 85), 64};
   Problem pb = make_problem(c.spec);
   for (std::int64_t n = 0; n < c.spec.T; ++n) {
     for (std::int64_t w = 0; w < c.spec.W; ++w) {
@@ -316,11 +321,14 @@ void test_read_group_of_every_read() {
   split_case(pb, c);
 }
 
-// A small case for compute-sanitizer: both paths, a partial step, caps included.
+// Small cases for compute-sanitizer: both walks (the staged walk takes whole column steps only, hd
+// 512), a partial step (hd 520, the per-position kernel), caps included.
 void test_small() {
   expect(cuda::staged_slot_walk_fits(16), "the staged walk fits chunk size 16 (so these tests run it)");
-  Case c{spec_of(1, 32, 4, 4, 520, 6, 1, DType::bf16, 86), 16};
-  split_case(make_problem(c.spec), c);
+  for (const std::int64_t hd : {std::int64_t{512}, std::int64_t{520}}) {
+    Case c{spec_of(1, 32, 4, 4, hd, 6, 1, DType::bf16, 86), 16};
+    split_case(make_problem(c.spec), c);
+  }
 }
 
 }  // namespace
