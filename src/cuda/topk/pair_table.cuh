@@ -3,7 +3,8 @@
 // A stage keeping c pairs considers the pairs (i, j) with (i + 1) * (j + 1) <= c (the rule:
 // include/sdm/product_key_topk.hpp). Listed by increasing product, the pairs of any c <= kRank are
 // the first pair_count(c) entries of one table, so one table serves every c: entry t holds
-// i << 8 | j. pair_count(c) >= c (the pairs (0, j), j < c, are in it).
+// payload << 16 | i << 8 | j with the pair's tie payload (i + j) << 8 | i (i + j < 256).
+// pair_count(c) >= c (the pairs (0, j), j < c, are in it).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,7 @@ __host__ __device__ constexpr int pair_count(int c) {
 }
 
 struct PairTable {
-  std::uint16_t code[pair_count(kPairTableRank)];
+  std::uint32_t code[pair_count(kPairTableRank)];
 };
 
 constexpr PairTable make_pair_table() {
@@ -27,7 +28,10 @@ constexpr PairTable make_pair_table() {
   int t = 0;
   for (int product = 1; product <= kPairTableRank; ++product) {
     for (int i = 0; i < product; ++i) {
-      if (product % (i + 1) == 0) table.code[t++] = static_cast<std::uint16_t>(i << 8 | (product / (i + 1) - 1));
+      if (product % (i + 1) == 0) {
+        const int j = product / (i + 1) - 1;
+        table.code[t++] = static_cast<std::uint32_t>(((i + j) << 8 | i) << 16 | i << 8 | j);
+      }
     }
   }
   return table;

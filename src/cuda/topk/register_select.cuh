@@ -50,7 +50,8 @@ struct alignas(16) StageLists {
   std::uint32_t run_id[KMAX];
   float fac_val[KMAX];
   std::uint32_t fac_col[KMAX];
-  std::uint64_t kept[KMAX];  // score_key << 16 | payload of the kept candidates, in pick order
+  std::uint64_t kept[KMAX + 1];  // score_key << 16 | payload of the kept candidates, in pick order;
+                                // [KMAX]: where the dropped ones write (no branch)
 };
 
 __device__ __forceinline__ int pow2_at_least(int x) {
@@ -97,13 +98,14 @@ __device__ __forceinline__ void rank_columns(const typename S::Storage* x, int w
   load_scores<S, M, LANES>(x, width, sub, v);
   Key key[M];
 #pragma unroll
-  for (int r = 0; r < M; ++r) {
-    const int c = sub * M + r;
-    key[r] = c < width ? S::key(v[r], static_cast<std::uint32_t>(c)) : Key{0};
+  for (int r = 0; r < M; ++r) key[r] = S::key(v[r], static_cast<std::uint32_t>(sub * M + r));
+  if (width < (sub + 1) * M) {  // columns past the width: key 0, below every real key
+#pragma unroll
+    for (int r = 0; r < M; ++r) key[r] = sub * M + r < width ? key[r] : Key{0};
   }
   // The usual run (run_m > KMAX / 2) is a constant of the instantiation.
   constexpr int kRun = KMAX < LANES * M ? KMAX : LANES * M;
-  const int run = max(M, pow2_at_least(run_m));
+  const int run = run_m > kRun / 2 ? kRun : max(M, pow2_at_least(run_m));
   if (run == kRun) {
     sort_runs(key, kRun, true, lane);
     keep_top_half<M, LANES>(key, kRun, lane);
@@ -342,14 +344,15 @@ __device__ void pair_stage(StageLists<KMAX>& s, int n, int m, int c, std::uint32
 #pragma unroll
   for (int q = 0; q < C; ++q) {
     const int t = q * 32 + lane;
-    const std::uint32_t code = t < kTable ? kPairTable.code[t] : 0xffffu;
-    const int i = static_cast<int>(code >> 8), j = static_cast<int>(code & 0xffu);
+    const bool in_table = (q + 1) * 32 <= kTable || t < kTable;  // a constant but for the last q
+    const std::uint32_t code = in_table ? kPairTable.code[t] : 0xffffffffu;
+    const int i = static_cast<int>(code >> 8 & 0xffu), j = static_cast<int>(code & 0xffu);
     const int product = (i + 1) * (j + 1);
     sk[q] = 0;
-    if (t < kTable && product <= c && i < n && j < m) {
+    if (in_table && product <= c && i < n && j < m) {
       sk[q] = core::score_key(__fadd_rn(s.run_val[i], s.fac_val[j]));
     }
-    pay[q] = static_cast<std::uint32_t>((i + j) << 8 | i);
+    pay[q] = code >> 16;
     if (product == c) exact_key = max(exact_key, sk[q]);
   }
   // Invariant: count(lo) >= c > count(hi) (hi_count = count(hi)). The sums are monotone in both
@@ -370,11 +373,12 @@ __device__ void pair_stage(StageLists<KMAX>& s, int n, int m, int c, std::uint32
     tie_code = nth_largest_tie(tie, static_cast<unsigned>(c) - cut.above);
   }
   int base = 0;
+  const unsigned below = (1u << lane) - 1u;
 #pragma unroll
   for (int q = 0; q < C; ++q) {
     const bool keep = sk[q] > cut.key || (sk[q] == cut.key && pay[q] + 1u >= tie_code);
     const unsigned ballot = __ballot_sync(kFullMask, keep);
-    if (keep) s.kept[base + __popc(ballot & ((1u << lane) - 1u))] = static_cast<std::uint64_t>(sk[q]) << 16 | pay[q];
+    s.kept[keep ? base + __popc(ballot & below) : KMAX] = static_cast<std::uint64_t>(sk[q]) << 16 | pay[q];
     base += __popc(ballot);
   }
   __syncwarp();
