@@ -259,6 +259,10 @@ void test_snapshot_modes() {
       split_case(make_problem(c.spec), c);
       Case whole{spec_of(2, 64, 8, 8, 768, 12, 1, bank, 87), 32, mode};  // whole steps: the staged walk too
       split_case(make_problem(whole.spec), whole);
+      // 64 writes a chunk over 200 slots, 128 reads: read-only groups, their M0 from a later
+      // chunk's snapshot row (decoded with that row's scale) or from the final bank row.
+      Case sparse{spec_of(2, 96, 4, 8, 768, 200, 1, bank, 88), 16, mode};
+      split_case(make_problem(sparse.spec), sparse);
       Case odd{spec_of(1, 48, 4, 4, 517, 6, 1, bank, 82), 16, mode};  // element path, partial last step
       split_case(make_problem(odd.spec), odd);
     }
