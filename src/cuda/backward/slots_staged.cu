@@ -1,27 +1,29 @@
 // slots_staged.cu - the slot side of one reverse step of the CUDA backward on the vector path
 // (16-byte aligned rows; GWR takes dc) when hd is a multiple of 256 (every lane owns 8 columns of
-// every column step, so no lane idles and no piece is partial), as a walk with every per-member operand on
-// chip: the same math, the same bits as slots.cu (docs/spec.md §4; per slot s of chunk n: the
-// write group's dlambda / dk_eff step partials and G', the read group's dq_w step partials and
-// G <- rnd(base + sum); the bank is only read, bank_at_chunk.cuh).
+// every column step, so no lane idles and no piece is partial), as a walk with every per-member
+// operand on chip: the same math, the same bits as slots.cu (docs/spec.md §4; per slot s of chunk
+// n: the write group's dlambda / dk_eff step partials and G', the read group's dq_w step partials
+// and G <- rnd(base + sum); the bank is only read, bank_at_chunk.cuh).
 //
 // Kernel staged_slot_walk. Grid (streams p, column steps s, shares j): CTA (p, s, j)
 //   1. stages chunk n's dU and dy rows [C, 256 columns of step s] (f32) in shared memory;
 //   2. walks the groups whose first sorted position falls in its share j of the chunk's C*W + C*R
 //      positions: its warps take batches of kBatch positions from a shared counter and load the
-//      batch's tasks (backward/slot_tasks.cu); the workers' G piece and snapshot (write group) or
-//      M0 (read-only group, row source bank_at_chunk.cuh) piece of step s come through the
-//      warp's ring: cp.async copies kRing workers ahead, each lane copying exactly the bytes it
-//      loads (its 8 columns), so a slot needs the lane's own cp.async.wait_group and no barrier;
+//      batch's tasks (backward/slot_tasks.cu); each worker's own lane works out where its G piece
+//      and its snapshot (write group) or M0 (read-only group, row source bank_at_chunk.cuh) piece
+//      of step s are, and a write group's lane names its snapshot row as the slot's row source;
+//      the pieces come through the warp's ring: cp.async copies kRing workers ahead, each lane
+//      copying exactly the bytes it loads (its 8 columns), so a slot needs the lane's own
+//      cp.async.wait_group and no barrier;
 //   3. per group, one pass over its members: a write member (token i) loads dU_i's piece from
 //      shared memory, G' = fmaf(k_eff, -beta dU, G') and its dk_eff partial; a read member dy_i's
-//      piece, sum = fmaf(q_w, dy, sum) and its dq_w partial; entries come from the task (a group
-//      of at most one write and one read entry) or 32 at a time from the members' own tasks (one
-//      16-byte load a member, backward.hpp SlotTask). Each
-//      member's lane partial goes to the warp's transpose rows; every kFlush members the lanes
-//      sum one row each in warp_sum's butterfly order (flush_dots) and store it at the dot's
-//      plane s. G <- rnd(acc + sum) (written) or rnd(G + sum) (read only), one rounding.
-//   The owner of a write group's step 0 names its snapshot row as the slot's row source.
+//      piece, sum = fmaf(q_w, dy, sum) and its dq_w partial. A group of at most one write and one
+//      read entry takes them from its task and runs as one straight block; longer groups take
+//      their members' entries 32 at a time from the members' own tasks (one 16-byte load a
+//      member, backward.hpp SlotTask) and walk them two at a time. Each member's lane partial
+//      goes to the warp's transpose rows; once kFlush rows are taken the lanes sum one row each
+//      in warp_sum's butterfly order (flush_dots) and store it at the dot's plane s.
+//      G <- rnd(acc + sum) (written) or rnd(G + sum) (read only), one rounding.
 // Each (group, column step) has one owner CTA and one warp, so every G piece and every
 // dot-plane element has one writer; the shared counter only decides which warp that is.
 // Numerics: per column step the fmaf chains of slots.cu's walks (the lane owns columns
