@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "bench_config.hpp"
+#include "cuda/common/async_copy.cuh"
 #include "cuda/common/dependent_launch.cuh"
 #include "device_array.hpp"
 #include "device_timing.hpp"
@@ -50,24 +51,12 @@ using sdm::testing::cuda_ok;
 using sdm::testing::DeviceArray;
 using sdm::bench::copy_bandwidth;
 using sdm::bench::median_ms;
+using sdm::cuda::commit_async_copies;
+using sdm::cuda::copy_async;
+using sdm::cuda::wait_async_groups;
 using sdm::cuda::wait_for_predecessor;
 
 // ---- shared helpers ------------------------------------------------------------------------------
-
-template <int kBytes>
-__device__ __forceinline__ void copy_async(void* shared, const void* global) {
-  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(global) : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(to), "l"(global), "n"(kBytes) : "memory");
-  }
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
 
 template <typename Kernel, typename... Args>
 void launch(Kernel kernel, dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream, bool pdl, Args... args) {
@@ -209,13 +198,13 @@ __global__ void __launch_bounds__(WalkShape<kCols>::kWarps * 32, 1) walk_skeleto
     const int which = at / pieces, rest = at - which * pieces, i = rest / (SW / 4), c = (rest % (SW / 4)) * 4;
     copy_async<16>((which == 0 ? du_s : dy_s) + i * SW + c, (which == 0 ? du : dy) + static_cast<std::int64_t>(i) * a.hd + c);
   }
-  commit_copies();
+  commit_async_copies();
   const int tile = static_cast<int>(blockIdx.x) * Shape::kWarps + warp;
   const int* tiles = a.tile_groups + n * (a.TU + 1);
   const int g0 = tile < a.TU ? tiles[tile] : 0, g1 = tile < a.TU ? tiles[tile + 1] : 0;
   const std::int64_t gbase = a.group_begin[n];
   for (int g = g0 + lane; g < g1; g += 32) infos[g - g0] = a.groups[gbase + g];
-  wait_copies<0>();
+  wait_async_groups<0>();
   __syncthreads();
   if (g0 >= g1) return;
 
@@ -233,7 +222,7 @@ __global__ void __launch_bounds__(WalkShape<kCols>::kWarps * 32, 1) walk_skeleto
       copy_async<kCols * 2>(slot + lane_col, from_g);
       copy_async<kCols * 2>(slot + SW + lane_col, from_m0);
     }
-    commit_copies();
+    commit_async_copies();
   };
 #pragma unroll
   for (int k = 0; k < kRing; ++k) issue(g0 + k);
@@ -257,7 +246,7 @@ __global__ void __launch_bounds__(WalkShape<kCols>::kWarps * 32, 1) walk_skeleto
   for (int g = g0; g < g1; ++g) {
     const int4 info = infos[g - g0];
     const int writes = info.z & 0xffff, reads = info.z >> 16;
-    wait_copies<kRing - 1>();
+    wait_async_groups<kRing - 1>();
     const std::uint16_t* slot = ring + ((g - g0) % kRing) * 2 * SW;
     float grad[kCols], m0[kCols], acc[kCols], sum[kCols];
     load_bf16<kCols>(slot + lane_col, grad);

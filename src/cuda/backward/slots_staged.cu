@@ -43,6 +43,7 @@
 #include "cuda/backward/slot_task_data.cuh"
 #include "cuda/backward/slot_writes.cuh"
 #include "cuda/backward/slots_staged.hpp"
+#include "cuda/common/async_copy.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/device_limits.hpp"
@@ -84,29 +85,6 @@ std::size_t stage_bytes(std::int64_t C) {
 }
 
 // ---- 1. copies into shared memory ----------------------------------------------------------------
-
-// One cp.async of kBytes (4, 8, 16 or 32) from global to shared memory.
-template <int kBytes>
-__device__ __forceinline__ void copy_async(void* shared, const void* global) {
-  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  if constexpr (kBytes == 32) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(global) : "memory");
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to + 16),
-                 "l"(static_cast<const unsigned char*>(global) + 16) : "memory");
-  } else if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(global) : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(to), "l"(global), "n"(kBytes) : "memory");
-  }
-}
-
-__device__ __forceinline__ void commit_async_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-// Waits until at most kPending of this thread's committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void wait_async_groups() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
 
 // Copies rows [C, kWarpCols] at column col0 of chunk rows du, dy (stride hd) into stage
 // ([2][C][kWarpCols]), 16 bytes a copy.

@@ -14,6 +14,7 @@
 //   or k from +0; details above each kernel), never by the tile width, SM count or access path.
 //   No atomics; each output element has exactly one writer.
 #include "cuda/common/alignment.hpp"
+#include "cuda/common/async_copy.cuh"
 #include "cuda/backward/backward.hpp"
 #include "cuda/common/rows.cuh"
 #include "cuda/common/chunk_products.cuh"
@@ -231,13 +232,6 @@ constexpr std::size_t kPairSmemBytes = sizeof(float) * kSlicesInFlight * kSliceF
 static_assert(kTileStride * kTileStride == kThreads, "pair_dots: one 4 x 4 register tile per thread");
 static_assert(kPairTile * kSliceUnits % kThreads == 0, "pair_dots: whole copies per thread");
 
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most kPending of this thread's committed copy groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void wait_copies_but() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 // dst[r][c] = rows[r][k0 + c] (row stride hd) for r < 64, c < 32, as cp.async copies; 0 for r >= real_rows
 // and for k0 + c >= hd. Copy o = tid + 256 m: row o / 8, unit o % 8 (8 lanes read 128 contiguous bytes).
 // kVec (hd % 4 == 0, 16-byte aligned rows): one 16-byte copy per unit, else four 4-byte copies (same values).
@@ -345,16 +339,16 @@ __device__ __forceinline__ void pair_tile(const Geometry& geo, const BackwardBuf
   // groups complete" means slice s has landed.
   for (int s = 0; s < kSlicesInFlight - 1; ++s) {
     if (s < slices) stage(s);
-    commit_copies();
+    commit_async_copies();
   }
   float qk[kTileRows][kTileRows] = {}, ms[kTileRows][kTileRows] = {};
   float rdot = 0.0f;
   const bool rdot_owner = kDiag && tid < kPairTile;  // warps 0 and 1: rdot of tile row tid
   for (std::int64_t s = 0; s < slices; ++s) {
-    wait_copies_but<kSlicesInFlight - 2>();
+    wait_async_groups<kSlicesInFlight - 2>();
     __syncthreads();  // slice s visible to all; slice s - 1 consumed, its buffer free for slice s + 2
     if (s + kSlicesInFlight - 1 < slices) stage(s + kSlicesInFlight - 1);
-    commit_copies();
+    commit_async_copies();
     const float* slice = smem + (s % kSlicesInFlight) * kSliceFloats;
     const std::int64_t left = hd - s * kSliceCols;
     const int groups = left < kSliceCols ? static_cast<int>((left + 3) / 4) : kSliceUnits;
