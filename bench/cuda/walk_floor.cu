@@ -53,25 +53,9 @@ using sdm::bench::copy_bandwidth;
 using sdm::bench::median_ms;
 using sdm::cuda::commit_async_copies;
 using sdm::cuda::copy_async;
+using sdm::cuda::launch_with_pdl;
 using sdm::cuda::wait_async_groups;
 using sdm::cuda::wait_for_predecessor;
-
-// ---- shared helpers ------------------------------------------------------------------------------
-
-template <typename Kernel, typename... Args>
-void launch(Kernel kernel, dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream, bool pdl, Args... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = pdl ? 1 : 0;
-  cuda_ok(cudaLaunchKernelEx(&config, kernel, args...), "cudaLaunchKernelEx");
-}
 
 // ---- (1) the PDL chain ----------------------------------------------------------------------------
 
@@ -100,7 +84,8 @@ void pdl_chain(int sms, int reps) {
       for (int k = 0; k < kKernels * kSteps; ++k) {
         const float4* in = (k % 2 == 0 ? a : b).get();
         float4* out = (k % 2 == 0 ? b : a).get();
-        launch(chain_kernel, dim3(static_cast<unsigned>(sms)), dim3(kChainThreads), 0, stream, pdl, in, out);
+        launch_with_pdl(pdl, chain_kernel, dim3(static_cast<unsigned>(sms)), dim3(kChainThreads), 0, stream,
+                        "chain_kernel", in, out);
       }
       cuda_ok(cudaStreamSynchronize(stream), "chain");
     });

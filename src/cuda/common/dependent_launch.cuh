@@ -38,10 +38,11 @@ inline bool dependent_launch_enabled() {
   return enabled;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), with PDL unless SDM_CUDA_PDL=0.
+// kernel<<<grid, block, smem, stream>>>(args...), with PDL when `pdl` (benchmarks compare both in
+// one process).
 template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
-                      const char* name, Args&&... args) {
+void launch_with_pdl(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+                     cudaStream_t stream, const char* name, Args&&... args) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -51,8 +52,15 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::siz
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = dependent_launch_enabled() ? 1 : 0;
+  config.numAttrs = pdl ? 1 : 0;
   check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), name);
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with PDL unless SDM_CUDA_PDL=0.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                      const char* name, Args&&... args) {
+  launch_with_pdl(dependent_launch_enabled(), kernel, grid, block, smem, stream, name, std::forward<Args>(args)...);
 }
 
 }  // namespace sdm::cuda
