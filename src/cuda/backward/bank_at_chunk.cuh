@@ -72,10 +72,7 @@ __device__ __forceinline__ BankRow<E, kMode> bank_row_of(const BackwardBuffers& 
   if constexpr (kMode == SnapshotQuant::none) {
     m0.row = reinterpret_cast<const E*>(payload);
   } else {
-    m0.snapshot = bb.snapshot;
-    m0.snapshot.mode = kMode;
-    m0.snapshot.payload = const_cast<unsigned char*>(payload);
-    if constexpr (kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4) m0.snapshot.scales += source;
+    m0.snapshot = snapshot_row<kMode>(bb.snapshot, payload, source);
   }
   return m0;
 }

@@ -95,10 +95,8 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
   rows.grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd;
   rows.delta = bb.delta + n * geo.C * geo.hd;
   rows.du = bb.du + n * geo.C * geo.hd;
-  rows.snapshot = bb.snapshot;
-  rows.snapshot.mode = kMode;
-  rows.snapshot.payload = static_cast<unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes;
-  if constexpr (kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4) rows.snapshot.scales += e;
+  rows.snapshot =
+      snapshot_row<kMode>(bb.snapshot, static_cast<unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes, e);
   rows.dlambda = planes_at(bb.dlambda, e);
   rows.dc = planes_at(bb.dc, e);
   rows.dk_eff = planes_at(bb.dk_eff, e);

@@ -320,10 +320,7 @@ template <typename E, typename Gt, SnapshotQuant kMode>
 __device__ __forceinline__ void walk_write_group(const Geometry& geo, const BackwardBuffers& bb, const StagedStep& st,
                                                  const SlotTask& task, int q, const WorkerRows<Gt>& rows,
                                                  const unsigned char* ring_slot, PendingDots& dots, int lane) {
-  SnapshotRows snapshot = bb.snapshot;
-  snapshot.mode = kMode;
-  snapshot.payload = const_cast<unsigned char*>(ring_slot);
-  if constexpr (kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4) snapshot.scales += rows.m0_row;
+  SnapshotRows snapshot = snapshot_row<kMode>(bb.snapshot, ring_slot, rows.m0_row);  // the ring's copy of pre
   float g[kLaneCols], pre[kLaneCols], acc[kLaneCols], sum[kLaneCols] = {};
   load_piece<true>(reinterpret_cast<const Gt*>(ring_slot + kWarpCols * sizeof(E)), lane * kLaneCols, kWarpCols, g);
   load_snapshot_piece<true, E>(snapshot, 0, lane * kLaneCols, kWarpCols, pre);
@@ -382,10 +379,7 @@ __device__ __forceinline__ void walk_read_group(const Geometry& geo, const Backw
   if (kMode == SnapshotQuant::none || rows.m0_row == kFinalBankRow) {
     m0_row.row = reinterpret_cast<const E*>(ring_slot);
   } else {
-    m0_row.snapshot = bb.snapshot;
-    m0_row.snapshot.mode = kMode;
-    m0_row.snapshot.payload = const_cast<unsigned char*>(ring_slot);
-    if constexpr (kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4) m0_row.snapshot.scales += rows.m0_row;
+    m0_row.snapshot = snapshot_row<kMode>(bb.snapshot, ring_slot, rows.m0_row);
   }
   float base[kLaneCols], m0[kLaneCols], sum[kLaneCols] = {};
   load_piece<true>(reinterpret_cast<const Gt*>(ring_slot + kWarpCols * sizeof(E)), lane * kLaneCols, kWarpCols, base);

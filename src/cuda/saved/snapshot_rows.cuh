@@ -37,6 +37,18 @@ struct SnapshotRows {
   std::int64_t row_bytes = 0;                // core::snapshot_payload_bytes(mode, bank, hd)
 };
 
+// `rows` moved to row `row` in the compile-time mode kMode (decoders then keep one branch), the
+// row's bytes at `payload` (the row itself, or a copy of it): row 0 of the result reads that row
+// with its scale.
+template <SnapshotQuant kMode>
+__device__ __forceinline__ SnapshotRows snapshot_row(const SnapshotRows& rows, const void* payload, std::int64_t row) {
+  SnapshotRows at = rows;
+  at.mode = kMode;
+  at.payload = const_cast<void*>(payload);
+  if constexpr (kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4) at.scales += row;
+  return at;
+}
+
 // A quantised row's scale and its reciprocal (fp8 / int4); unused for none / bf16.
 struct SnapshotScale {
   float scale = 0.0f, reciprocal = 0.0f;
