@@ -253,7 +253,8 @@ __device__ __forceinline__ void staged_piece(const float* rows, int token, int l
 
 // A write member (token i, scale = -beta_i): acc = fmaf(k_eff, scale dU_i, acc) per column, and
 // its dk_eff partial (scale dU_i) . pre, which it returns.
-__device__ __forceinline__ float write_member(const StagedStep& st, int token, float scale, float k_eff, int lane, const float (&pre)[kLaneCols], float (&acc)[kLaneCols]) {
+__device__ __forceinline__ float write_member(const StagedStep& st, int token, float scale, float k_eff, int lane,
+                                              const float (&pre)[kLaneCols], float (&acc)[kLaneCols]) {
   float u[kLaneCols];
   staged_piece(st.du, token, lane, u);
   float dot = 0.0f;
@@ -314,12 +315,13 @@ __device__ __forceinline__ void walk_window(const SlotTask* window, int size, Pe
 }
 
 // Step s of the write group whose worker's task sits at sorted write position q (its rows `rows`);
-// its G and snapshot pieces in `ring_slot`. A group of one write entry read at most once (task_holds_entries,
-// nearly every group) runs as one straight block, its two or three dot chains side by side.
+// its G and snapshot pieces in `ring_slot`. A group of one write entry read at most once
+// (task_holds_entries, nearly every group) runs as one straight block, its two or three dot chains
+// side by side.
 template <typename E, typename Gt, SnapshotQuant kMode>
-__device__ __forceinline__ void walk_write_group(const Geometry& geo, const BackwardBuffers& bb, const StagedStep& st,
-                                                 const SlotTask& task, int q, const WorkerRows<Gt>& rows,
-                                                 const unsigned char* ring_slot, PendingDots& dots, int lane) {
+__device__ __forceinline__ void walk_write_group(const BackwardBuffers& bb, const StagedStep& st, const SlotTask& task,
+                                                 int q, const WorkerRows<Gt>& rows, const unsigned char* ring_slot,
+                                                 PendingDots& dots, int lane) {
   SnapshotRows snapshot = snapshot_row<kMode>(bb.snapshot, ring_slot, rows.m0_row);  // the ring's copy of pre
   float g[kLaneCols], pre[kLaneCols], acc[kLaneCols], sum[kLaneCols] = {};
   load_piece<true>(reinterpret_cast<const Gt*>(ring_slot + kWarpCols * sizeof(E)), lane * kLaneCols, kWarpCols, g);
@@ -372,9 +374,9 @@ __device__ __forceinline__ void walk_write_group(const Geometry& geo, const Back
 // Step s of the read-only group whose worker's task sits at sorted read position q (its rows `rows`,
 // M0's row source rows.m0_row); its G and M0 pieces in `ring_slot`.
 template <typename E, typename Gt, SnapshotQuant kMode>
-__device__ __forceinline__ void walk_read_group(const Geometry& geo, const BackwardBuffers& bb, const StagedStep& st,
-                                                const SlotTask& task, int q, const WorkerRows<Gt>& rows,
-                                                const unsigned char* ring_slot, PendingDots& dots, int lane) {
+__device__ __forceinline__ void walk_read_group(const BackwardBuffers& bb, const StagedStep& st, const SlotTask& task,
+                                                int q, const WorkerRows<Gt>& rows, const unsigned char* ring_slot,
+                                                PendingDots& dots, int lane) {
   BankRow<E, kMode> m0_row;  // the ring's copy of M0's piece: row 0 of a bank or snapshot row
   if (kMode == SnapshotQuant::none || rows.m0_row == kFinalBankRow) {
     m0_row.row = reinterpret_cast<const E*>(ring_slot);
@@ -490,11 +492,10 @@ __global__ void __launch_bounds__(kStageThreads, 1)
       wait_async_groups<kRing - 1>();
       const WorkerRows<Gt> worker = rows_from_lane<kMode, false>(rows, b);
       if (base + b < st.CW) {
-        walk_write_group<E, Gt, kMode>(geo, bb, st, task_from_lane(task, b, true), base + b, worker, ring_slot, dots,
-                                       lane);
+        walk_write_group<E, Gt, kMode>(bb, st, task_from_lane(task, b, true), base + b, worker, ring_slot, dots, lane);
       } else {
-        walk_read_group<E, Gt, kMode>(geo, bb, st, task_from_lane(task, b, false), base + b - st.CW, worker,
-                                      ring_slot, dots, lane);
+        walk_read_group<E, Gt, kMode>(bb, st, task_from_lane(task, b, false), base + b - st.CW, worker, ring_slot,
+                                      dots, lane);
       }
       fetch_next(ring_slot);  // the walk consumed the slot's loads: refill it
     }
