@@ -54,23 +54,52 @@ __device__ __forceinline__ void steps_in_lane(K (&x)[M], bool descending) {
   }
 }
 
+// Sorting networks of fewer comparators than the bitonic sort for a lane's own 8 or 16 keys:
+// 19 comparators in 6 layers for 8 keys (bitonic: 24), 60 in 10 layers for 16 (bitonic: 80), each
+// pair (a, b) with a < b; checked over every 0-1 input (the 0-1 principle).
+struct InLanePair {
+  int a, b;
+};
+__device__ constexpr InLanePair kSort8[19] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}, {0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 1}, {2, 3},
+                                          {4, 5}, {6, 7}, {2, 4}, {3, 5}, {1, 4}, {3, 6}, {1, 2}, {3, 4}, {5, 6}};
+__device__ constexpr InLanePair kSort16[60] = {
+    {0, 13}, {1, 12}, {2, 15}, {3, 14}, {4, 8},  {5, 6},   {7, 11},  {9, 10},  {0, 5},   {1, 7},   {2, 9},   {3, 4},
+    {6, 13}, {8, 14}, {10, 15}, {11, 12}, {0, 1}, {2, 3},  {4, 5},   {6, 8},   {7, 9},   {10, 11}, {12, 13}, {14, 15},
+    {0, 2},  {1, 3},  {4, 10},  {5, 11},  {6, 7}, {8, 9},  {12, 14}, {13, 15}, {1, 2},   {3, 12},  {4, 6},   {5, 7},
+    {8, 10}, {9, 11}, {13, 14}, {1, 4},   {2, 6}, {5, 8},  {7, 10},  {9, 13},  {11, 14}, {2, 4},   {3, 6},   {9, 12},
+    {11, 13}, {3, 5}, {6, 8},   {7, 9},   {10, 12}, {3, 4}, {5, 6},  {7, 8},   {9, 10},  {11, 12}, {6, 7},   {8, 9}};
+
+// A lane's M keys sorted by the network `net` (N pairs).
+template <int M, int N, typename K>
+__device__ __forceinline__ void sort_in_lane(K (&x)[M], const InLanePair (&net)[N], bool descending) {
+#pragma unroll
+  for (int q = 0; q < N; ++q) order_in_lane(x[net[q].a], x[net[q].b], descending);
+}
+
 template <int M, typename K>
 __device__ __forceinline__ void sort_runs(K (&x)[M], int run, bool descending, int lane) {
   // The direction-free bitonic sort: merging two sorted halves of a block of s compares element g
   // of the lower half with its mirror s - 1 - g (the upper half reversed), then half-cleaners; the
   // lower position of every pair keeps the better key, so no step depends on a block's parity.
+  // A lane's own 8 or 16 keys (run >= M) are sorted by the smaller networks above instead.
+  if constexpr (M == 8) {
+    sort_in_lane(x, kSort8, descending);
+  } else if constexpr (M == 16) {
+    sort_in_lane(x, kSort16, descending);
+  } else {
 #pragma unroll
-  for (int s = 2; s <= M; s *= 2) {
-    if (s > run) break;
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      if ((r & (s / 2)) == 0) order_in_lane(x[r], x[r ^ (s - 1)], descending);
-    }
-#pragma unroll
-    for (int d = s / 4; d >= 1; d /= 2) {
+    for (int s = 2; s <= M; s *= 2) {
+      if (s > run) break;
 #pragma unroll
       for (int r = 0; r < M; ++r) {
-        if ((r & d) == 0) order_in_lane(x[r], x[r + d], descending);
+        if ((r & (s / 2)) == 0) order_in_lane(x[r], x[r ^ (s - 1)], descending);
+      }
+#pragma unroll
+      for (int d = s / 4; d >= 1; d /= 2) {
+#pragma unroll
+        for (int r = 0; r < M; ++r) {
+          if ((r & d) == 0) order_in_lane(x[r], x[r + d], descending);
+        }
       }
     }
   }
