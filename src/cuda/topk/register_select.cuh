@@ -14,7 +14,9 @@
 //     (rank_two: 32-bit keys, widths <= 256, 16 lanes x pow2(w / 16) keys); sort_runs builds
 //     sorted runs of pow2(m) keys and keep_top_half folds them into the top run
 //     (register_sort.cuh). The first lanes store the top run's keys (16-byte stores), then every
-//     lane turns its share of the m entries into (column, value re-read from the row).
+//     lane turns its share of the m entries into (column, value re-read from the row). At 16 keys
+//     a lane, half-warps and runs of 64 (widths 129..256, k 33..64), the folds keep 8 and then 4
+//     keys a lane (fold_halve, halve_top64) and each lane stores its 4 columns and values.
 //   - A stage holds ceil(pair_count(KMAX) / 32) candidates per lane from the constant pair table
 //     (pair_table.cuh): 32-bit sum keys and 16-bit tie payloads in registers. The c-th largest key
 //     is found by bisection with warp-wide counts (__reduce_add_sync, two instructions a key),
@@ -86,6 +88,26 @@ __device__ __forceinline__ void load_scores(const typename S::Storage* x, int wi
   }
 }
 
+// Top-run positions at .. at + N - 1 <- the keys k (in reverse order where rev): each key's column
+// and its value re-read from the row, 16-byte stores (at a multiple of 4).
+template <typename S, int N, typename Key>
+__device__ __forceinline__ void store_top_part(const Key (&k)[N], bool rev, int at, const typename S::Storage* x,
+                                               float* val, std::uint32_t* col) {
+  static_assert(N % 4 == 0);
+#pragma unroll
+  for (int q = 0; q < N / 4; ++q) {  // four at a time (register pressure)
+    std::uint32_t c[4];
+    float v[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      c[t] = static_cast<std::uint32_t>(rev ? k[N - 1 - 4 * q - t] : k[4 * q + t]) & 0xffffu;
+      v[t] = S::load(x[c[t]]);
+    }
+    reinterpret_cast<uint4*>(col + at)[q] = make_uint4(c[0], c[1], c[2], c[3]);
+    reinterpret_cast<float4*>(val + at)[q] = make_float4(v[0], v[1], v[2], v[3]);
+  }
+}
+
 // val / col [0..m): the m best columns of x[0..width), best first (width <= LANES * M, m <= KMAX),
 // ranked by LANES lanes of the warp (`sub`: this lane's index among them) with M keys each. The
 // sorted runs hold pow2(run_m) keys (run_m >= m; the same on every lane of the warp, whose shuffle
@@ -106,9 +128,25 @@ __device__ __forceinline__ void rank_columns(const typename S::Storage* x, int w
   // The usual run (run_m > KMAX / 2) is a constant of the instantiation.
   constexpr int kRun = KMAX < LANES * M ? KMAX : LANES * M;
   const int run = run_m > kRun / 2 ? kRun : max(M, pow2_at_least(run_m));
+  // Half-warps of 16 keys a lane folding runs of 64 keep only the top run's keys, spread over all
+  // 16 lanes (fold_halve, halve_top64); every lane turns its share into columns and values from its
+  // registers. (Runs of 128, one fold_halve<16>, made ptxas spill at KMAX 128: not taken.)
+  constexpr bool kHalving = M == 16 && LANES == 16 && sizeof(Key) == 4 && kRun == 64;
   if (run == kRun) {
-    sort_runs(key, kRun, true, lane);
-    keep_top_half<M, LANES>(key, kRun, lane);
+    sort_runs<M, kHalving ? kRun : 0>(key, kRun, true, lane);  // every merge unrolled on the halving path
+    if constexpr (kHalving) {
+      Key z[8], w[4];
+      fold_halve<8>(key, z, sub);
+      halve_top64(z, w, sub);
+      const int q = (4 - sub / 4) & 3;
+      const bool rev = q >= 2;
+      const int g = rev ? 3 - sub % 4 : sub % 4;
+      store_top_part<S>(w, rev, 16 * g + 4 * q, x, val, col);
+      __syncwarp();
+      return;
+    } else {
+      keep_top_half<M, LANES>(key, kRun, lane);
+    }
   } else {
     sort_runs(key, run, true, lane);
     keep_top_half<M, LANES>(key, run, lane);

@@ -76,7 +76,33 @@ __device__ __forceinline__ void sort_in_lane(K (&x)[M], const InLanePair (&net)[
   for (int q = 0; q < N; ++q) order_in_lane(x[net[q].a], x[net[q].b], descending);
 }
 
+// Merging the sorted runs of s / 2 elements into runs of s (s >= 2 M): the first step of the merge
+// across lanes, against the mirrored element.
 template <int M, typename K>
+__device__ __forceinline__ void merge_mirror(K (&x)[M], int s, bool descending, int lane) {
+  const int mirror = s / M - 1;
+  const bool keep_big = ((lane & (s / (2 * M))) == 0) == descending;
+  K y[M];
+#pragma unroll
+  for (int r = 0; r < M; ++r) y[r] = __shfl_xor_sync(kFullMask, x[M - 1 - r], mirror);
+#pragma unroll
+  for (int r = 0; r < M; ++r) x[r] = keep_big ? (x[r] > y[r] ? x[r] : y[r]) : (x[r] < y[r] ? x[r] : y[r]);
+}
+
+// The merges of sort_runs from runs of S / 2 up to RUN, every loop unrolled (S and RUN constants).
+template <int M, int S, int RUN, typename K>
+__device__ __forceinline__ void merge_up_to(K (&x)[M], bool descending, int lane) {
+  if constexpr (S <= RUN) {
+    merge_mirror(x, S, descending, lane);
+#pragma unroll
+    for (int d = S / 4; d >= M; d /= 2) step_across_lanes(x, d / M, descending, lane);
+    steps_in_lane(x, descending);
+    merge_up_to<M, 2 * S, RUN>(x, descending, lane);
+  }
+}
+
+// RUN > 0: run is the constant RUN and every merge unrolls; 0: a run known at run time only.
+template <int M, int RUN = 0, typename K>
 __device__ __forceinline__ void sort_runs(K (&x)[M], int run, bool descending, int lane) {
   // The direction-free bitonic sort: merging two sorted halves of a block of s compares element g
   // of the lower half with its mirror s - 1 - g (the upper half reversed), then half-cleaners; the
@@ -103,16 +129,14 @@ __device__ __forceinline__ void sort_runs(K (&x)[M], int run, bool descending, i
       }
     }
   }
-  for (int s = 2 * M; s <= run; s *= 2) {
-    const int mirror = s / M - 1;
-    const bool keep_big = ((lane & (s / (2 * M))) == 0) == descending;
-    K y[M];
-#pragma unroll
-    for (int r = 0; r < M; ++r) y[r] = __shfl_xor_sync(kFullMask, x[M - 1 - r], mirror);
-#pragma unroll
-    for (int r = 0; r < M; ++r) x[r] = keep_big ? (x[r] > y[r] ? x[r] : y[r]) : (x[r] < y[r] ? x[r] : y[r]);
-    for (int d = s / 4; d >= M; d /= 2) step_across_lanes(x, d / M, descending, lane);
-    steps_in_lane(x, descending);
+  if constexpr (RUN > 0) {
+    merge_up_to<M, 2 * M, RUN>(x, descending, lane);
+  } else {
+    for (int s = 2 * M; s <= run; s *= 2) {
+      merge_mirror(x, s, descending, lane);
+      for (int d = s / 4; d >= M; d /= 2) step_across_lanes(x, d / M, descending, lane);
+      steps_in_lane(x, descending);
+    }
   }
 }
 
@@ -130,6 +154,82 @@ __device__ __forceinline__ void keep_top_half(K (&x)[M], int run, int lane) {
     for (int d = run / 2; d >= M; d /= 2) step_across_lanes(x, d / M, true, lane);
     steps_in_lane(x, true);
   }
+}
+
+// The top half of a block of B lanes (8 or 16) x 16 keys holding two runs of 8 B keys, each sorted
+// descending in the usual layout (element b * 16 + r at lane b, register r; b the lane's index in
+// the block), kept as 8 keys a lane instead of 16 (keep_top_half's groups would hold the same run
+// twice). The fold compares element e with 16 B - 1 - e (the mirror lane's reversed register), so
+// each lane keeps registers 0..7 of its fold, and the top run's elements sit as:
+//   lower lanes (b < B / 2):  z[r] = element b * 16 + r
+//   upper lanes (b >= B / 2): z[r] = element (B - 1 - b) * 16 + 15 - r  (reversed)
+// then the bitonic merge sorts them in that layout: a distance of 16 lanes' worth or more is lane
+// b ^ (distance / 16) in both halves, distance 8 the mirror lane's mirrored register, shorter ones
+// in the lane (ascending where reversed). Every lane of the warp takes part; b < 16.
+template <int B, typename K>
+__device__ __forceinline__ void fold_halve(const K (&x)[16], K (&z)[8], int b) {
+  static_assert(B == 8 || B == 16);
+  K y[8];
+#pragma unroll
+  for (int r = 0; r < 8; ++r) y[r] = __shfl_xor_sync(kFullMask, x[15 - r], B - 1);
+#pragma unroll
+  for (int r = 0; r < 8; ++r) z[r] = x[r] > y[r] ? x[r] : y[r];
+  const bool upper = (b & (B / 2)) != 0;
+#pragma unroll
+  for (int lanes = B / 4; lanes >= 1; lanes /= 2) {
+    const bool keep_big = ((b & lanes) == 0) != upper;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const K o = __shfl_xor_sync(kFullMask, z[r], lanes);
+      z[r] = keep_big ? (z[r] > o ? z[r] : o) : (z[r] < o ? z[r] : o);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 8; ++r) y[r] = __shfl_xor_sync(kFullMask, z[7 - r], B - 1);
+#pragma unroll
+  for (int r = 0; r < 8; ++r) z[r] = upper ? (z[r] < y[r] ? z[r] : y[r]) : (z[r] > y[r] ? z[r] : y[r]);
+  steps_in_lane(z, !upper);
+}
+
+// The top 64 of 16 lanes x 8 keys holding two sorted runs of 64 in fold_halve<8>'s layout (lanes
+// 0..7 and 8..15), as 4 keys a lane. Lane b and b ^ 12 hold the elements that meet in the fold at
+// the same registers, so lane b keeps registers 0..3 of the fold (b < 8) or 4..7 (b >= 8); the run
+// then sits at element 16 g + 4 q + (rev ? 3 - r : r) of w[r], with q = (4 - b / 4) % 4,
+// rev = (q == 2 || q == 3) and g = b % 4, reversed (3 - b % 4) where rev, and the merge sorts it in
+// that layout (distances 32, 16: lane b ^ 2, b ^ 1; 8: lane b ^ 11, mirrored register; 4: lane
+// b ^ 12; 2, 1 in the lane).
+template <typename K>
+__device__ __forceinline__ void halve_top64(const K (&z)[8], K (&w)[4], int b) {
+  const bool high = (b & 8) != 0;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const K send = high ? z[r] : z[4 + r];
+    const K own = high ? z[4 + r] : z[r];
+    const K o = __shfl_xor_sync(kFullMask, send, 12);
+    w[r] = own > o ? own : o;
+  }
+  const bool rev = ((b >> 2 ^ b >> 3) & 1) != 0;
+#pragma unroll
+  for (int lanes = 2; lanes >= 1; lanes /= 2) {
+    const bool keep_big = ((b & lanes) == 0) != rev;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const K o = __shfl_xor_sync(kFullMask, w[r], lanes);
+      w[r] = keep_big ? (w[r] > o ? w[r] : o) : (w[r] < o ? w[r] : o);
+    }
+  }
+  K y[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) y[r] = __shfl_xor_sync(kFullMask, w[3 - r], 11);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) w[r] = rev ? (w[r] < y[r] ? w[r] : y[r]) : (w[r] > y[r] ? w[r] : y[r]);
+  const bool keep_big = (b & 4) == 0;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const K o = __shfl_xor_sync(kFullMask, w[r], 12);
+    w[r] = keep_big ? (w[r] > o ? w[r] : o) : (w[r] < o ? w[r] : o);
+  }
+  steps_in_lane(w, !rev);
 }
 
 }  // namespace sdm::cuda::topk
