@@ -127,6 +127,9 @@ std::vector<TopkCase> cases() {
       {{512, 512}, 128}, {{64, 64, 64}, 64}, {{512, 512, 512}, 64}, {{33, 500}, 37}, {{100, 31, 7}, 128},
       // The backward's two row paths at k 128: width 1024 sums columns in shared memory, 1025 sorts.
       {{513, 512}, 128}, {{1000, 24}, 100},
+      // Stage 1's half-warp ranks at 16 keys a lane and runs of 64 (widths 129..256, k 33..64),
+      // whose folds keep 8 then 4 keys a lane: unequal widths below 256 (zero keys past a width).
+      {{200, 150}, 50}, {{256, 130}, 33},
   };
   std::vector<TopkCase> all;
   std::uint64_t seed = 1;
