@@ -11,6 +11,8 @@
 //                                   half-warp on its own), sorted descending (log2(LANES M / run) rounds
 //                                   of "max against the reversed neighbour run, then a bitonic
 //                                   clean"; the runs end up identical)
+//   fold_halve<B>, halve_top64      keep_top_half for 16 keys a lane that drops the duplicate
+//                                   copies: 8, then 4 keys a lane (the half-warp ranks, runs of 64)
 // Both are inlined: called with a constant `run`, every loop unrolls and every direction folds.
 // Keys are unsigned integers compared as such; equal keys are interchangeable, so the networks
 // need no stability. Every lane of the warp must take part (full-mask shuffles).
