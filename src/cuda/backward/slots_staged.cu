@@ -8,7 +8,8 @@
 // Kernel staged_slot_walk. Grid (streams p, column steps s, shares j): CTA (p, s, j)
 //   1. stages chunk n's dU and dy rows [C, 256 columns of step s] (f32) in shared memory;
 //   2. walks the groups whose first sorted position falls in its share j of the chunk's C*W + C*R
-//      positions: its warps take batches of kBatch positions from a shared counter and load the
+//      positions: its warps take batches of kBatch positions from a shared counter (the next one
+//      claimed as the current batch's last worker starts, its tasks asked into L1) and load the
 //      batch's tasks (backward/slot_tasks.cu); each worker's own lane works out where its G piece
 //      and its snapshot (write group) or M0 (read-only group, row source bank_at_chunk.cuh) piece
 //      of step s are, and a write group's lane names its snapshot row as the slot's row source;
@@ -47,6 +48,7 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/device_limits.hpp"
+#include "cuda/common/prefetch.cuh"
 #include "cuda/common/rows.cuh"
 
 namespace sdm::cuda {
@@ -458,11 +460,15 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   __syncthreads();
 
   const SlotTask* tasks = st.tasks;
-  for (;;) {
-    int base = 0;
-    if (lane == 0) base = atomicAdd(&next_position, kBatch);
-    base = __shfl_sync(kAllLanes, base, 0);
-    if (base >= end) break;
+  // A warp claims its next batch when it starts the last worker of the current one (so a claimed
+  // batch waits one worker, not a whole batch, while other warps may be idle) and asks L1 for that
+  // batch's tasks; which warp walks a batch never changes a value.
+  const auto claim = [&] {
+    int b = 0;
+    if (lane == 0) b = atomicAdd(&next_position, kBatch);
+    return __shfl_sync(kAllLanes, b, 0);
+  };
+  for (int base = claim(), next = end; base < end; base = next) {
     const int q = base + lane;
     SlotTask task;
     if (lane < kBatch && q < end) task = tasks[q];
@@ -486,8 +492,13 @@ __global__ void __launch_bounds__(kStageThreads, 1)
 #pragma unroll
     for (int k = 0; k < kRing; ++k) fetch_next(ring + k * kSlotBytes);
     int walked = 0;
+    if (workers == 0) next = claim();
     for (unsigned todo = workers; todo != 0; todo &= todo - 1, ++walked) {
       const int b = __ffs(todo) - 1;
+      if ((todo & (todo - 1)) == 0) {  // the batch's last worker
+        next = claim();
+        if (lane < kBatch && next + lane < end) prefetch_l1(tasks + next + lane);
+      }
       unsigned char* ring_slot = ring + (walked % kRing) * kSlotBytes;
       wait_async_groups<kRing - 1>();
       const WorkerRows<Gt> worker = rows_from_lane<kMode, false>(rows, b);
