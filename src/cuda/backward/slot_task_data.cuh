@@ -30,8 +30,9 @@ __device__ __forceinline__ EntryWords entry_words(const SlotTask* task) {
   const uint4 v = __ldg(reinterpret_cast<const uint4*>(&task->tokens));
   return EntryWords{v.x, __uint_as_float(v.y), __uint_as_float(v.z), __uint_as_float(v.w)};
 }
-__device__ __forceinline__ int entry_token(const EntryWords& words) { return static_cast<int>(words.tokens & 0xffffu); }
-__device__ __forceinline__ int read_index(const EntryWords& words) { return static_cast<int>(words.tokens >> 16); }
+// The two halves of an entry's packed `tokens` word (a task's or EntryWords'): token i, read index.
+__device__ __forceinline__ int entry_token(std::uint32_t tokens) { return static_cast<int>(tokens & 0xffffu); }
+__device__ __forceinline__ int read_index(std::uint32_t tokens) { return static_cast<int>(tokens >> 16); }
 
 // The dot planes moved to index e.
 __device__ __forceinline__ DotPlanes planes_at(const DotPlanes& planes, std::int64_t e) {
@@ -40,13 +41,13 @@ __device__ __forceinline__ DotPlanes planes_at(const DotPlanes& planes, std::int
 
 // A task's single write entry (write group size 1, task_holds_entries).
 __device__ __forceinline__ WriteEntry single_write(const SlotTask& task, std::int64_t stride) {
-  return WriteEntry{(task.tokens & 0xffffu) * stride, task.write_scale, task.write_k_eff};
+  return WriteEntry{entry_token(task.tokens) * stride, task.write_scale, task.write_k_eff};
 }
 
 // A task's single read entry (read group size 1, task_holds_entries) in every lane's `mine`.
 __device__ __forceinline__ ReadGroup single_read(const SlotTask& task, const float* dy, const DotPlanes& dq_w,
                                                  std::int64_t stride, std::int64_t R, std::int64_t entry0) {
-  const std::int64_t entry = task.tokens >> 16;
+  const std::int64_t entry = read_index(task.tokens);
   ReadGroup reads;
   reads.dy = dy;
   reads.dq_w = dq_w;

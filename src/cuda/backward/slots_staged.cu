@@ -336,10 +336,9 @@ __device__ __forceinline__ void walk_write_group(const BackwardBuffers& bb, cons
   }
   if (task_holds_entries(task)) {
     const float write_dot =
-        write_member(st, static_cast<int>(task.tokens & 0xffffu), task.write_scale, task.write_k_eff, lane, pre,
-                     acc);
+        write_member(st, entry_token(task.tokens), task.write_scale, task.write_k_eff, lane, pre, acc);
     if (task.role >= 0) {
-      const int index = static_cast<int>(task.tokens >> 16);
+      const int index = read_index(task.tokens);
       const float partial[3] = {lambda_dot, write_dot,
                                 read_member(st, read_token(st, index), task.read_q_w, lane, pre, sum)};
       float* const to[3] = {st.dlambda + q, st.dk_eff + q, st.dq_w + index};
@@ -356,14 +355,14 @@ __device__ __forceinline__ void walk_write_group(const BackwardBuffers& bb, cons
     walk_window<true>(
         st.tasks + q, write_size_of(task), dots, lane,
         [&](const EntryWords& w) {
-          return write_member(st, entry_token(w), w.write_scale, w.write_k_eff, lane, pre, acc);
+          return write_member(st, entry_token(w.tokens), w.write_scale, w.write_k_eff, lane, pre, acc);
         },
         [&](const EntryWords&, int b) { return st.dk_eff + q + b; });
     if (task.role >= 0) {
       walk_window<false>(
           st.tasks + st.CW + task.role, read_size_of(task), dots, lane,
-          [&](const EntryWords& r) { return read_member(st, entry_token(r), r.read_q_w, lane, pre, sum); },
-          [&](const EntryWords& r, int) { return st.dq_w + read_index(r); });
+          [&](const EntryWords& r) { return read_member(st, entry_token(r.tokens), r.read_q_w, lane, pre, sum); },
+          [&](const EntryWords& r, int) { return st.dq_w + read_index(r.tokens); });
     }
   }
   if (task.role >= 0) {
@@ -390,14 +389,14 @@ __device__ __forceinline__ void walk_read_group(const BackwardBuffers& bb, const
   m0_row.template load<true>(lane * kLaneCols, kWarpCols, m0);
   if (read_size_of(task) == 1) {
     const EntryWords own{task.tokens, 0.0f, 0.0f, task.read_q_w};  // the read-only worker's entry is its own
-    const float partial[1] = {read_member(st, entry_token(own), own.read_q_w, lane, m0, sum)};
-    float* const to[1] = {st.dq_w + read_index(own)};
+    const float partial[1] = {read_member(st, entry_token(own.tokens), own.read_q_w, lane, m0, sum)};
+    float* const to[1] = {st.dq_w + read_index(own.tokens)};
     add_dots(dots, partial, to, lane);
   } else {
     walk_window<false>(
         st.tasks + st.CW + q, read_size_of(task), dots, lane,
-        [&](const EntryWords& r) { return read_member(st, entry_token(r), r.read_q_w, lane, m0, sum); },
-        [&](const EntryWords& r, int) { return st.dq_w + read_index(r); });
+        [&](const EntryWords& r) { return read_member(st, entry_token(r.tokens), r.read_q_w, lane, m0, sum); },
+        [&](const EntryWords& r, int) { return st.dq_w + read_index(r.tokens); });
   }
 #pragma unroll
   for (int k = 0; k < kLaneCols; ++k) sum[k] = base[k] + sum[k];
