@@ -29,7 +29,8 @@ struct ChunkRecords {
 // while they hold slot `local` and adds, for each with token j < limit,
 //   row[j] = fmaf(coef * kappa_s, expf(f32(log_w - L_s)), row[j])   (log_w = L[anchor], L_s f64).
 // The first term (token j, weight = coef * kappa_s, decay = expf(f32(log_w - L_s))) is evaluated when
-// the walk is gathered; the rest (rare: a slot written again in the chunk) reload log_w from L.
+// the walk is gathered; the rest (a slot written again in the chunk) are taken by the whole warp
+// (add_walks), with log_w reloaded from L.
 // Only f32 values and positions are kept per item (no f64 in registers across the batch).
 // s < 0: no walk.
 struct Walk {
@@ -89,19 +90,32 @@ __device__ __forceinline__ Walk load_walk(const ChunkRecords& rec, const ItemSta
   return walk;
 }
 
-// Adds the walks of one item, lane by lane in ascending lane order, each lane finishing its whole
-// walk (further terms, rare, loaded on the way) before the next lane starts. So row[j] receives
-// its terms in (lane ascending, sorted position descending) order, whatever the timing.
+// Adds the walks of one item, lane by lane in ascending lane order, each lane's whole walk before
+// the next lane's. A walk's further entries (a slot written again in the chunk) are taken by the
+// whole warp, 32 at a time: lane l takes sorted position top - l, and the entries up to the first
+// one of another slot add their terms at once. Within one walk every entry has another token (a
+// token writes a slot at most once), so no two of those adds touch the same row element, and
+// row[j] still receives its terms in (lane ascending, sorted position descending) order.
 __device__ __forceinline__ void add_walks(const ChunkRecords& rec, const Walk& walk, std::int64_t limit, float* row,
                                           int lane) {
   for (unsigned todo = __ballot_sync(kFullMask, walk.s >= 0); todo != 0; todo &= todo - 1) {
-    if (lane == __ffs(static_cast<int>(todo)) - 1) {
-      if (walk.j < limit) row[walk.j] = fmaf(walk.weight, walk.decay, row[walk.j]);
-      const double log_w = walk.more ? rec.L[walk.anchor] : 0.0;
-      for (int t = walk.s - 1; walk.more && t >= 0 && rec.layout.local_slot(rec.keys[t]) == walk.local;
-           --t) {
-        const int jt = static_cast<int>(rec.layout.token(rec.keys[t]));
-        if (jt < limit) row[jt] = fmaf(walk.coef * rec.kappa[t], core::decay_factor(log_w - rec.L[t]), row[jt]);
+    const int owner = __ffs(static_cast<int>(todo)) - 1;
+    if (lane == owner && walk.j < limit) row[walk.j] = fmaf(walk.weight, walk.decay, row[walk.j]);
+    if (__shfl_sync(kFullMask, walk.more, owner)) {
+      const int s = __shfl_sync(kFullMask, walk.s, owner), local = __shfl_sync(kFullMask, walk.local, owner);
+      const float coef = __shfl_sync(kFullMask, walk.coef, owner);
+      const double log_w = rec.L[__shfl_sync(kFullMask, walk.anchor, owner)];
+      for (int top = s - 1;; top -= 32) {
+        const int t = top - lane;
+        const bool same_slot = t >= 0 && rec.layout.local_slot(rec.keys[t]) == local;
+        const unsigned match = __ballot_sync(kFullMask, same_slot);
+        // The walk's entries: the lanes before the first one of another slot.
+        const bool in_walk = match == kFullMask || lane < __ffs(static_cast<int>(~match)) - 1;
+        if (in_walk) {
+          const int jt = static_cast<int>(rec.layout.token(rec.keys[t]));
+          if (jt < limit) row[jt] = fmaf(coef * rec.kappa[t], core::decay_factor(log_w - rec.L[t]), row[jt]);
+        }
+        if (match != kFullMask) break;
       }
     }
     __syncwarp();
@@ -111,7 +125,8 @@ __device__ __forceinline__ void add_walks(const ChunkRecords& rec, const Walk& w
 // pair_products: one warp per chunk row i (8 rows per CTA): A[i, :] (strictly lower) and QK[i, :]
 // (lower incl. diagonal) accumulated in shared memory, then stored whole (zeros
 // included). Lane l takes token i's write lanes w = l, l+32, ... (then its reads
-// r = l, l+32, ...); each walks its slot group backwards (add_walks). The terms of
+// r = l, l+32, ...); each walks its slot group backwards (add_walks: the warp takes a walk's
+// further entries 32 at a time). The terms of
 // a row are added in the order: lanes w ascending (then reads r ascending), within
 // one lane the group entries by descending sorted position (descending token).
 // The walk starts (prev_pos / q_pos, coalesced) of up to 4 items (w or r blocks
