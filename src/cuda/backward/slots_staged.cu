@@ -256,8 +256,11 @@ __device__ __forceinline__ void add_dots(PendingDots& dots, const float (&partia
 // 1 for dy, the chunk's row in global memory (stride hd).
 template <bool kOnChip>
 __device__ __forceinline__ void token_piece(const float* rows, int token, int hd, int lane, float (&x)[kLaneCols]) {
-  const int stride = kOnChip ? kWarpCols : hd;
-  load_piece<true>(rows + static_cast<std::int64_t>(token) * stride + lane * kLaneCols, 0, kLaneCols, x);
+  if constexpr (kOnChip) {
+    load_piece<true>(rows + token * kWarpCols + lane * kLaneCols, 0, kLaneCols, x);
+  } else {
+    load_piece<true>(rows + static_cast<std::int64_t>(token) * hd + lane * kLaneCols, 0, kLaneCols, x);
+  }
 }
 
 // A write member (token i, scale = -beta_i): acc = fmaf(k_eff, scale dU_i, acc) per column, and
