@@ -447,9 +447,8 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   st.CR = static_cast<int>(geo.C * geo.R);
   st.s = static_cast<int>(blockIdx.y);
   st.hd = hd;
-  const std::int64_t row0 = st.n * geo.C * geo.hd;
   st.du = stage;
-  st.dy = kStaged == 2 ? stage + C * kWarpCols : bb.dy + row0 + st.s * kWarpCols;
+  st.dy = stage + C * kWarpCols;
   st.tasks = bb.slot_tasks + st.n * (st.CW + st.CR);
   st.inverse_R = 1.0f / static_cast<float>(geo.R);
   st.dlambda = &bb.dlambda.at(st.s, st.n * st.CW);
@@ -467,6 +466,8 @@ __global__ void __launch_bounds__(kStageThreads, 1)
                    reinterpret_cast<float**>(mine + kRing * kSlotBytes + kFlush * 32 * sizeof(float)), 0};
 
   wait_for_predecessor();
+  const std::int64_t row0 = st.n * geo.C * geo.hd;
+  if constexpr (kStaged == 1) st.dy = bb.dy + row0 + st.s * kWarpCols;
   stage_token_rows<kStaged>(stage, bb.du + row0, bb.dy + row0, C, hd, st.s * kWarpCols);
   __syncthreads();
 
