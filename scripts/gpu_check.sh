@@ -131,6 +131,7 @@ fuzz_rc=0
 tests_no_pdl_rc=0
 backward_no_pdl_rc=0
 backward_staged_rc=0
+backward_du_only_rc=0
 py_tests_rc=0
 if [ "$tests" = 1 ]; then
   phase "C++ GPU tests"
@@ -169,6 +170,11 @@ if [ "$tests" = 1 ]; then
   SDM_CUDA_SLOT_WALK=staged "$build/tests/gpu/sdm_gpu_backward_tests" >"$out/backward_tests_staged.log" 2>&1
   backward_staged_rc=$?
   echo "staged slot walk: backward rc $backward_staged_rc ($(tail -1 "$out/backward_tests_staged.log"))"
+  # The same with dU alone on chip (dy from global memory), as the walk runs at C = 128.
+  phase "C++ GPU backward tests, staged walk with dU alone on chip (SDM_CUDA_SLOT_WALK=staged_du_only)"
+  SDM_CUDA_SLOT_WALK=staged_du_only "$build/tests/gpu/sdm_gpu_backward_tests" >"$out/backward_tests_du_only.log" 2>&1
+  backward_du_only_rc=$?
+  echo "staged walk, dU alone on chip: backward rc $backward_du_only_rc ($(tail -1 "$out/backward_tests_du_only.log"))"
   echo "without PDL, split steps: forward rc $tests_no_pdl_rc ($(tail -1 "$out/tests_no_pdl.log")), backward rc" \
     "$backward_no_pdl_rc ($(tail -1 "$out/backward_tests_no_pdl.log"))"
   if [ "$torch" = 1 ]; then
@@ -261,6 +267,7 @@ echo "| python package | $package |"
 [ "$tests" = 1 ] && echo "| C++ GPU top-k tests | rc $topk_rc: $(tail -1 "$out/topk_tests.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU tests, SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1 | rc $tests_no_pdl_rc / $backward_no_pdl_rc: $(tail -1 "$out/tests_no_pdl.log"); $(tail -1 "$out/backward_tests_no_pdl.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU backward tests, SDM_CUDA_SLOT_WALK=staged | rc $backward_staged_rc: $(tail -1 "$out/backward_tests_staged.log") |"
+[ "$tests" = 1 ] && echo "| C++ GPU backward tests, SDM_CUDA_SLOT_WALK=staged_du_only | rc $backward_du_only_rc: $(tail -1 "$out/backward_tests_du_only.log") |"
 [ "$tests" = 1 ] && [ "$torch" = 1 ] && echo "| Python GPU tests | rc $py_tests_rc: $(tail -1 "$out/python_tests.log") |"
 [ "$tests" = 1 ] && [ "$torch" = 1 ] && echo "| Python fuzz, CUDA case | rc $fuzz_rc: $(grep -E 'passed|failed' "$out/fuzz_cuda.log" | tail -1) |"
 printf "%s" "$sanitizer_summary"
@@ -273,7 +280,7 @@ fi
 # The exit status: non-zero when any phase that ran failed (the package's build falling back
 # to the staged CMake build counts as a failure too: the pip install is what users run).
 failed=""
-for name in tests_rc backward_rc sort_rc repeated_rc slot_split_rc writer_split_rc topk_rc tests_no_pdl_rc backward_no_pdl_rc backward_staged_rc py_tests_rc fuzz_rc sanitizer_rc \
+for name in tests_rc backward_rc sort_rc repeated_rc slot_split_rc writer_split_rc topk_rc tests_no_pdl_rc backward_no_pdl_rc backward_staged_rc backward_du_only_rc py_tests_rc fuzz_rc sanitizer_rc \
             bench_rc py_bench_rc; do
   [ "${!name}" = 0 ] || failed+=" ${name%_rc}"
 done

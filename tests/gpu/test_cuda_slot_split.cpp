@@ -152,8 +152,9 @@ void expect_bitwise_equal(const GradRun& got, const GradRun& want, const std::st
   expect(equal, what + (differing.empty() ? "" : " (differ:" + differing + ")"));
 }
 
-// Both walks (the per-position kernel at caps 1, 2, 3 and none, the staged walk where it fits)
-// against the automatic choice: bitwise the same gradients and restored bank.
+// Both walks (the per-position kernel at caps 1, 2, 3 and none, the staged walk where it fits, with
+// dU and dy on chip where both fit and with dU alone) against the automatic choice: bitwise the
+// same gradients and restored bank.
 void expect_walk_invariant(SplitRun& run, const GradRun& free_run, DType grad_memory) {
   struct Variant {
     cuda::SlotWalk walk;
@@ -164,7 +165,8 @@ void expect_walk_invariant(SplitRun& run, const GradRun& free_run, DType grad_me
                               {cuda::SlotWalk::per_position, 2, "per-position walk, at most 2 warps a group"},
                               {cuda::SlotWalk::per_position, 3, "per-position walk, at most 3 warps a group"},
                               {cuda::SlotWalk::per_position, 0, "per-position walk, any number of warps a group"},
-                              {cuda::SlotWalk::staged, 0, "staged walk"}};
+                              {cuda::SlotWalk::staged, 0, "staged walk"},
+                              {cuda::SlotWalk::staged_du_only, 0, "staged walk, dU alone on chip"}};
   for (const Variant& v : variants) {
     expect_bitwise_equal(run.backward(v.cap, grad_memory, v.walk), free_run,
                          v.name + ": gradients and restored bank bitwise equal to the automatic walk's");
@@ -247,6 +249,9 @@ void test_heavy_reuse() {
   Case fp32_rows{spec_of(2, 64, 8, 8, 768, 12, 1, bf16, 78), 64};
   fp32_rows.grad_bank_fp32 = true;
   split_case(make_problem(fp32_rows.spec), fp32_rows);
+  // C = 128 at whole column steps: the staged walk stages dU alone (both rows do not fit).
+  split_case(make_problem(spec_of(2, 300, 8, 6, 512, 40, 1, bf16, 90)), {spec_of(2, 300, 8, 6, 512, 40, 1, bf16, 90), 128});
+  split_case(make_problem(spec_of(1, 256, 6, 8, 768, 30, 1, f32, 91)), {spec_of(1, 256, 6, 8, 768, 30, 1, f32, 91), 128});
   // C = 256: groups of ~200 entries, longer than a warp's 32 held entries.
   split_case(make_problem(spec_of(1, 512, 4, 4, 640, 8, 1, f32, 79)), {spec_of(1, 512, 4, 4, 640, 8, 1, f32, 79), 256});
 }

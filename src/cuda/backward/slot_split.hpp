@@ -21,11 +21,13 @@ int slot_split_warps();
 // Sets the cap (n <= 0: none).
 void set_slot_split_warps(int n);
 
-enum class SlotWalk { automatic, per_position, staged };
+// staged_du_only: the staged walk with dU alone on chip (dy from global memory), as it runs where
+// both do not fit (C = 128); for tests at smaller C.
+enum class SlotWalk { automatic, per_position, staged, staged_du_only };
 SlotWalk slot_walk();
 void set_slot_walk(SlotWalk walk);
-// Whether the staged walk's shared memory for chunk size C (2 x C x 256 f32 of token rows and the
-// warps' rings and dot rows) fits one CTA on the current device.
+// Whether the staged walk's shared memory for chunk size C (C x 256 f32 of dU rows, and of dy rows
+// where they fit too, and the warps' rings and dot rows) fits one CTA on the current device.
 bool staged_slot_walk_fits(std::int64_t chunk_size);
 
 }  // namespace sdm::cuda

@@ -6,7 +6,9 @@
 // and G <- rnd(base + sum); the bank is only read, bank_at_chunk.cuh).
 //
 // Kernel staged_slot_walk. Grid (streams p, column steps s, shares j): CTA (p, s, j)
-//   1. stages chunk n's dU and dy rows [C, 256 columns of step s] (f32) in shared memory;
+//   1. stages chunk n's dU and dy rows [C, 256 columns of step s] (f32) in shared memory (kStaged
+//      2); where both do not fit (C = 128: 256 KiB), dU's alone, and a read member loads its dy
+//      piece from global memory (kStaged 1: the same values, so the same bits);
 //   2. walks the groups whose first sorted position falls in its share j of the chunk's C*W + C*R
 //      positions: its warps take batches of kBatch positions from a shared counter (the next one
 //      claimed as the current batch's last worker starts, its tasks asked into L1) and load the
@@ -31,8 +33,9 @@
 // 256 s + 8 l .. + 7, common/rows.cuh; group order; the read sum from +0; one rounding), and each
 // dot's 32 lane partials summed in warp_sum's tree, so every output is bitwise the per-position
 // kernel's (tests/gpu/test_cuda_slot_split.cpp compares them).
-// Shared memory: 2 x C x 256 f32 of token rows (C = 64: 128 KiB) and per warp a ring of kRing
-// (G, M0) pieces and kFlush x 32 partials: one CTA of kStageWarps warps an SM.
+// Shared memory: kStaged x C x 256 f32 of token rows (C = 64, both: 128 KiB; C = 128, dU only:
+// 128 KiB) and per warp a ring of kRing (G, M0) pieces and kFlush x 32 partials: one CTA of
+// kStageWarps warps an SM.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -62,7 +65,6 @@ constexpr int kStageThreads = kStageWarps * 32;
 constexpr int kBatch = 16;
 // Members whose dot partials a warp holds before it sums them (one row of the transpose each).
 constexpr int kFlush = 16;
-constexpr int kStagedRows = 2;  // dU, dy
 
 // The ring: slots a warp keeps in flight, and the bytes of one slot (M0's piece, at most
 // kWarpCols E values, then G's piece).
@@ -81,19 +83,21 @@ __host__ __device__ constexpr std::size_t warp_bytes() {
   return ring_depth<E, Gt>() * ring_slot_bytes<E, Gt>() + kFlush * 32 * sizeof(float) + kFlush * sizeof(float*);
 }
 
+// Shared memory of a CTA that stages `staged` token rows a chunk token (2: dU and dy, 1: dU).
 template <typename E, typename Gt>
-std::size_t stage_bytes(std::int64_t C) {
-  return static_cast<std::size_t>(kStagedRows * C * kWarpCols) * sizeof(float) + kStageWarps * warp_bytes<E, Gt>();
+std::size_t stage_bytes(std::int64_t C, int staged) {
+  return static_cast<std::size_t>(staged * C * kWarpCols) * sizeof(float) + kStageWarps * warp_bytes<E, Gt>();
 }
 
 // ---- 1. copies into shared memory ----------------------------------------------------------------
 
-// Copies rows [C, kWarpCols] at column col0 of chunk rows du, dy (stride hd) into stage
-// ([2][C][kWarpCols]), 16 bytes a copy.
+// Copies rows [C, kWarpCols] at column col0 of chunk rows du (and dy, kStaged 2; stride hd) into
+// stage ([kStaged][C][kWarpCols]), 16 bytes a copy.
+template <int kStaged>
 __device__ __forceinline__ void stage_token_rows(float* stage, const float* du, const float* dy, int C, int hd,
                                                  int col0) {
   constexpr int kCopies = kWarpCols / 4;  // 16-byte copies a row
-  for (int at = static_cast<int>(threadIdx.x); at < kStagedRows * C * kCopies; at += kStageThreads) {
+  for (int at = static_cast<int>(threadIdx.x); at < kStaged * C * kCopies; at += kStageThreads) {
     const int row = at / kCopies, c = (at % kCopies) * 4;
     const float* from = row < C ? du + static_cast<std::int64_t>(row) * hd : dy + static_cast<std::int64_t>(row - C) * hd;
     copy_async<16>(stage + row * kWarpCols + c, from + col0 + c);
@@ -120,9 +124,9 @@ __device__ __forceinline__ std::int64_t snapshot_step_offset(int s) {
 // chunk's tasks and the dots' planes of step s moved to the chunk's first entry.
 struct StagedStep {
   std::int64_t n, p;
-  int CW, CR, s;
-  const float* du;  // [C][kWarpCols] each
-  const float* dy;
+  int CW, CR, s, hd;
+  const float* du;  // [C][kWarpCols] in shared memory
+  const float* dy;  // the same (kStaged 2), or the chunk's rows at column 256 s in global memory (stride hd)
   const SlotTask* tasks;        // the chunk's C*W + C*R positions
   float *dlambda, *dk_eff;      // at the chunk's sorted write position 0
   float* dq_w;                  // at the chunk's read entry 0
@@ -248,9 +252,15 @@ __device__ __forceinline__ void add_dots(PendingDots& dots, const float (&partia
 
 // ---- 3. the walks --------------------------------------------------------------------------------
 
-// The piece of a staged row (token i) at this lane's columns.
-__device__ __forceinline__ void staged_piece(const float* rows, int token, int lane, float (&x)[kLaneCols]) {
-  load_piece<true>(rows + token * kWarpCols + lane * kLaneCols, 0, kLaneCols, x);
+// The piece of token i's row at this lane's columns: a staged row (stride kWarpCols) or, kStaged
+// 1 for dy, the chunk's row in global memory (stride hd).
+template <bool kOnChip>
+__device__ __forceinline__ void token_piece(const float* rows, int token, int hd, int lane, float (&x)[kLaneCols]) {
+  if constexpr (kOnChip) {
+    load_piece<true>(rows + token * kWarpCols + lane * kLaneCols, 0, kLaneCols, x);
+  } else {
+    load_piece<true>(rows + static_cast<std::int64_t>(token) * hd + lane * kLaneCols, 0, kLaneCols, x);
+  }
 }
 
 // A write member (token i, scale = -beta_i): acc = fmaf(k_eff, scale dU_i, acc) per column, and
@@ -258,7 +268,7 @@ __device__ __forceinline__ void staged_piece(const float* rows, int token, int l
 __device__ __forceinline__ float write_member(const StagedStep& st, int token, float scale, float k_eff, int lane,
                                               const float (&pre)[kLaneCols], float (&acc)[kLaneCols]) {
   float u[kLaneCols];
-  staged_piece(st.du, token, lane, u);
+  token_piece<true>(st.du, token, st.hd, lane, u);
   float dot = 0.0f;
 #pragma unroll
   for (int k = 0; k < kLaneCols; ++k) {
@@ -271,10 +281,11 @@ __device__ __forceinline__ float write_member(const StagedStep& st, int token, f
 
 // A read member (token i): sum = fmaf(q_w, dy_i, sum) per column, and its dq_w partial
 // dy_i . m0, which it returns.
+template <int kStaged>
 __device__ __forceinline__ float read_member(const StagedStep& st, int token, float q_w, int lane,
                                              const float (&m0)[kLaneCols], float (&sum)[kLaneCols]) {
   float y[kLaneCols];
-  staged_piece(st.dy, token, lane, y);
+  token_piece<kStaged == 2>(st.dy, token, st.hd, lane, y);
   float dot = 0.0f;
   add_read(q_w, y, kLaneCols, m0, dot, sum);
   return dot;
@@ -320,7 +331,7 @@ __device__ __forceinline__ void walk_window(const SlotTask* window, int size, Pe
 // its G and snapshot pieces in `ring_slot`. A group of one write entry read at most once
 // (task_holds_entries, nearly every group) runs as one straight block, its two or three dot chains
 // side by side.
-template <typename E, typename Gt, SnapshotQuant kMode>
+template <typename E, typename Gt, SnapshotQuant kMode, int kStaged>
 __device__ __forceinline__ void walk_write_group(const BackwardBuffers& bb, const StagedStep& st, const SlotTask& task,
                                                  int q, const WorkerRows<Gt>& rows, const unsigned char* ring_slot,
                                                  PendingDots& dots, int lane) {
@@ -340,7 +351,7 @@ __device__ __forceinline__ void walk_write_group(const BackwardBuffers& bb, cons
     if (task.role >= 0) {
       const int index = read_index(task.tokens);
       const float partial[3] = {lambda_dot, write_dot,
-                                read_member(st, read_token(st, index), task.read_q_w, lane, pre, sum)};
+                                read_member<kStaged>(st, read_token(st, index), task.read_q_w, lane, pre, sum)};
       float* const to[3] = {st.dlambda + q, st.dk_eff + q, st.dq_w + index};
       add_dots(dots, partial, to, lane);
     } else {
@@ -361,7 +372,7 @@ __device__ __forceinline__ void walk_write_group(const BackwardBuffers& bb, cons
     if (task.role >= 0) {
       walk_window<false>(
           st.tasks + st.CW + task.role, read_size_of(task), dots, lane,
-          [&](const EntryWords& r) { return read_member(st, entry_token(r.tokens), r.read_q_w, lane, pre, sum); },
+          [&](const EntryWords& r) { return read_member<kStaged>(st, entry_token(r.tokens), r.read_q_w, lane, pre, sum); },
           [&](const EntryWords& r, int) { return st.dq_w + read_index(r.tokens); });
     }
   }
@@ -374,7 +385,7 @@ __device__ __forceinline__ void walk_write_group(const BackwardBuffers& bb, cons
 
 // Step s of the read-only group whose worker's task sits at sorted read position q (its rows `rows`,
 // M0's row source rows.m0_row); its G and M0 pieces in `ring_slot`.
-template <typename E, typename Gt, SnapshotQuant kMode>
+template <typename E, typename Gt, SnapshotQuant kMode, int kStaged>
 __device__ __forceinline__ void walk_read_group(const BackwardBuffers& bb, const StagedStep& st, const SlotTask& task,
                                                 int q, const WorkerRows<Gt>& rows, const unsigned char* ring_slot,
                                                 PendingDots& dots, int lane) {
@@ -389,13 +400,13 @@ __device__ __forceinline__ void walk_read_group(const BackwardBuffers& bb, const
   m0_row.template load<true>(lane * kLaneCols, kWarpCols, m0);
   if (read_size_of(task) == 1) {
     const EntryWords own{task.tokens, 0.0f, 0.0f, task.read_q_w};  // the read-only worker's entry is its own
-    const float partial[1] = {read_member(st, entry_token(own.tokens), own.read_q_w, lane, m0, sum)};
+    const float partial[1] = {read_member<kStaged>(st, entry_token(own.tokens), own.read_q_w, lane, m0, sum)};
     float* const to[1] = {st.dq_w + read_index(own.tokens)};
     add_dots(dots, partial, to, lane);
   } else {
     walk_window<false>(
         st.tasks + st.CW + q, read_size_of(task), dots, lane,
-        [&](const EntryWords& r) { return read_member(st, entry_token(r.tokens), r.read_q_w, lane, m0, sum); },
+        [&](const EntryWords& r) { return read_member<kStaged>(st, entry_token(r.tokens), r.read_q_w, lane, m0, sum); },
         [&](const EntryWords& r, int) { return st.dq_w + read_index(r.tokens); });
   }
 #pragma unroll
@@ -420,8 +431,8 @@ __device__ __forceinline__ SlotTask task_from_lane(const SlotTask& t, int lane, 
 }
 
 // staged_slot_walk in detail: see the file's header. Grid (p_count, dot steps, shares),
-// kStageThreads threads, stage_bytes<E, Gt>(C) of dynamic shared memory.
-template <typename E, typename Gt, SnapshotQuant kMode>
+// kStageThreads threads, stage_bytes<E, Gt>(C, kStaged) of dynamic shared memory.
+template <typename E, typename Gt, SnapshotQuant kMode, int kStaged>
 __global__ void __launch_bounds__(kStageThreads, 1)
     staged_slot_walk(Geometry geo, BackwardBuffers bb, std::int64_t ti) {
   extern __shared__ float4 stage_words[];
@@ -435,6 +446,7 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   st.CW = static_cast<int>(geo.C * geo.W);
   st.CR = static_cast<int>(geo.C * geo.R);
   st.s = static_cast<int>(blockIdx.y);
+  st.hd = hd;
   st.du = stage;
   st.dy = stage + C * kWarpCols;
   st.tasks = bb.slot_tasks + st.n * (st.CW + st.CR);
@@ -448,14 +460,15 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   if (threadIdx.x == 0) next_position = first;
   constexpr int kRing = ring_depth<E, Gt>();
   constexpr std::size_t kSlotBytes = ring_slot_bytes<E, Gt>();
-  unsigned char* mine = reinterpret_cast<unsigned char*>(stage + kStagedRows * C * kWarpCols) + warp * warp_bytes<E, Gt>();
+  unsigned char* mine = reinterpret_cast<unsigned char*>(stage + kStaged * C * kWarpCols) + warp * warp_bytes<E, Gt>();
   unsigned char* ring = mine;
   PendingDots dots{reinterpret_cast<float*>(mine + kRing * kSlotBytes),
                    reinterpret_cast<float**>(mine + kRing * kSlotBytes + kFlush * 32 * sizeof(float)), 0};
 
   wait_for_predecessor();
   const std::int64_t row0 = st.n * geo.C * geo.hd;
-  stage_token_rows(stage, bb.du + row0, bb.dy + row0, C, hd, st.s * kWarpCols);
+  if constexpr (kStaged == 1) st.dy = bb.dy + row0 + st.s * kWarpCols;
+  stage_token_rows<kStaged>(stage, bb.du + row0, bb.dy + row0, C, hd, st.s * kWarpCols);
   __syncthreads();
 
   const SlotTask* tasks = st.tasks;
@@ -502,9 +515,9 @@ __global__ void __launch_bounds__(kStageThreads, 1)
       wait_async_groups<kRing - 1>();
       const WorkerRows<Gt> worker = rows_from_lane<kMode, false>(rows, b);
       if (base + b < st.CW) {
-        walk_write_group<E, Gt, kMode>(bb, st, task_from_lane(task, b, true), base + b, worker, ring_slot, dots, lane);
+        walk_write_group<E, Gt, kMode, kStaged>(bb, st, task_from_lane(task, b, true), base + b, worker, ring_slot, dots, lane);
       } else {
-        walk_read_group<E, Gt, kMode>(bb, st, task_from_lane(task, b, false), base + b - st.CW, worker, ring_slot,
+        walk_read_group<E, Gt, kMode, kStaged>(bb, st, task_from_lane(task, b, false), base + b - st.CW, worker, ring_slot,
                                       dots, lane);
       }
       fetch_next(ring_slot);  // the walk consumed the slot's loads: refill it
@@ -522,10 +535,21 @@ std::int64_t staged_shares(const Geometry& geo, std::int64_t steps) {
   return shares < 1 ? 1 : shares > most ? most : shares;
 }
 
-template <typename E, typename Gt, SnapshotQuant kMode>
+SlotWalk& walk_choice();
+
+// The token rows a CTA stages: dU and dy where they fit with the warps' shares, else (or when
+// SlotWalk::staged_du_only asks) dU alone; staged_slot_walk_fits says one of the two fits. The
+// choice changes no value.
+template <typename E, typename Gt>
+int staged_rows(std::int64_t C) {
+  if (walk_choice() == SlotWalk::staged_du_only) return 1;
+  return stage_bytes<E, Gt>(C, 2) + 16 <= shared_memory_optin() ? 2 : 1;
+}
+
+template <typename E, typename Gt, SnapshotQuant kMode, int kStaged>
 void launch(const Geometry& geo, const BackwardBuffers& bb, std::int64_t ti, cudaStream_t stream) {
-  const auto kernel = staged_slot_walk<E, Gt, kMode>;
-  const std::size_t smem = stage_bytes<E, Gt>(geo.C);
+  const auto kernel = staged_slot_walk<E, Gt, kMode, kStaged>;
+  const std::size_t smem = stage_bytes<E, Gt>(geo.C, kStaged);
   allow_dynamic_shared_memory(kernel, smem, "cudaFuncSetAttribute (staged_slot_walk shared memory)");
   const std::int64_t steps = bb.dot_steps, shares = staged_shares(geo, steps);
   const dim3 grid(static_cast<unsigned>(geo.p_count), static_cast<unsigned>(steps), static_cast<unsigned>(shares));
@@ -537,6 +561,7 @@ SlotWalk& walk_choice() {
     const char* value = std::getenv("SDM_CUDA_SLOT_WALK");
     if (value != nullptr && std::strcmp(value, "positions") == 0) return SlotWalk::per_position;
     if (value != nullptr && std::strcmp(value, "staged") == 0) return SlotWalk::staged;
+    if (value != nullptr && std::strcmp(value, "staged_du_only") == 0) return SlotWalk::staged_du_only;
     return SlotWalk::automatic;
   }();
   return walk;
@@ -548,11 +573,11 @@ SlotWalk slot_walk() { return walk_choice(); }
 void set_slot_walk(SlotWalk walk) { walk_choice() = walk; }
 
 bool staged_slot_walk_fits(std::int64_t chunk_size) {
-  // The most any variant asks (f32 bank and G rows), plus the static counter.
-  return stage_bytes<float, float>(chunk_size) + 16 <= shared_memory_optin();
+  // The most any variant asks (f32 bank and G rows) with dU alone staged, plus the static counter.
+  return stage_bytes<float, float>(chunk_size, 1) + 16 <= shared_memory_optin();
 }
 
-// The automatic choice: the walk stages C x 256 x 2 f32 a CTA, which pays only where each of the
+// The automatic choice: the walk stages C x 256 f32 rows a CTA, which pays only where each of the
 // CTA's warps gets at least one batch of positions. Measured on an H100 (docs/performance.md, stop
 // 40): small (P 4, W = R = 16, hd 128: 62 positions a share) 1.53 -> 1.64-1.71 ms with the walk;
 // readme (372 a share), big (910) and flagship (3277) faster or equal.
@@ -564,14 +589,21 @@ bool use_staged_slot_walk(const Geometry& geo, const BackwardBuffers& bb) {
   if (!bb.vec8 || geo.hd % kWarpCols != 0 || !staged_slot_walk_fits(geo.C)) return false;
   switch (walk_choice()) {
     case SlotWalk::per_position: return false;
-    case SlotWalk::staged: return true;
+    case SlotWalk::staged:
+    case SlotWalk::staged_du_only: return true;
     default: return staged_walk_pays(geo, bb);
   }
 }
 
 void launch_staged_slot_side(const Geometry& geo, const BackwardBuffers& bb, std::int64_t ti, cudaStream_t stream) {
   dispatch_slot_kernel(bb, [&]<typename E, typename Gt, bool kVec, SnapshotQuant kMode>() {
-    if constexpr (kVec) launch<E, Gt, kMode>(geo, bb, ti, stream);
+    if constexpr (kVec) {
+      if (staged_rows<E, Gt>(geo.C) == 2) {
+        launch<E, Gt, kMode, 2>(geo, bb, ti, stream);
+      } else {
+        launch<E, Gt, kMode, 1>(geo, bb, ti, stream);
+      }
+    }
   });
 }
 
