@@ -103,7 +103,8 @@ __device__ __forceinline__ void merge_up_to(K (&x)[M], bool descending, int lane
   }
 }
 
-// RUN > 0: run is the constant RUN and every merge unrolls; 0: a run known at run time only.
+// RUN > 0: run is the constant RUN and the templates unroll every merge; 0: the merges are a loop over
+// `run`, which the compiler unrolls where `run` is a constant after inlining.
 template <int M, int RUN = 0, typename K>
 __device__ __forceinline__ void sort_runs(K (&x)[M], int run, bool descending, int lane) {
   // The direction-free bitonic sort: merging two sorted halves of a block of s compares element g
@@ -134,8 +135,18 @@ __device__ __forceinline__ void sort_runs(K (&x)[M], int run, bool descending, i
   if constexpr (RUN > 0) {
     merge_up_to<M, 2 * M, RUN>(x, descending, lane);
   } else {
+    // The mirror step written out, not merge_mirror: with that call in the loop, NVVM stopped
+    // unrolling it where `run` is a constant (next_running, store_by_id, rank_columns at 64-bit keys;
+    // f32 KMAX 64 forward: 2250 -> 1886 SASS shuffles; 3x64 k64 f32 11 % slower on the H100).
+    // Written out, every forward kernel but bf16 KMAX 64 (the halving path's) is 3c1c8e4's SASS.
     for (int s = 2 * M; s <= run; s *= 2) {
-      merge_mirror(x, s, descending, lane);
+      const int mirror = s / M - 1;
+      const bool keep_big = ((lane & (s / (2 * M))) == 0) == descending;
+      K y[M];
+#pragma unroll
+      for (int r = 0; r < M; ++r) y[r] = __shfl_xor_sync(kFullMask, x[M - 1 - r], mirror);
+#pragma unroll
+      for (int r = 0; r < M; ++r) x[r] = keep_big ? (x[r] > y[r] ? x[r] : y[r]) : (x[r] < y[r] ? x[r] : y[r]);
       for (int d = s / 4; d >= M; d /= 2) step_across_lanes(x, d / M, descending, lane);
       steps_in_lane(x, descending);
     }
