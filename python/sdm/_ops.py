@@ -137,9 +137,9 @@ def _reference_write_read_backward_fake(memory, k_idx, k_val, v, beta, g, q_idx,
 
 # ---- autograd of the functional ops (docs/spec.md §11) --------------------------------------------
 # Gradients reach the initial bank and every float input (k_val, v, beta, g, q_val); an
-# incoming final-bank gradient is passed to the backward. The backward op works on its own
-# clone of the final bank, so no tensor the caller can see is modified. The indices are
-# integers and get no gradient.
+# incoming final-bank gradient is passed to the backward. The backward op only reads the final
+# bank (the bank at each chunk's start comes from it and the saved snapshot rows), so no tensor
+# the caller can see is modified. The indices are integers and get no gradient.
 
 
 def _write_read_setup(ctx, inputs, keyword_only_inputs, output):

@@ -11,6 +11,7 @@
 // act as no-ops.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -21,6 +22,7 @@
 
 #include "core/snapshot_quant.hpp"
 #include "core/validate.hpp"
+#include "cuda/common/device_limits.hpp"
 #include "device_tensor.hpp"
 #include "gpu_test_harness.hpp"
 #include "host_tensor.hpp"
@@ -855,6 +857,52 @@ void test_snapshot_codec_exhaustive() {
   }
   check_row_scales();
 }
+
+// ---- programmatic dependent launch only where the kernels wait ---------------------------------
+
+// Whether the code the device loads for this build holds the kernels' griddepcontrol.wait, from
+// the build's architectures (SDM_CUDA_ARCHS, CMake's syntax: "90", "80-virtual", "80;90-real") and
+// the device's compute capability: the driver takes the SASS of an architecture of the device's
+// major version at or below it, else JIT-compiles the PTX of the highest architecture at or below
+// it; the wait is there when that architecture is sm_90 or later. Unparsable entries ("native")
+// leave `known` false.
+bool kernels_wait(const std::string& archs, int device_cc, bool& known) {
+  int sass = 0, ptx = 0;
+  known = true;
+  std::size_t at = 0;
+  while (at <= archs.size()) {
+    const std::size_t end = std::min(archs.find(',', at), archs.size());
+    const std::string entry = archs.substr(at, end - at);
+    at = end + 1;
+    if (entry.empty()) continue;
+    std::size_t digits = 0;
+    while (digits < entry.size() && entry[digits] >= '0' && entry[digits] <= '9') ++digits;
+    if (digits == 0) {
+      known = false;
+      continue;
+    }
+    const int arch = std::stoi(entry.substr(0, digits));
+    const bool virtual_only = entry.find("-virtual") != std::string::npos;
+    const bool real_only = entry.find("-real") != std::string::npos;
+    if (!virtual_only && arch / 10 == device_cc / 10 && arch <= device_cc) sass = std::max(sass, arch);
+    if (!real_only && arch <= device_cc) ptx = std::max(ptx, arch);
+  }
+  return (sass != 0 ? sass : ptx) >= 90;
+}
+
+void test_dependent_launch_only_where_kernels_wait() {
+  int device = 0, major = 0, minor = 0;
+  cuda_ok(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_ok(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "compute capability");
+  cuda_ok(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "compute capability");
+  bool known = false;
+  const bool want = kernels_wait(SDM_TEST_CUDA_ARCHS, major * 10 + minor, known);
+  expect(known, std::string("the build's architectures are explicit (SDM_CUDA_ARCHS ") + SDM_TEST_CUDA_ARCHS + ")");
+  const bool got = cuda::dependent_launch_safe();
+  std::printf("  SDM_CUDA_ARCHS %s on compute capability %d.%d: PDL %s\n", SDM_TEST_CUDA_ARCHS, major, minor,
+              got ? "on" : "off (the kernels have no griddepcontrol.wait)");
+  expect(got == want, "dependent launches exactly where the loaded kernels hold griddepcontrol.wait");
+}
 }  // namespace
 
 // Arguments: substrings of test names to run (all tests without any), --verbose (gpu_test_harness.hpp).
@@ -871,6 +919,7 @@ int main(int argc, char** argv) {
       {"CUDA vs CPU engine", test_cuda_vs_cpu_engine},
       {"bank of more than 2^32 elements", test_bank_over_2_pow_32_elements},
       {"snapshot quantiser: device == host, exhaustive", test_snapshot_codec_exhaustive},
+      {"dependent launch only where the kernels wait", test_dependent_launch_only_where_kernels_wait},
   };
   return run_gpu_tests("sdm_gpu_tests", tests, argc, argv);
 }

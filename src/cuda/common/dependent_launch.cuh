@@ -11,6 +11,12 @@
 //
 // SDM_CUDA_PDL=0 in the environment launches them normally instead (read once per process; for
 // A/B measurements: PDL only changes when a kernel is scheduled, never what it computes).
+//
+// PDL is safe only where the kernels hold that wait: code generated for sm_90 or later. A build
+// for older GPUs that the driver JIT-compiles from its PTX on a Hopper (SDM_CUDA_ARCHS=80, say)
+// has none (the wait is compiled in for __CUDA_ARCH__ >= 900 only), and a kernel launched with PDL
+// could then read its predecessor's results before they are visible; such kernels, and every
+// kernel on a device before sm_90, launch normally (device_limits.hpp dependent_launch_safe).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +26,7 @@
 #include <utility>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_limits.hpp"
 
 namespace sdm::cuda {
 
@@ -56,11 +63,13 @@ void launch_with_pdl(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block,
   check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), name);
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), with PDL unless SDM_CUDA_PDL=0.
+// kernel<<<grid, block, smem, stream>>>(args...), with PDL unless SDM_CUDA_PDL=0 or the kernels
+// lack the wait on this device.
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
                       const char* name, Args&&... args) {
-  launch_with_pdl(dependent_launch_enabled(), kernel, grid, block, smem, stream, name, std::forward<Args>(args)...);
+  launch_with_pdl(dependent_launch_enabled() && dependent_launch_safe(), kernel, grid, block, smem, stream, name,
+                  std::forward<Args>(args)...);
 }
 
 }  // namespace sdm::cuda

@@ -3,11 +3,13 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <utility>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/dependent_launch.cuh"
 
 namespace sdm::cuda {
 namespace {
@@ -35,7 +37,30 @@ int cached_attribute(cudaDeviceAttr attribute, const char* what) {
 
 constexpr std::size_t kDefaultSharedMemory = 48 * 1024;
 
+// Compiled for the library's architectures like every kernel: the code the device loads for it
+// (SASS, or PTX the driver JIT-compiles) comes from the same architecture as the others'.
+__global__ void dependent_launch_probe() { wait_for_predecessor(); }
+
+constexpr int kMaxDevices = 64;
+constexpr int kFirstWaitingPtx = 90;  // griddepcontrol.wait is compiled in for sm_90 and later
+
 }  // namespace
+
+bool dependent_launch_safe() {
+  // Per device: 0 not asked yet, 1 safe, 2 not (two threads asking at once store the same answer).
+  // Lock-free: every dependent launch asks.
+  static std::atomic<unsigned char> answers[kMaxDevices] = {};
+  const int device = current_device("cudaGetDevice (dependent launch)");
+  if (device < 0 || device >= kMaxDevices) return false;
+  const unsigned char known = answers[device].load(std::memory_order_relaxed);
+  if (known != 0) return known == 1;
+  cudaFuncAttributes attributes{};
+  check_cuda(cudaFuncGetAttributes(&attributes, dependent_launch_probe),
+             "cudaFuncGetAttributes (dependent launch probe)");
+  const bool safe = attributes.ptxVersion >= kFirstWaitingPtx;
+  answers[device].store(safe ? 1 : 2, std::memory_order_relaxed);
+  return safe;
+}
 
 int multiprocessor_count() {
   return cached_attribute(cudaDevAttrMultiProcessorCount, "cudaDeviceGetAttribute (SM count)");

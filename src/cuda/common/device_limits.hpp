@@ -1,6 +1,7 @@
 // device_limits.hpp - what the current device allows, asked once per device: its SM count, the
-// shared memory a block may opt in to, and the per-kernel opt-in for more than 48 KiB of shared
-// memory. Launch shapes and path choices read them; no kernel's result depends on them.
+// shared memory a block may opt in to, the per-kernel opt-in for more than 48 KiB of shared
+// memory, and whether the library's kernels may take programmatic dependent launch. Launch shapes
+// and path choices read them; no kernel's result depends on them.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,14 @@ int multiprocessor_count();
 // The most shared memory one block may use on the current device once it opts in
 // (cudaDevAttrMaxSharedMemoryPerBlockOptin), cached per device.
 std::size_t shared_memory_optin();
+
+// Whether this library's kernels, as the current device loads them, begin with
+// wait_for_predecessor's griddepcontrol.wait (dependent_launch.cuh), so that a launch with
+// programmatic dependent launch (PDL) is safe: their PTX is of sm_90 or later
+// (cudaFuncAttributes::ptxVersion of a probe kernel compiled with them; the library's kernels are
+// all compiled for the same architectures). False on devices before sm_90, and on a Hopper that
+// JIT-compiles a build for older GPUs (SDM_CUDA_ARCHS=80). Cached per device.
+bool dependent_launch_safe();
 
 // Lets `kernel` launch on the current device with `bytes` of dynamic shared memory. CUDA needs the
 // function's limit raised (cudaFuncAttributeMaxDynamicSharedMemorySize) once its static and
