@@ -10,7 +10,7 @@ namespace sdm::cuda {
 // 32 bytes bypass L1 (.cg).
 template <int kBytes>
 __device__ __forceinline__ void copy_async(void* shared, const void* global) {
-  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16 || kBytes == 32, "cp.async copies 4, 8 or 16 bytes");
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16 || kBytes == 32, "cp.async copies 4, 8, 16 or 32 bytes");
   const auto to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
   if constexpr (kBytes == 32) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(global) : "memory");

@@ -107,12 +107,13 @@ __device__ __forceinline__ void add_walks(const ChunkRecords& rec, const Walk& w
       const double log_w = rec.L[__shfl_sync(kFullMask, walk.anchor, owner)];
       for (int top = s - 1;; top -= 32) {
         const int t = top - lane;
-        const bool same_slot = t >= 0 && rec.layout.local_slot(rec.keys[t]) == local;
+        const std::uint64_t key = t >= 0 ? rec.keys[t] : 0;
+        const bool same_slot = t >= 0 && rec.layout.local_slot(key) == local;
         const unsigned match = __ballot_sync(kFullMask, same_slot);
         // The walk's entries: the lanes before the first one of another slot.
         const bool in_walk = match == kFullMask || lane < __ffs(static_cast<int>(~match)) - 1;
         if (in_walk) {
-          const int jt = static_cast<int>(rec.layout.token(rec.keys[t]));
+          const int jt = static_cast<int>(rec.layout.token(key));
           if (jt < limit) row[jt] = fmaf(coef * rec.kappa[t], core::decay_factor(log_w - rec.L[t]), row[jt]);
         }
         if (match != kFullMask) break;
