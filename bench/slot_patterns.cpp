@@ -69,29 +69,49 @@ std::vector<std::int32_t> strided_slots(std::int64_t P, std::int64_t T, std::int
   return out;
 }
 
-// Product-key top-width slots of every token (slot_patterns.hpp), with a fixed per-key score bias
-// of standard deviation `bias` (0: none).
-std::vector<std::int32_t> product_key_slots(std::int64_t P, std::int64_t T, std::int64_t width, std::int64_t sps,
-                                            std::uint64_t seed, double bias) {
-  const auto n = static_cast<std::int64_t>(std::sqrt(static_cast<double>(sps)));
-  const std::int64_t keys = 2 * n, k1 = std::min(width, n);
-  if (n * n < width) throw std::invalid_argument("product_key slots: width exceeds isqrt(sps)^2");
+// The addressing state of one product-key draw: every stream's latent (AR(1) over tokens, 64
+// dims), the keys' fixed score biases, and the writes' and reads' own projections.
+struct ProductKeyDraw {
+  std::int64_t P, T, sps, n;  // n = isqrt(sps) keys per factor
+  std::vector<float> z, key_bias, write_proj, read_proj;
+};
+
+// Draws, in this order: the latents, the writes' projection, the key biases (standard deviation
+// `bias`, 0: none), then the reads' projection (so the writes of a seed are those drawn before
+// the reads shared the latent).
+ProductKeyDraw draw_product_keys(std::int64_t P, std::int64_t T, std::int64_t sps, std::uint64_t seed, double bias) {
+  ProductKeyDraw d{P, T, sps, static_cast<std::int64_t>(std::sqrt(static_cast<double>(sps))), {}, {}, {}, {}};
+  const std::int64_t keys = 2 * d.n;
   Draws draws(seed);
-  // The latent of every stream (AR(1) over tokens), the projection and the keys' biases.
-  std::vector<float> z(static_cast<std::size_t>(P * T * kLatentDims));
+  d.z.resize(static_cast<std::size_t>(P * T * kLatentDims));
   const double innovation = std::sqrt(1.0 - kLatentRho * kLatentRho);
   for (std::int64_t p = 0; p < P; ++p) {
     for (std::int64_t t = 0; t < T; ++t) {
-      for (int d = 0; d < kLatentDims; ++d) {
-        const std::size_t i = static_cast<std::size_t>((p * T + t) * kLatentDims + d);
-        z[i] = static_cast<float>(t == 0 ? draws.normal() : kLatentRho * z[i - kLatentDims] + innovation * draws.normal());
+      for (int k = 0; k < kLatentDims; ++k) {
+        const std::size_t i = static_cast<std::size_t>((p * T + t) * kLatentDims + k);
+        d.z[i] = static_cast<float>(t == 0 ? draws.normal() : kLatentRho * d.z[i - kLatentDims] + innovation * draws.normal());
       }
     }
   }
-  std::vector<float> proj(static_cast<std::size_t>(kLatentDims * keys)), key_bias(static_cast<std::size_t>(keys));
-  for (float& x : proj) x = static_cast<float>(kProjScale * draws.normal());
-  for (float& x : key_bias) x = static_cast<float>(bias * draws.normal());
+  const auto projection = [&] {
+    std::vector<float> proj(static_cast<std::size_t>(kLatentDims * keys));
+    for (float& x : proj) x = static_cast<float>(kProjScale * draws.normal());
+    return proj;
+  };
+  d.write_proj = projection();
+  d.key_bias.resize(static_cast<std::size_t>(keys));
+  for (float& x : d.key_bias) x = static_cast<float>(bias * draws.normal());
+  d.read_proj = projection();
+  return d;
+}
 
+// Product-key top-width slots of every token (slot_patterns.hpp) of scores z_t . proj + key_bias.
+std::vector<std::int32_t> product_key_slots(const ProductKeyDraw& draw, const std::vector<float>& proj,
+                                            std::int64_t width) {
+  const std::int64_t P = draw.P, T = draw.T, n = draw.n, sps = draw.sps, keys = 2 * n, k1 = std::min(width, n);
+  if (n * n < width) throw std::invalid_argument("product_key slots: width exceeds isqrt(sps)^2");
+  const std::vector<float>& z = draw.z;
+  const std::vector<float>& key_bias = draw.key_bias;
   std::vector<std::int32_t> out(static_cast<std::size_t>(P * T * width));
   for_token_ranges(P, T, [&](std::int64_t p, std::int64_t t_begin, std::int64_t t_end) {
     std::vector<float> score(static_cast<std::size_t>(keys)), sums(static_cast<std::size_t>(k1 * k1));
@@ -155,15 +175,15 @@ const char* slot_pattern_name(SlotPattern pattern) {
   return "?";
 }
 
-std::vector<std::int32_t> make_slots(SlotPattern pattern, std::int64_t P, std::int64_t T, std::int64_t width,
-                                     std::int64_t sps, std::uint64_t seed) {
-  if (width < 1 || width > sps) throw std::invalid_argument("make_slots: width must be in [1, sps]");
-  switch (pattern) {
-    case SlotPattern::strided: return strided_slots(P, T, width, sps, seed);
-    case SlotPattern::product_key: return product_key_slots(P, T, width, sps, seed, 0.0);
-    case SlotPattern::heavy_reuse: return product_key_slots(P, T, width, sps, seed, kHeavyBias);
+WriteReadSlots make_write_read_slots(SlotPattern pattern, std::int64_t P, std::int64_t T, std::int64_t W,
+                                     std::int64_t R, std::int64_t sps, std::uint64_t seed) {
+  for (const std::int64_t width : {W, R}) {
+    if (width < 1 || width > sps) throw std::invalid_argument("make_write_read_slots: W and R must be in [1, sps]");
   }
-  return {};
+  if (pattern == SlotPattern::strided) return {strided_slots(P, T, W, sps, seed), strided_slots(P, T, R, sps, seed + 1)};
+  const ProductKeyDraw draw =
+      draw_product_keys(P, T, sps, seed, pattern == SlotPattern::heavy_reuse ? kHeavyBias : 0.0);
+  return {product_key_slots(draw, draw.write_proj, W), product_key_slots(draw, draw.read_proj, R)};
 }
 
 double distinct_fraction(const std::vector<std::int32_t>& slots, std::int64_t P, std::int64_t T, std::int64_t width,
@@ -183,6 +203,30 @@ double distinct_fraction(const std::vector<std::int32_t>& slots, std::int64_t P,
     }
   }
   return chunks > 0 ? sum / static_cast<double>(chunks) : 1.0;
+}
+
+
+double read_written_fraction(const WriteReadSlots& slots, std::int64_t P, std::int64_t T, std::int64_t W,
+                             std::int64_t R, std::int64_t C) {
+  double sum = 0.0;
+  std::int64_t chunks = 0;
+  std::vector<std::int32_t> written;
+  for (std::int64_t p = 0; p < P; ++p) {
+    for (std::int64_t t0 = 0; t0 < T; t0 += C) {
+      const std::int64_t t1 = std::min(T, t0 + C);
+      const std::int32_t* first = slots.writes.data() + (p * T + t0) * W;
+      written.assign(first, first + (t1 - t0) * W);
+      std::sort(written.begin(), written.end());
+      const std::int32_t* reads = slots.reads.data() + (p * T + t0) * R;
+      std::int64_t hits = 0;
+      for (std::int64_t i = 0; i < (t1 - t0) * R; ++i) {
+        hits += std::binary_search(written.begin(), written.end(), reads[i]) ? 1 : 0;
+      }
+      sum += static_cast<double>(hits) / static_cast<double>((t1 - t0) * R);
+      ++chunks;
+    }
+  }
+  return chunks > 0 ? sum / static_cast<double>(chunks) : 0.0;
 }
 
 }  // namespace sdm::bench

@@ -1,7 +1,8 @@
 // slot_patterns.hpp - the bank rows the benchmarks write and read: host-side generators of the
 // k_idx / q_idx tensors [P, T, width] (absolute rows, stream p's in [p*sps, (p+1)*sps), the
-// `width` slots of a token distinct), one per addressing pattern, and the reuse statistic that
-// sets the cost of a chunk (the fraction of a chunk's write entries that hit distinct rows).
+// `width` slots of a token distinct), one per addressing pattern, and the reuse statistics that
+// set the cost of a chunk (the fraction of a chunk's write entries that hit distinct rows, and of
+// its read entries that land on rows it writes).
 //
 // Patterns:
 //   strided      token t's slots offset_t + w * (sps / width) + jitter_w (mod sps): every slot of a
@@ -29,13 +30,24 @@ enum class SlotPattern { strided, product_key, heavy_reuse };
 SlotPattern parse_slot_pattern(const std::string& name);
 const char* slot_pattern_name(SlotPattern pattern);
 
-// Slots [P, T, width] (stream-major, token-major, lane fastest) of `pattern`; width <= sps.
-// Different seeds give independent draws (the benchmarks use one for k_idx and another for q_idx).
-std::vector<std::int32_t> make_slots(SlotPattern pattern, std::int64_t P, std::int64_t T, std::int64_t width,
-                                     std::int64_t sps, std::uint64_t seed);
+// The k_idx [P, T, W] and q_idx [P, T, R] slots of one draw (stream-major, token-major, lane
+// fastest). product_key / heavy_reuse: writes and reads from one latent and one set of key biases,
+// each side with its own projection, as a layer's write and read keys are two projections of one
+// token over the same keys (bench/compare's inputs are drawn so too). So under heavy_reuse most
+// read entries (about 0.7 of a chunk's) land on rows the chunk writes, under product_key few (about
+// 0.05). strided: writes and reads drawn independently.
+struct WriteReadSlots {
+  std::vector<std::int32_t> writes, reads;
+};
+WriteReadSlots make_write_read_slots(SlotPattern pattern, std::int64_t P, std::int64_t T, std::int64_t W,
+                                     std::int64_t R, std::int64_t sps, std::uint64_t seed);
 
 // Mean over the chunks of C tokens (the last partial one included) of distinct rows / entries.
 double distinct_fraction(const std::vector<std::int32_t>& slots, std::int64_t P, std::int64_t T, std::int64_t width,
                          std::int64_t C);
+
+// Mean over the chunks of C tokens of the fraction of read entries whose row the chunk writes.
+double read_written_fraction(const WriteReadSlots& slots, std::int64_t P, std::int64_t T, std::int64_t W,
+                             std::int64_t R, std::int64_t C);
 
 }  // namespace sdm::bench

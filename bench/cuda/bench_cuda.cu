@@ -101,7 +101,8 @@ DeviceTensor device_slots(const std::vector<std::int32_t>& slots, std::vector<st
 
 struct Inputs {
   DeviceTensor memory, k_idx, k_val, v, beta, g, q_idx, q_val, readings;
-  double distinct = 1.0;  // distinct rows / write entries of a chunk of `chunk` tokens (mean)
+  double distinct = 1.0;      // distinct rows / write entries of a chunk of `chunk` tokens (mean)
+  double read_written = 0.0;  // read entries whose row the chunk writes / read entries (mean)
   Inputs(const Config& c, bench::SlotPattern pattern, std::int64_t chunk) {
     const std::vector<std::int64_t> lead = c.decode ? std::vector<std::int64_t>{c.P} : std::vector<std::int64_t>{c.P, c.T};
     const auto with = [&](std::int64_t last) {
@@ -112,10 +113,12 @@ struct Inputs {
     memory = DeviceTensor(DType::bf16, {c.P * c.slots_per_stream, c.hd});
     // Decode configs: P streams of one token each.
     const std::int64_t streams = c.P, tokens = c.decode ? 1 : c.T;
-    const std::vector<std::int32_t> writes = bench::make_slots(pattern, streams, tokens, c.W, c.slots_per_stream, 7);
-    k_idx = device_slots(writes, with(c.W));
-    q_idx = device_slots(bench::make_slots(pattern, streams, tokens, c.R, c.slots_per_stream, 8), with(c.R));
-    distinct = bench::distinct_fraction(writes, streams, tokens, c.W, chunk);
+    const bench::WriteReadSlots slots =
+        bench::make_write_read_slots(pattern, streams, tokens, c.W, c.R, c.slots_per_stream, 7);
+    k_idx = device_slots(slots.writes, with(c.W));
+    q_idx = device_slots(slots.reads, with(c.R));
+    distinct = bench::distinct_fraction(slots.writes, streams, tokens, c.W, chunk);
+    read_written = bench::read_written_fraction(slots, streams, tokens, c.W, c.R, chunk);
     k_val = DeviceTensor(DType::bf16, with(c.W));
     q_val = DeviceTensor(DType::bf16, with(c.R));
     v = DeviceTensor(DType::bf16, with(c.hd));
@@ -242,7 +245,8 @@ void bench_chunked(const Config& c, bench::SlotPattern pattern, std::int64_t chu
   const Case k{c, pattern, chunk, in.distinct};
   const std::string label = std::string(c.name) + ", " + bench::slot_pattern_name(pattern) + ", C " +
                             std::to_string(chunk);
-  std::printf("%s: distinct fraction of a chunk's write entries %.3f\n", label.c_str(), in.distinct);
+  std::printf("%s: distinct fraction of a chunk's write entries %.3f, read entries on rows the chunk writes %.3f\n",
+              label.c_str(), in.distinct, in.read_written);
   WriteReadOptions opt;
   opt.slots_per_stream = c.slots_per_stream;
   opt.chunk_size = chunk;

@@ -331,8 +331,9 @@ template <int kCols>
 void walk_config(const bench::BenchConfig& c, bench::SlotPattern pattern, const std::vector<std::int64_t>& tile_lens,
                  const std::vector<std::int64_t>& pieces, int reps, double copy_bw) {
   using Shape = WalkShape<kCols>;
-  const std::vector<std::int32_t> writes = bench::make_slots(pattern, c.P, c.T, c.W, c.slots_per_stream, 7);
-  const std::vector<std::int32_t> reads = bench::make_slots(pattern, c.P, c.T, c.R, c.slots_per_stream, 8);
+  const bench::WriteReadSlots slots = bench::make_write_read_slots(pattern, c.P, c.T, c.W, c.R, c.slots_per_stream, 7);
+  const std::vector<std::int32_t>& writes = slots.writes;
+  const std::vector<std::int32_t>& reads = slots.reads;
   const std::int64_t C = c.C, Nt = (c.T + C - 1) / C, N = Nt * c.P, rows = c.P * c.slots_per_stream;
   if (c.hd % Shape::kSliceCols != 0) {
     std::printf("%s: hd %lld is not a multiple of %d columns, skipped\n", c.name.c_str(), static_cast<long long>(c.hd),
