@@ -186,47 +186,51 @@ WriteReadSlots make_write_read_slots(SlotPattern pattern, std::int64_t P, std::i
   return {product_key_slots(draw, draw.write_proj, W), product_key_slots(draw, draw.read_proj, R)};
 }
 
-double distinct_fraction(const std::vector<std::int32_t>& slots, std::int64_t P, std::int64_t T, std::int64_t width,
-                         std::int64_t C) {
+namespace {
+
+// The mean over every stream's chunks of C tokens (the last partial one included) of
+// fraction(p, t0, t1) (`empty` when there are none).
+template <typename Fraction>
+double mean_over_chunks(std::int64_t P, std::int64_t T, std::int64_t C, double empty, Fraction&& fraction) {
   double sum = 0.0;
   std::int64_t chunks = 0;
-  std::vector<std::int32_t> chunk;
   for (std::int64_t p = 0; p < P; ++p) {
-    for (std::int64_t t0 = 0; t0 < T; t0 += C) {
-      const std::int64_t t1 = std::min(T, t0 + C);
-      const std::int32_t* first = slots.data() + (p * T + t0) * width;
-      chunk.assign(first, first + (t1 - t0) * width);
-      std::sort(chunk.begin(), chunk.end());
-      const auto distinct = std::unique(chunk.begin(), chunk.end()) - chunk.begin();
-      sum += static_cast<double>(distinct) / static_cast<double>(chunk.size());
-      ++chunks;
-    }
+    for (std::int64_t t0 = 0; t0 < T; t0 += C, ++chunks) sum += fraction(p, t0, std::min(T, t0 + C));
   }
-  return chunks > 0 ? sum / static_cast<double>(chunks) : 1.0;
+  return chunks > 0 ? sum / static_cast<double>(chunks) : empty;
 }
 
+// A chunk's slots [t0, t1) x width of stream p, sorted.
+std::vector<std::int32_t> sorted_chunk(const std::vector<std::int32_t>& slots, std::int64_t T, std::int64_t width,
+                                       std::int64_t p, std::int64_t t0, std::int64_t t1) {
+  const std::int32_t* first = slots.data() + (p * T + t0) * width;
+  std::vector<std::int32_t> chunk(first, first + (t1 - t0) * width);
+  std::sort(chunk.begin(), chunk.end());
+  return chunk;
+}
+
+}  // namespace
+
+double distinct_fraction(const std::vector<std::int32_t>& slots, std::int64_t P, std::int64_t T, std::int64_t width,
+                         std::int64_t C) {
+  return mean_over_chunks(P, T, C, 1.0, [&](std::int64_t p, std::int64_t t0, std::int64_t t1) {
+    std::vector<std::int32_t> chunk = sorted_chunk(slots, T, width, p, t0, t1);
+    const auto distinct = std::unique(chunk.begin(), chunk.end()) - chunk.begin();
+    return static_cast<double>(distinct) / static_cast<double>(chunk.size());
+  });
+}
 
 double read_written_fraction(const WriteReadSlots& slots, std::int64_t P, std::int64_t T, std::int64_t W,
                              std::int64_t R, std::int64_t C) {
-  double sum = 0.0;
-  std::int64_t chunks = 0;
-  std::vector<std::int32_t> written;
-  for (std::int64_t p = 0; p < P; ++p) {
-    for (std::int64_t t0 = 0; t0 < T; t0 += C) {
-      const std::int64_t t1 = std::min(T, t0 + C);
-      const std::int32_t* first = slots.writes.data() + (p * T + t0) * W;
-      written.assign(first, first + (t1 - t0) * W);
-      std::sort(written.begin(), written.end());
-      const std::int32_t* reads = slots.reads.data() + (p * T + t0) * R;
-      std::int64_t hits = 0;
-      for (std::int64_t i = 0; i < (t1 - t0) * R; ++i) {
-        hits += std::binary_search(written.begin(), written.end(), reads[i]) ? 1 : 0;
-      }
-      sum += static_cast<double>(hits) / static_cast<double>((t1 - t0) * R);
-      ++chunks;
+  return mean_over_chunks(P, T, C, 0.0, [&](std::int64_t p, std::int64_t t0, std::int64_t t1) {
+    const std::vector<std::int32_t> written = sorted_chunk(slots.writes, T, W, p, t0, t1);
+    const std::int32_t* reads = slots.reads.data() + (p * T + t0) * R;
+    std::int64_t hits = 0;
+    for (std::int64_t i = 0; i < (t1 - t0) * R; ++i) {
+      hits += std::binary_search(written.begin(), written.end(), reads[i]) ? 1 : 0;
     }
-  }
-  return chunks > 0 ? sum / static_cast<double>(chunks) : 0.0;
+    return static_cast<double>(hits) / static_cast<double>((t1 - t0) * R);
+  });
 }
 
 }  // namespace sdm::bench
