@@ -92,9 +92,9 @@ at::Tensor write_read_inplace(at::Tensor& memory, const at::Tensor& k_idx, const
   });
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
+std::tuple<at::Tensor, at::Tensor> write_read_saving(
     const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val, const at::Tensor& v,
-    const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val,
+    const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val, at::Tensor& saved,
     int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant, bool grad_bank_fp32,
     bool validate) {
   return translate_errors([&] {
@@ -103,19 +103,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
         make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate, context.cuda_stream());
     const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
     auto final_bank = private_copy(memory);
-    const auto args = make_args(final_bank, in);
+    const auto args = make_args(final_bank, in);  // before `readings` and `saved`: a bad input is named as itself
     auto readings = new_readings(memory, in.v);
     const auto readings_ref = to_ref(readings, "readings");
-    // Planned once: the plan sizes `saved` and is handed to the saving forward.
-    const WriteReadPlan plan = sdm::plan_write_read(args, readings_ref, options);
-    // An op's outputs must be a deterministic function of its inputs (opcheck, docs/spec.md §6):
-    // the buffer is zeroed only where the engine leaves bytes unwritten (the plan says so; the
-    // CUDA engine writes every byte, and zeroing would cost a memset of the whole buffer).
-    const auto bytes = static_cast<int64_t>(plan.saved_bytes);
-    const auto byte_options = memory.options().dtype(at::kByte);
-    auto saved = plan.saved_needs_zeroing ? at::zeros({bytes}, byte_options) : at::empty({bytes}, byte_options);
-    sdm::write_read_forward_saving(plan, args, readings_ref, to_ref(saved, "saved"), options);
-    return std::make_tuple(readings, final_bank, saved);
+    // The C++ API checks `saved` (dtype, size, device, alignment, overlap) after the other arguments.
+    sdm::write_read_forward_saving(args, readings_ref, to_ref(saved, "saved"), options);
+    return std::make_tuple(readings, final_bank);
   });
 }
 

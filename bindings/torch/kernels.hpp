@@ -29,12 +29,13 @@ at::Tensor write_read_inplace(at::Tensor& memory, const at::Tensor& k_idx, const
                               int64_t chunk_size, c10::string_view snapshot_quant, bool grad_bank_fp32,
                               bool validate);
 
-// sdm::write_read : functional saving forward. Returns (readings, final_bank, saved): the
-// final bank is a new tensor (memory is not modified), `saved` the u8 buffer of
-// write_read_saved_bytes bytes that write_read_backward consumes.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> write_read_saving(
+// sdm::write_read_saving : the saving forward. Returns (readings, final_bank): the final bank is
+// a new tensor (memory is not modified). Fills `saved`, the caller's u8 buffer of
+// write_read_saved_bytes bytes (1-D, contiguous, 16-byte aligned, on the bank's device), with
+// what write_read_backward reads; its other bytes keep what the caller put there (docs/spec.md §11).
+std::tuple<at::Tensor, at::Tensor> write_read_saving(
     const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val, const at::Tensor& v,
-    const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val,
+    const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val, at::Tensor& saved,
     int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant, bool grad_bank_fp32,
     bool validate);
 

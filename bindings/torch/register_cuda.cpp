@@ -11,7 +11,7 @@ namespace sdm::torch_bindings {
 
 TORCH_LIBRARY_IMPL(sdm, CUDA, m) {
   m.impl("write_read_", &write_read_inplace);
-  m.impl("write_read", &write_read_saving);
+  m.impl("write_read_saving", &write_read_saving);
   m.impl("write_read_backward", &write_read_backward);
   m.impl("decode_step", &decode_step);
 }

@@ -1,20 +1,24 @@
 // schema.cpp - the torch.ops.sdm operator schemas (docs/spec.md §9, §11).
 //
 //   write_read_             in-place no-grad chunked forward (inference, prefill, caches)
-//   write_read              functional saving forward -> (readings, final_bank, saved)
+//   write_read_saving       saving forward -> (readings, final_bank): fills the caller's `saved` buffer
+//                           (mutated; the bytes the engine does not write keep the caller's) and leaves
+//                           memory as it is
 //   limits                  every limit and default of the ops (sdm/options.hpp, sdm/product_key_topk.hpp)
 //                           as a {name: value} dict: the Python package's only source for them
 //   write_read_plan         shape-only plan of a call: size of `saved`, bank-gradient dtype (bf16?)
 //                           (used by the fake kernels)
 //   check_write_read, check_decode_step
 //                           shape-only validation of write_read_ / decode_step (fake kernels)
-//   write_read_backward     functional backward of write_read
+//   write_read_backward     functional backward of write_read_saving
 //   decode_step             one token per stream, in place
 //   reference_write_read, reference_write_read_backward
 //                           the float64 oracle as functional ops (tests, gradcheck)
 //
-// Autograd for write_read and the fake kernels are registered from Python (sdm/_ops.py);
-// the in-place ops get an Autograd kernel that refuses to be recorded (inplace_guard.cpp).
+// The fake kernels are registered from Python (sdm/_ops.py), and so is sdm.write_read, the
+// torch.autograd.Function over write_read_saving and write_read_backward (sdm/functional.py); the
+// ops that write a tensor in place get an Autograd kernel that refuses to be recorded
+// (inplace_guard.cpp).
 #include <torch/library.h>
 
 #include <ATen/core/Dict.h>
@@ -56,8 +60,8 @@ TORCH_LIBRARY(sdm, m) {
 
   m.def("limits() -> Dict(str, int)", &limits);
   def("write_read_(Tensor(a!) memory, " + inputs + ", *, " + options + ", bool validate=True) -> Tensor readings");
-  def("write_read(Tensor memory, " + inputs + ", *, " + options +
-      ", bool validate=True) -> (Tensor readings, Tensor final_bank, Tensor saved)");
+  def("write_read_saving(Tensor memory, " + inputs + ", Tensor(a!) saved, *, " + options +
+      ", bool validate=True) -> (Tensor readings, Tensor final_bank)");
   def("write_read_plan(Tensor memory, " + inputs + ", *, Device device, " + options +
       ") -> (int saved_bytes, bool bank_grad_bf16)");
   def("check_write_read(Tensor memory, " + inputs + ", *, " + options + ") -> ()");

@@ -1,6 +1,8 @@
 """Loads the torch.ops.sdm operators and registers what lives on the Python side of them:
 the fake (meta) kernels that let torch.compile trace the ops, and the autograd formulas of
-the functional ops. No math happens here: every kernel is C++ (bindings/torch/).
+the functional ops: WriteReadFunction (sdm.write_read under autograd: the saving forward into a
+buffer it allocates, then the backward op) and the reference op's registered formula. No math
+happens here: every kernel is C++ (bindings/torch/).
 
 ``LIMITS``: every limit and default of the ops, read once from C++ (``torch.ops.sdm.limits()``,
 the constants of include/sdm/options.hpp, product_key_topk.hpp, types.hpp); the package restates none."""
@@ -86,13 +88,20 @@ def _plan(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options, memory_copied
     return nbytes, torch.bfloat16 if bank_grad_bf16 else torch.float32
 
 
-@torch.library.register_fake("sdm::write_read")
-def _write_read_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, *, validate=True, **options):
+def _check_saved(saved, nbytes: int) -> None:
+    """The fake kernels' check of a `saved` argument: dtype and size (C++ check_saved)."""
+    if saved.dtype != torch.uint8:
+        raise TypeError(f"saved must be uint8, got {str(saved.dtype).removeprefix('torch.')}")
+    if saved.dim() != 1 or saved.shape[0] != nbytes:
+        raise ValueError(f"saved must be a contiguous 1-D uint8 buffer of {nbytes} bytes (write_read_saved_bytes), "
+                         f"got shape {list(saved.shape)}")
+
+
+@torch.library.register_fake("sdm::write_read_saving")
+def _write_read_saving_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, saved, *, validate=True, **options):
     nbytes, _ = _plan(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options, memory_copied=True)
-    readings = v.new_empty(v.shape, dtype=memory.dtype)
-    final_bank = memory.new_empty(memory.shape)
-    saved = memory.new_empty((nbytes,), dtype=torch.uint8)
-    return readings, final_bank, saved
+    _check_saved(saved, nbytes)
+    return v.new_empty(v.shape, dtype=memory.dtype), memory.new_empty(memory.shape)
 
 
 def _grads_like(memory_grad_dtype, memory, k_val, v, beta, g, q_val):
@@ -111,9 +120,7 @@ def _write_read_backward_fake(final_bank, saved, k_idx, k_val, v, beta, g, q_idx
                               grad_final_bank, *, validate=True, **options):
     nbytes, bank_grad_dtype = _plan(final_bank, k_idx, k_val, v, beta, g, q_idx, q_val, options,
                                     memory_copied=False)
-    if saved.dim() != 1 or saved.dtype != torch.uint8 or saved.shape[0] != nbytes:
-        raise ValueError(f"saved must be a contiguous 1-D uint8 buffer of {nbytes} bytes (write_read_saved_bytes), "
-                         f"got shape {list(saved.shape)} of {saved.dtype}")
+    _check_saved(saved, nbytes)
     return _grads_like(bank_grad_dtype, final_bank, k_val, v, beta, g, q_val)
 
 
@@ -142,30 +149,51 @@ def _reference_write_read_backward_fake(memory, k_idx, k_val, v, beta, g, q_idx,
 # the caller can see is modified. The indices are integers and get no gradient.
 
 
-def _write_read_setup(ctx, inputs, keyword_only_inputs, output):
-    memory, k_idx, k_val, v, beta, g, q_idx, q_val = inputs
-    _readings, final_bank, saved = output
-    ctx.save_for_backward(final_bank, saved, k_idx, k_val, v, beta, g, q_idx, q_val)
-    ctx.options = dict(keyword_only_inputs)
-    ctx.memory_dtype = memory.dtype
-    # An unused final bank (or readings) gets no gradient: None reaches the backward instead of a
-    # zero-filled bank-sized tensor (the op treats an absent final-bank gradient as zero).
-    ctx.set_materialize_grads(False)
+def _shape_stand_in(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous meta tensor of t's dtype and concrete shape: planning reads shapes only."""
+    return torch.empty([int(s) for s in t.shape], dtype=t.dtype, device="meta")
 
 
-def _write_read_backward(ctx, grad_readings, grad_final_bank, _grad_saved):
-    final_bank, saved, k_idx, k_val, v, beta, g, q_idx, q_val = ctx.saved_tensors
-    if grad_readings is None:
-        grad_readings = v.new_zeros(v.shape, dtype=final_bank.dtype)
-    options = dict(ctx.options)
-    # The forward checked these same indices (autograd refuses saved tensors changed since).
-    options["validate"] = False
-    d_memory, d_k_val, d_v, d_beta, d_g, d_q_val = torch.ops.sdm.write_read_backward(
-        final_bank, saved, k_idx, k_val, v, beta, g, q_idx, q_val, grad_readings, grad_final_bank, **options)
-    return d_memory.to(ctx.memory_dtype), None, d_k_val, d_v, d_beta, d_g, None, d_q_val
+def new_saved(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options) -> torch.Tensor:
+    """An uninitialised `saved` buffer for write_read_saving on these tensors (`options`: the
+    op's keyword options): write_read_saved_bytes bytes of uint8 on memory's device. No engine
+    needs it zeroed: the saving forward writes every byte the backward reads (docs/spec.md §4)."""
+    shapes = [_shape_stand_in(t) for t in (memory, k_idx, k_val, v, beta, g, q_idx, q_val)]
+    planned = {name: value for name, value in options.items() if name != "validate"}
+    nbytes, _ = torch.ops.sdm.write_read_plan(*shapes, device=memory.device, **planned)
+    return memory.new_empty((nbytes,), dtype=torch.uint8)
 
 
-torch.library.register_autograd("sdm::write_read", _write_read_backward, setup_context=_write_read_setup)
+class WriteReadFunction(torch.autograd.Function):
+    """``sdm.write_read`` under autograd: the saving forward (write_read_saving) into a `saved`
+    buffer allocated here without zeroing and kept for the backward op (write_read_backward).
+    ``apply(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options)``, ``options`` the ops'
+    keyword options; returns (readings, final_bank)."""
+
+    @staticmethod
+    def forward(ctx, memory, k_idx, k_val, v, beta, g, q_idx, q_val, options):
+        saved = new_saved(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options)
+        readings, final_bank = torch.ops.sdm.write_read_saving(memory, k_idx, k_val, v, beta, g, q_idx, q_val, saved,
+                                                               **options)
+        ctx.save_for_backward(final_bank, saved, k_idx, k_val, v, beta, g, q_idx, q_val)
+        ctx.options = options
+        ctx.memory_dtype = memory.dtype
+        # An unused final bank (or readings) gets no gradient: None reaches the backward instead of a
+        # zero-filled bank-sized tensor (the op treats an absent final-bank gradient as zero).
+        ctx.set_materialize_grads(False)
+        return readings, final_bank
+
+    @staticmethod
+    def backward(ctx, grad_readings, grad_final_bank):
+        final_bank, saved, k_idx, k_val, v, beta, g, q_idx, q_val = ctx.saved_tensors
+        if grad_readings is None:
+            grad_readings = v.new_zeros(v.shape, dtype=final_bank.dtype)
+        options = dict(ctx.options)
+        # The forward checked these same indices (autograd refuses saved tensors changed since).
+        options["validate"] = False
+        d_memory, d_k_val, d_v, d_beta, d_g, d_q_val = torch.ops.sdm.write_read_backward(
+            final_bank, saved, k_idx, k_val, v, beta, g, q_idx, q_val, grad_readings, grad_final_bank, **options)
+        return d_memory.to(ctx.memory_dtype), None, d_k_val, d_v, d_beta, d_g, None, d_q_val, None
 
 
 def _reference_setup(ctx, inputs, keyword_only_inputs, output):

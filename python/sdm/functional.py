@@ -13,7 +13,7 @@ import operator
 import torch
 from torch import Tensor
 
-from ._ops import LIMITS
+from ._ops import LIMITS, WriteReadFunction
 
 # The C++ default (sdm/options.hpp), which the signatures below show; the docstrings' limits are
 # the C++ ones too, filled in at import.
@@ -97,9 +97,7 @@ def write_read(memory: Tensor, k_idx: Tensor, k_val: Tensor, v: Tensor, beta: Te
     """
     options = _chunked_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate)
     if records_grad(memory, k_val, v, beta, g, q_val):
-        readings, final_bank, _saved = torch.ops.sdm.write_read(memory, k_idx, k_val, v, beta, g, q_idx, q_val,
-                                                                **options)
-        return readings, final_bank
+        return WriteReadFunction.apply(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options)
     final_bank = memory.clone(memory_format=torch.contiguous_format)
     readings = torch.ops.sdm.write_read_(final_bank, k_idx, k_val, v, beta, g, q_idx, q_val, **options)
     return readings, final_bank

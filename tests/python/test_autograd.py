@@ -97,6 +97,44 @@ def test_final_bank_gradient_is_honoured():
         assert rel_err(t.grad, b) < 1e-4, name
 
 
+@pytest.mark.parametrize("loss_on", ["readings", "final_bank"])
+def test_an_output_outside_the_loss_reaches_the_backward_op_as_nothing(monkeypatch, loss_on):
+    """sdm.write_read's Function does not materialise the gradient of an output outside the loss: a
+    final bank outside it reaches write_read_backward as None (no bank-sized zero tensor), readings
+    outside it as zeros of the readings' shape (the op needs them). The backward op runs with
+    validate=False (the forward checked the same indices) and the gradients are those of the loss."""
+    calls = []
+    backward_op = torch.ops.sdm.write_read_backward
+
+    def spy(*args, **options):
+        calls.append((args[9], args[10], options["validate"]))  # grad_readings, grad_final_bank
+        return backward_op(*args, **options)
+
+    monkeypatch.setattr(torch.ops.sdm, "write_read_backward", spy)
+    p = make_problem(P=2, T=11, W=3, R=2, hd=5, slots_per_stream=16, G=3)
+    gen = torch.Generator().manual_seed(9)
+    grad_readings = torch.randn(p.v.shape, generator=gen, dtype=torch.float64)
+    grad_final = torch.randn(p.memory.shape, generator=gen, dtype=torch.float64)
+    if loss_on == "readings":
+        grad_final.zero_()
+    else:
+        grad_readings.zero_()
+    _, ref = _grads(sdm.reference.write_read, p, grad_readings, grad_final, chunk_size=4)
+    q = p.cast(torch.float32).requiring_grad()
+    readings, final_bank = sdm.write_read(*q.tensors(), slots_per_stream=16, chunk_size=4)
+    output, upstream = (readings, grad_readings) if loss_on == "readings" else (final_bank, grad_final)
+    (output.double() * upstream).sum().backward()
+    ((dy, d_final, validate),) = calls
+    assert validate is False
+    if loss_on == "readings":
+        assert d_final is None
+    else:
+        assert torch.equal(dy, torch.zeros_like(readings)) and d_final is not None
+    for name, t, b in zip(NAMES, q.float_inputs(), ref):
+        if b.abs().max() > 0:
+            assert rel_err(t.grad, b) < 1e-4, name
+
+
 @pytest.mark.parametrize("mode", ["none", "bf16", "fp8", "int4"])
 def test_snapshot_modes_keep_readings_and_approximate_gradients(mode):
     p = make_problem(P=2, T=16, W=4, R=4, hd=8, slots_per_stream=32, G=1)

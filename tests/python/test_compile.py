@@ -40,6 +40,56 @@ def test_compiled_write_read_matches_eager():
     assert rel_err(y, eager_y) < 1e-6 and rel_err(bank, eager_bank) < 1e-6
 
 
+def _bitwise_grads(fn, tensors, loss_on):
+    """Outputs of fn(*tensors) and the gradients of a loss on `loss_on` ("both", "readings" or
+    "final_bank"; the other output takes no part), with fresh leaves."""
+    leaves = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in tensors]
+    readings, final_bank = fn(*leaves)
+    gen = torch.Generator().manual_seed(3)
+    loss = 0
+    if loss_on in ("both", "readings"):
+        loss = loss + (readings.float() * torch.randn(readings.shape, generator=gen)).sum()
+    if loss_on in ("both", "final_bank"):
+        loss = loss + (final_bank.float() * torch.randn(final_bank.shape, generator=gen)).sum()
+    loss.backward()
+    return [readings.detach(), final_bank.detach()] + [t.grad for t in leaves if t.is_floating_point()]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("loss_on", ["both", "readings", "final_bank"])
+def test_compiled_functional_form_is_bitwise_eager(backend, loss_on):
+    """sdm.write_read alone under torch.compile(fullgraph=True): its autograd Function (the saving
+    forward into a buffer it allocates uninitialised, then the backward op) traces with both backends,
+    and the outputs and every gradient are bitwise eager's, also with one output outside the loss.
+    Awkward shapes: T % C != 0, odd hd, G = W, a bf16 bank with float32 inputs, a lossy snapshot."""
+    p = make_problem(P=2, T=11, W=3, R=4, hd=5, slots_per_stream=8, G=3, dtype=torch.bfloat16,
+                     input_dtype=torch.float32, seed=4)
+    options = dict(slots_per_stream=8, chunk_size=4, snapshot_quant="fp8", grad_bank_fp32=True)
+
+    def functional(*tensors):
+        return sdm.write_read(*tensors, **options)
+
+    eager = _bitwise_grads(functional, p.tensors(), loss_on)
+    compiled = _bitwise_grads(torch.compile(functional, fullgraph=True, backend=backend), p.tensors(), loss_on)
+    assert len(compiled) == len(eager) == 8
+    for k, (got, want) in enumerate(zip(compiled, eager)):
+        assert _bitwise(got, want), k
+
+
+def test_compiled_functional_form_with_dynamic_shapes_matches_eager():
+    """One torch.compile(dynamic=True) function serves several T: the saved buffer is sized for each
+    call (the plan specialises on the sizes it reads), bitwise equal to eager."""
+    def functional(*tensors):
+        return sdm.write_read(*tensors, slots_per_stream=8, chunk_size=4)
+
+    compiled = torch.compile(functional, dynamic=True, fullgraph=True)
+    for T in (5, 9, 14):
+        p = make_problem(P=2, T=T, W=3, R=2, hd=4, slots_per_stream=8, dtype=torch.float32)
+        for got, want in zip(_bitwise_grads(compiled, p.tensors(), "both"),
+                             _bitwise_grads(functional, p.tensors(), "both")):
+            assert _bitwise(got, want), T
+
+
 def test_compiled_layer_matches_eager():
     torch.manual_seed(0)
     layer = sdm.SparseDeltaMemory(sdm.SparseDeltaMemoryArgs(

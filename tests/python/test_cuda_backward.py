@@ -16,6 +16,8 @@ import torch
 
 import sdm
 from gpu_support import GPU_TEST, bitwise_equal, gpu_problem, rel_err
+from saving_forward import saving_forward
+from sdm._ops import new_saved
 
 pytestmark = GPU_TEST
 
@@ -131,9 +133,10 @@ def test_opcheck_on_cuda(bank):
                      seed=14).to("cuda")
     options = dict(slots_per_stream=16, chunk_size=4)
     tensors = (p.memory, *p.inputs())
-    grad_args = tuple(t.clone().requires_grad_(t.is_floating_point()) for t in tensors)
-    torch.library.opcheck(torch.ops.sdm.write_read.default, grad_args, options)
-    readings, final_bank, saved = torch.ops.sdm.write_read(*tensors, **options)
+    saved = new_saved(*tensors, options)
+    for fill in (0x00, 0xFF):  # the bytes the engine does not write keep the caller's
+        torch.library.opcheck(torch.ops.sdm.write_read_saving.default, (*tensors, saved.fill_(fill)), options)
+    readings, final_bank, saved = saving_forward(*tensors, **options)
     args = (final_bank, saved, *p.inputs(), torch.randn_like(readings, dtype=torch.float32))
     torch.library.opcheck(torch.ops.sdm.write_read_backward.default, (*args, None), options)
     torch.library.opcheck(torch.ops.sdm.write_read_backward.default,

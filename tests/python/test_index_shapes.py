@@ -18,6 +18,7 @@ import torch
 
 import sdm
 from gpu_support import GPU_TEST, gpu_problem
+from saving_forward import saving_forward
 
 DEVICES = ["cpu", pytest.param("cuda", marks=GPU_TEST)]
 OPS = ("write_read", "write_read_grad", "write_read_", "write_read_backward", "decode_step")
@@ -62,7 +63,7 @@ def _problem(op: str, device: str):
 
 
 def _saved_of(p, options):
-    _, final_bank, saved = torch.ops.sdm.write_read(*p.tensors(), **options)
+    _, final_bank, saved = saving_forward(*p.tensors(), **options)
     return final_bank, saved
 
 

@@ -77,7 +77,7 @@ def test_python_names_are_the_cpp_values():
     assert sdm_args.MAX_READS_WRITES == min(LIMITS["max_width"], LIMITS["max_product_key_k"])
 
 
-CHUNKED_OPS = ("write_read_", "write_read", "write_read_plan", "check_write_read", "write_read_backward",
+CHUNKED_OPS = ("write_read_", "write_read_saving", "write_read_plan", "check_write_read", "write_read_backward",
                "reference_write_read", "reference_write_read_backward")
 
 

@@ -7,6 +7,8 @@ import torch
 
 import sdm
 from conftest import make_problem, rel_err
+from saving_forward import saving_forward
+from sdm._ops import new_saved
 
 OPTIONS = dict(slots_per_stream=16, chunk_size=4)
 
@@ -17,10 +19,14 @@ def _problem(**kw):
 
 @pytest.mark.parametrize("G", [1, 3])
 @pytest.mark.parametrize("bank_dtype", [torch.float32, torch.bfloat16])
-def test_opcheck_write_read(G, bank_dtype):
+def test_opcheck_write_read_saving(G, bank_dtype):
+    """opcheck of the saving forward with `saved` holding zeros, and random bytes: the bytes the
+    engine does not write keep the caller's, so eager and compiled calls mutate it alike."""
     p = _problem(G=G).cast(bank_dtype, torch.float32)
-    torch.library.opcheck(torch.ops.sdm.write_read.default, p.tensors(), OPTIONS)
-    torch.library.opcheck(torch.ops.sdm.write_read.default, p.requiring_grad().tensors(), OPTIONS)
+    zeros = new_saved(*p.tensors(), OPTIONS).zero_()
+    noise = torch.randint(0, 256, zeros.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(G))
+    for saved in (zeros, noise):
+        torch.library.opcheck(torch.ops.sdm.write_read_saving.default, (*p.tensors(), saved), OPTIONS)
 
 
 def test_opcheck_write_read_inplace():
@@ -30,7 +36,7 @@ def test_opcheck_write_read_inplace():
 
 def test_opcheck_write_read_backward():
     p = _problem(G=3).cast(torch.float32)
-    readings, final_bank, saved = torch.ops.sdm.write_read(*p.tensors(), **OPTIONS)
+    readings, final_bank, saved = saving_forward(*p.tensors(), **OPTIONS)
     grad_readings = torch.randn_like(readings)
     args = (final_bank, saved, *p.tensors()[1:], grad_readings)
     torch.library.opcheck(torch.ops.sdm.write_read_backward.default, (*args, None), OPTIONS)
@@ -42,7 +48,7 @@ def test_opcheck_saved_bytes():
     p = _problem().cast(torch.float32)
     nbytes, bank_grad_bf16 = torch.ops.sdm.write_read_plan(*p.tensors(), device=p.memory.device, **OPTIONS)
     assert not bank_grad_bf16
-    _, _, saved = torch.ops.sdm.write_read(*p.tensors(), **OPTIONS)
+    _, _, saved = saving_forward(*p.tensors(), **OPTIONS)
     assert nbytes == saved.numel() > 0
     # Shape-only: meta tensors give the same size as the real ones.
     meta = [t.to("meta") for t in p.tensors()]
@@ -107,6 +113,21 @@ def test_inplace_refuses_autograd_and_names_the_functional_form():
         sdm.decode_step(d.memory.clone().requires_grad_(), *d.tensors()[1:])
 
 
+def test_saving_forward_refuses_autograd_and_names_the_functional_form():
+    p = _problem().cast(torch.float32)
+    saved = new_saved(*p.tensors(), OPTIONS).zero_()
+    args = list(p.tensors())
+    args[2] = p.k_val.clone().requires_grad_()
+    with pytest.raises(RuntimeError, match=r"sdm\.write_read_saving fills saved in place .*k_val requires grad.*"
+                                           r"use the functional sdm\.write_read"):
+        torch.ops.sdm.write_read_saving(*args, saved, **OPTIONS)
+    assert not saved.any(), "nothing may be written when the call is refused"
+    version = saved._version
+    with torch.no_grad():  # allowed without grad mode: fills saved, bumps its version
+        torch.ops.sdm.write_read_saving(*args, saved, **OPTIONS)
+    assert saved.any() and saved._version > version
+
+
 def test_inplace_bumps_version():
     p = _problem().cast(torch.float32)
     bank = p.memory.clone()
@@ -142,7 +163,7 @@ def test_errors_map_to_python_types_with_the_cpp_message():
 
 def test_backward_rejects_a_misaligned_or_resized_saved_buffer():
     p = _problem().cast(torch.float32)
-    readings, final_bank, saved = torch.ops.sdm.write_read(*p.tensors(), **OPTIONS)
+    readings, final_bank, saved = saving_forward(*p.tensors(), **OPTIONS)
     grad_readings = torch.randn_like(readings)
     storage = torch.zeros(saved.numel() + 16, dtype=torch.uint8)
     offset = (16 - storage.data_ptr() % 16) % 16 + 1  # one byte past a 16-byte boundary
