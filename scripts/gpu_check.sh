@@ -234,8 +234,13 @@ if [ "$sanitizer" = 1 ]; then
     timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_writer_split_tests" \
       "C 256" >>"$out/sanitizer.log" 2>&1
     rc5=$?
-    [ "$rc" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ] && [ "$rc4" = 0 ] && [ "$rc5" = 0 ] || sanitizer_rc=1
-    rc="$rc/$rc2/$rc3/$rc4/$rc5"
+    # initcheck here: the backward reads no byte of `saved` that the saving forward left unwritten.
+    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_tests" "saved small" \
+      >>"$out/sanitizer.log" 2>&1
+    rc6=$?
+    [ "$rc" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ] && [ "$rc4" = 0 ] && [ "$rc5" = 0 ] && [ "$rc6" = 0 ] ||
+      sanitizer_rc=1
+    rc="$rc/$rc2/$rc3/$rc4/$rc5/$rc6"
     sanitizer_summary+="| compute-sanitizer $tool | rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer.log" | tail -1) |"$'\n'
   done
 fi

@@ -45,14 +45,17 @@ void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
 // Bytes of the saved-state buffer the saving forward fills (a function of shapes, dtypes
 // and options only: plan_write_read(args, options).saved_bytes, sdm/plan.hpp), and the
 // alignment its start address needs (every fresh allocation of malloc, new, cudaMalloc or
-// torch has it). A CPU buffer must be zeroed first (the plan says so: saved_needs_zeroing).
+// torch has it). The buffer needs no zeroing: see write_read_forward_saving.
 inline constexpr std::size_t kSavedAlignment = 16;
 std::size_t write_read_saved_bytes(const WriteReadArgs& args, const WriteReadOptions& options);
 
 // Saving forward: as write_read_forward (readings bitwise equal) and also fills `saved`
 // (u8, write_read_saved_bytes(args, options) bytes, on the bank's device, starting at a
 // kSavedAlignment-byte aligned address) with what the backward needs (snapshot of pre-write
-// rows in options.snapshot_quant, delta, residual, solve, records).
+// rows in options.snapshot_quant, delta, residual, solve, records). It writes the 256-byte
+// stamp and every byte the backward reads, and no other: the rest (padding between regions,
+// snapshot rows no write group uses) keeps what the caller put there, and the backward never
+// reads it, so the caller allocates the buffer without zeroing it (docs/spec.md §11).
 void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings,
                                const TensorRef& saved, const WriteReadOptions& options);
 

@@ -3,9 +3,9 @@
 // plan_write_read validates every argument except index values (the rules of docs/spec.md §7
 // and §8; it throws sdm::Error as the entry points do) and fixes, from shapes, dtypes, the
 // bank's device and the options only: the geometry, the effective snapshot mode, the size of the
-// saving forward's `saved` buffer and whether the caller must zero it, and the dtype of the
-// backward's bank gradient. The entry points, both engines, the PyTorch binding and its fake
-// kernels all read these from the plan, so each rule is written once. A caller that plans a call
+// saving forward's `saved` buffer, and the dtype of the backward's bank gradient. The entry
+// points, both engines, the PyTorch binding and its fake kernels all read these from the plan, so
+// each rule is written once. A caller that plans a call
 // (to size `saved` or the gradients) hands the plan to the entry point, which then plans no more.
 #pragma once
 
@@ -47,8 +47,6 @@ struct WriteReadPlan {
   WriteReadShape shape;
   SnapshotQuant snapshot = SnapshotQuant::none;  // effective mode: "bf16" on a bf16 bank is "none"
   std::size_t saved_bytes = 0;  // of `saved` (kSavedAlignment-aligned start) on the bank's device
-  bool saved_needs_zeroing = false;  // the engine leaves some bytes of `saved` unwritten (CPU):
-                                     // zero the buffer so that the op's outputs are deterministic
   DType bank_grad = DType::f32;  // the backward's bank gradient: bf16 for a bf16 bank without
                                  // grad_bank_fp32, else f32 (docs/spec.md §4)
   PlanSource source;

@@ -34,7 +34,6 @@ using DecodeStep = void(const WriteReadArgs& args, const TensorRef& readings, co
 
 struct Engine {
   engine_fn::SavedBodyBytes* saved_body_bytes;
-  bool saved_needs_zeroing;  // the engine leaves bytes of `saved` unwritten (plan.saved_needs_zeroing)
   engine_fn::Forward* write_read_forward;
   engine_fn::ForwardSaving* write_read_forward_saving;
   engine_fn::Backward* write_read_backward;

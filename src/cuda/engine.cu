@@ -20,8 +20,9 @@ void checked_backward(const WriteReadArgs& args, const TensorRef& saved, const T
 
 }  // namespace
 
-// The CUDA saving forward writes every byte of `saved` (saved/layout.hpp): no zeroing.
-const core::Engine engine{write_read_saved_bytes, false, write_read_forward, stamped_forward_saving,
-                          checked_backward, decode_step};
+// The saving forward leaves the gaps between regions and the snapshot rows of positions that start
+// no write group unwritten (saved/layout.hpp); the backward reads none of them.
+const core::Engine engine{write_read_saved_bytes, write_read_forward, stamped_forward_saving, checked_backward,
+                          decode_step};
 
 }  // namespace sdm::cuda

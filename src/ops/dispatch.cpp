@@ -74,7 +74,6 @@ WriteReadPlan plan_for(const WriteReadArgs& args, const TensorRef& readings, con
   plan.bank_grad = core::bank_grad_dtype(plan.shape.bank, options.grad_bank_fp32);
   const core::Engine& engine = engine_of(args.memory);
   plan.saved_bytes = core::kSavedHeaderBytes + engine.saved_body_bytes(plan);
-  plan.saved_needs_zeroing = engine.saved_needs_zeroing;
   plan.source = plan_source(args, readings, options);
   return plan;
 }

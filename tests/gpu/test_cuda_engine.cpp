@@ -8,27 +8,33 @@
 // the host index check (core::check_*_indices) for the device check's messages; the CPU engine.
 // Bitwise checks: two runs, no-grad vs saving, eager vs CUDA-graph replay, saving forwards in every
 // snapshot mode vs "none". Masking: guard rows around the bank stay untouched and masked entries
-// act as no-ops.
+// act as no-ops. The saved buffer: the saving forward writes every byte the backward reads and no
+// other (buffers of 0x00, 0xff and random bytes give the same written bytes and gradients).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/saved_header.hpp"
 #include "core/snapshot_quant.hpp"
 #include "core/validate.hpp"
 #include "cuda/common/device_limits.hpp"
+#include "cuda/common/geometry.hpp"
+#include "cuda/saved/layout.hpp"
 #include "device_tensor.hpp"
 #include "gpu_test_harness.hpp"
 #include "host_tensor.hpp"
 #include "problem.hpp"
 #include "sdm/error.hpp"
 #include "sdm/ops.hpp"
+#include "sdm/plan.hpp"
 #include "sdm/reference.hpp"
 #include "snapshot_codec_runs.hpp"
 
@@ -505,51 +511,170 @@ void test_snapshot_modes_forward() {
   }
 }
 
-// ---- the saving forward writes every byte of `saved` ------------------------------------------
+// ---- the saving forward writes the bytes the backward reads, and no other ------------------------
 
-// The saved buffer is an output of the op (the PyTorch binding returns it from write_read and
-// allocates it uninitialised), so the saving forward must write every byte, the same bytes for the
-// same inputs. Two runs into buffers filled with 0x00 and 0xff must give the same bytes: awkward
-// shapes (T % C != 0, padding and masked entries, hot slots, odd hd), both banks, every mode.
-void test_saved_fully_written() {
+// `saved` is the caller's buffer, allocated without zeroing (the PyTorch binding's autograd Function
+// allocates it uninitialised; docs/spec.md §11). So the saving forward must write the stamp and every
+// byte the backward reads, the same bytes whatever the buffer held, and leave every other byte as it
+// was (no zeroing); the backward must read written bytes only. Three saving forwards + backwards into
+// buffers filled with 0x00, 0xff (NaN in every float format) and random bytes; awkward shapes (T % C
+// != 0, padding and masked entries, hot slots; odd hd, the vector path, three column steps), both
+// banks, every mode:
+//   - the snapshot rows and scales of the sorted write positions that start no group (found from the
+//     Phase 1 keys, saved/layout.hpp) keep each buffer's bytes;
+//   - every other byte is equal in the three runs, except the padding before a region's 256-byte
+//     aligned start (a run of fewer than 256 bytes ending at a multiple of 256 of the body), which
+//     keeps each buffer's bytes too; the 256-byte stamp is written whole;
+//   - some byte is left unwritten (the forward zeroes nothing);
+//   - the readings, the final bank, the six gradients and the restored bank are bitwise equal, and
+//     equal those of a fourth run into a buffer left uninitialised (under initcheck: no read of it).
+
+// The snapshot-row and scale bytes of the buffer's body (after the stamp) that the saving forward
+// leaves unwritten: those of the sorted write positions that start no group, read from the Phase 1
+// keys in `body`.
+std::vector<bool> unused_snapshot_bytes(const WriteReadPlan& plan, const unsigned char* body,
+                                        std::size_t body_bytes) {
+  const cuda::SavedLayout layout = cuda::saved_layout(plan);
+  const cuda::Geometry geo = cuda::make_geometry(plan.shape);
+  std::vector<std::uint64_t> keys(static_cast<std::size_t>(geo.write_entries()));
+  std::memcpy(keys.data(), body + layout.phase1.keys, keys.size() * sizeof(std::uint64_t));
+  std::vector<bool> unused(body_bytes, false);
+  const std::int64_t CW = geo.C * geo.W;
+  for (std::int64_t n = 0; n < geo.N; ++n) {
+    const cuda::KeySlots slots{keys.data() + n * CW, geo.keys};
+    for (int q = 0; q < static_cast<int>(CW); ++q) {
+      if (cuda::starts_group(slots, q, slots[q], geo.sps)) continue;
+      const auto row = static_cast<std::size_t>(n * CW + q);
+      std::fill_n(unused.begin() + static_cast<std::ptrdiff_t>(layout.snapshot + row * layout.row_bytes),
+                  layout.row_bytes, true);
+      if (layout.has_scales) {
+        std::fill_n(unused.begin() + static_cast<std::ptrdiff_t>(layout.scales + row * sizeof(float)), sizeof(float),
+                    true);
+      }
+    }
+  }
+  return unused;
+}
+
+// One saving forward into a buffer of `bytes` holding `fill` (nullptr: left uninitialised, and not
+// read back), then the backward of <readings, dy> + <final bank, dF>: readings, final bank, saved
+// (absent without a fill), the six gradients, the restored bank.
+std::vector<HostTensor> saving_run(const Problem& pb, const WriteReadOptions& opt, std::size_t bytes,
+                                   const std::vector<unsigned char>* fill, const HostTensor& dy,
+                                   const HostTensor& d_final) {
+  const ProblemSpec& s = pb.spec;
+  DeviceProblem dp(pb);
+  DeviceTensor readings(s.bank, {s.P, s.T, s.hd});
+  DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(bytes)});
+  if (fill != nullptr) cuda_ok(cudaMemcpy(saved.data(), fill->data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+  write_read_forward_saving(dp.args(), readings.ref(), saved.ref(), opt);
+  std::vector<HostTensor> out{readings.to_host(), dp.memory.to_host(),
+                              fill != nullptr ? saved.to_host() : HostTensor()};
+  DeviceTensor d_readings(dy), d_bank(d_final);
+  std::vector<DeviceTensor> grads;
+  for (const HostTensor* like : {&pb.memory, &pb.k_val, &pb.v, &pb.beta, &pb.g, &pb.q_val}) {
+    grads.emplace_back(DType::f32, like->sizes());
+  }
+  const WriteReadGrads refs{grads[0].ref(), grads[1].ref(), grads[2].ref(), grads[3].ref(), grads[4].ref(),
+                            grads[5].ref()};
+  write_read_backward(dp.args(), saved.ref(), d_readings.ref(), d_bank.ref(), refs, opt);
+  for (const DeviceTensor& grad : grads) out.push_back(grad.to_host());
+  out.push_back(dp.memory.to_host());
+  return out;
+}
+
+HostTensor uniform_tensor(DType dtype, std::vector<std::int64_t> sizes, std::mt19937_64& rng) {
+  HostTensor t(dtype, std::move(sizes));
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.set(i, u(rng));
+  return t;
+}
+
+void saved_bytes_case(const ProblemSpec& spec, std::int64_t C, SnapshotQuant mode) {
+  const std::string name = describe(spec, C) + " " + snapshot_quant_name(mode);
+  Problem pb = make_problem(spec);
+  pb.k_idx.set(4, -1.0);  // a masked write entry and a masked read entry (validate=False)
+  pb.q_idx.set(7, -1.0);
+  WriteReadOptions opt = options_for(spec, C, false);
+  opt.snapshot_quant = mode;
+  const WriteReadPlan plan = plan_write_read(DeviceProblem(pb).args(), opt);  // the CUDA engine's layout
+  const std::size_t bytes = plan.saved_bytes;
+  std::mt19937_64 rng(spec.seed);
+  const HostTensor dy = uniform_tensor(DType::f32, {spec.P, spec.T, spec.hd}, rng);
+  const HostTensor d_final = uniform_tensor(DType::f32, {pb.bank_rows(), spec.hd}, rng);
+  std::vector<unsigned char> noise(bytes);
+  for (unsigned char& b : noise) b = static_cast<unsigned char>(rng());
+  const std::vector<std::vector<unsigned char>> fills{std::vector<unsigned char>(bytes, 0x00),
+                                                      std::vector<unsigned char>(bytes, 0xff), noise};
+  std::vector<std::vector<HostTensor>> runs;
+  for (const auto& fill : fills) runs.push_back(saving_run(pb, opt, bytes, &fill, dy, d_final));
+  // A buffer left uninitialised: under compute-sanitizer's initcheck a read of a byte no kernel wrote
+  // is reported (scripts/gpu_check.sh runs the small cases so).
+  runs.push_back(saving_run(pb, opt, bytes, nullptr, dy, d_final));
+  sync();
+
+  std::vector<const unsigned char*> got;
+  for (std::size_t r = 0; r < fills.size(); ++r) {
+    got.push_back(static_cast<const unsigned char*>(runs[r][2].ref().data));
+  }
+  constexpr std::size_t kStamp = core::kSavedHeaderBytes;
+  const std::vector<bool> unused = unused_snapshot_bytes(plan, got[0] + kStamp, bytes - kStamp);
+  const auto in_unused_row = [&](std::size_t b) { return b >= kStamp && unused[b - kStamp]; };
+  const auto holds_fills = [&](std::size_t b) {
+    return got[0][b] == 0x00 && got[1][b] == 0xff && got[2][b] == noise[b];
+  };
+  const auto written = [&](std::size_t b) { return got[0][b] == got[1][b] && got[1][b] == got[2][b]; };
+  // Each byte: written (the same in the three runs; not an unused snapshot byte) or kept (each run
+  // holds its buffer's byte: an unused snapshot byte, or padding before a region's start).
+  std::size_t kept = 0, wrong = 0, stray = 0;
+  for (std::size_t b = 0; b < bytes;) {
+    if (in_unused_row(b)) {
+      kept += holds_fills(b);
+      wrong += !holds_fills(b);
+      ++b;
+    } else if (written(b)) {
+      ++b;
+    } else {
+      // A run of bytes outside the unused rows, not written: it must be padding before a region.
+      std::size_t end = b + 1;
+      while (end < bytes && !in_unused_row(end) && !written(end)) ++end;
+      bool padding = b >= kStamp && end - b < 256 && (end - kStamp) % 256 == 0;
+      for (std::size_t k = b; k < end; ++k) padding = padding && holds_fills(k);
+      if (padding) kept += end - b;
+      else if (++stray <= 8) std::printf("    %s: bytes [%zu, %zu) not written, not padding\n", name.c_str(), b, end);
+      b = end;
+    }
+  }
+  expect(wrong == 0, name + ": the unused snapshot rows keep the caller's bytes");
+  expect(stray == 0, name + ": every other byte is written, the same for every buffer (padding aside)");
+  expect(kept > 0, name + ": some bytes are left unwritten (the forward zeroes nothing)");
+
+  const char* names[] = {"readings", "final bank", "saved", "grad memory", "grad k_val", "grad v",
+                         "grad beta", "grad g", "grad q_val", "restored bank"};
+  for (std::size_t r = 1; r < runs.size(); ++r) {
+    for (std::size_t k = 0; k < runs[0].size(); ++k) {
+      if (k == 2) continue;  // saved: compared above
+      const std::string buffer = r == 1 ? "0xff" : r == 2 ? "random" : "uninitialised";
+      expect(runs[r][k].bitwise_equal(runs[0][k]), name + ": " + names[k] + " bitwise equal, buffer " + buffer);
+    }
+  }
+}
+
+void test_saved_unwritten_bytes() {
   for (const DType bank : {DType::f32, DType::bf16}) {
     for (const SnapshotQuant mode :
          {SnapshotQuant::none, SnapshotQuant::bf16, SnapshotQuant::fp8, SnapshotQuant::int4}) {
-      ProblemSpec spec = spec_of(2, 37, 3, 5, 13, 16, 1, bank, 91);
-      Problem pb = make_problem(spec);
-      // A masked write entry and a masked read entry (validate=False) have their bytes too.
-      pb.k_idx.set(4, -1.0);
-      pb.q_idx.set(7, -1.0);
-      WriteReadOptions opt = options_for(spec, 8, false);
-      opt.snapshot_quant = mode;
-      std::vector<std::uint8_t> got[2];
-      for (int run = 0; run < 2; ++run) {
-        DeviceProblem dp(pb);
-        DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(dp.args(), opt))});
-        cuda_ok(cudaMemset(saved.data(), run == 0 ? 0x00 : 0xff, saved.bytes()), "cudaMemset");
-        DeviceTensor readings(bank, {spec.P, spec.T, spec.hd});
-        write_read_forward_saving(dp.args(), readings.ref(), saved.ref(), opt);
-        sync();
-        got[run].resize(saved.bytes());
-        cuda_ok(cudaMemcpy(got[run].data(), saved.data(), saved.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
-      }
-      // Unwritten bytes as [begin, end) ranges (the first few printed).
-      std::size_t differ = 0, ranges = 0;
-      for (std::size_t b = 0; b < got[0].size();) {
-        if (got[0][b] == got[1][b]) {
-          ++b;
-          continue;
-        }
-        std::size_t end = b;
-        while (end < got[0].size() && got[0][end] != got[1][end]) ++end;
-        if (++ranges <= 12) std::printf("    unwritten bytes [%zu, %zu) of %zu\n", b, end, got[0].size());
-        differ += end - b;
-        b = end;
-      }
-      expect(differ == 0, std::string(dtype_name(bank)) + " bank, " + snapshot_quant_name(mode) +
-                              ": every byte of saved written");
+      saved_bytes_case(spec_of(2, 37, 3, 5, 13, 16, 1, bank, 91), 8, mode);    // odd hd, hot slots
+      saved_bytes_case(spec_of(2, 45, 4, 3, 24, 16, 4, bank, 92), 8, mode);    // vector path, G = W
+      saved_bytes_case(spec_of(1, 40, 16, 12, 520, 256, 1, bank, 93), 16, mode);  // three column steps
     }
   }
+}
+
+// Two of those cases for compute-sanitizer (scripts/gpu_check.sh): both column paths and banks.
+void test_saved_unwritten_bytes_small() {
+  saved_bytes_case(spec_of(2, 37, 3, 5, 13, 16, 1, DType::f32, 91), 8, SnapshotQuant::none);
+  saved_bytes_case(spec_of(2, 45, 4, 3, 24, 16, 4, DType::bf16, 92), 8, SnapshotQuant::int4);
 }
 
 // ---- CUDA vs the CPU engine ------------------------------------------------------------
@@ -915,7 +1040,8 @@ int main(int argc, char** argv) {
       {"masking with validate=False", test_masking},
       {"device index check (validate=True)", test_validation_errors},
       {"snapshot modes: saved bytes, forward unchanged", test_snapshot_modes_forward},
-      {"saving forward writes every byte of saved", test_saved_fully_written},
+      {"saving forward writes what the backward reads, no more", test_saved_unwritten_bytes},
+      {"saved small: what the backward reads is written", test_saved_unwritten_bytes_small},
       {"CUDA vs CPU engine", test_cuda_vs_cpu_engine},
       {"bank of more than 2^32 elements", test_bank_over_2_pow_32_elements},
       {"snapshot quantiser: device == host, exhaustive", test_snapshot_codec_exhaustive},

@@ -1,12 +1,12 @@
 // test_cuda_writer_split.cpp - GPU tests of the group writer's row split (src/cuda/forward/
 // group_writer.cu): a write group's row shared by up to 32 of the group's warps, each owning every
 // w-th piece of 32 * kVec columns. The split changes which warp computes an element, never how: the
-// no-grad forward (readings, final bank) and the saving forward (readings, final bank, every byte
-// of `saved`) must be bitwise equal at every split limit (1 = the group's first warp alone, 2, 3,
-// 5, 32), in every snapshot mode, for both banks and both column paths (kVec 8 and the exact
-// per-column path of odd hd), on problems of long groups (few slots per stream: each slot is
-// written by ~25 entries of a chunk) with T not a multiple of C; and agree with the float64
-// reference. Run by gpu_test_harness.hpp (exit status 1 if a check failed).
+// no-grad forward (readings, final bank) and the saving forward (readings, final bank, `saved`,
+// filled with 0xa5 first: the bytes it does not write keep that) must be bitwise equal at every
+// split limit (1 = the group's first warp alone, 2, 3, 5, 32), in every snapshot mode, for both
+// banks and both column paths (kVec 8 and the exact per-column path of odd hd), on problems of long
+// groups (few slots per stream: each slot is written by ~25 entries of a chunk) with T not a
+// multiple of C; and agree with the float64 reference. Run by gpu_test_harness.hpp (exit status 1 if a check failed).
 #include <cuda_runtime.h>
 
 #include <cstdio>

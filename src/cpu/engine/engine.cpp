@@ -64,8 +64,9 @@ void checked_decode_step(const WriteReadArgs& args, const TensorRef& readings, c
 
 }  // namespace
 
-// The CPU layout's padding bytes are never written: the caller zeroes the buffer.
-const core::Engine engine{write_read_saved_bytes, true, checked_forward, checked_forward_saving, checked_backward,
+// The saving forward leaves the layout's padding and the snapshot rows past each chunk's groups
+// unwritten (saved_layout.hpp); the backward reads none of them.
+const core::Engine engine{write_read_saved_bytes, checked_forward, checked_forward_saving, checked_backward,
                           checked_decode_step};
 
 }  // namespace sdm::cpu

@@ -9,6 +9,9 @@
 //             (time-major, docs/spec.md §2), group ordinal k (groups in ascending row) at row
 //             n*C*W + k (compact layout, docs/spec.md §2); encoded as snapshot_codec.hpp says
 //   scales    [N*C*W] f32     per-row quantiser scale (fp8 / int4 only; else empty)
+// Written by the saving forward: delta and residual whole, and the snapshot row and scale of each
+// write group. Never written, never read: the padding before each region's start and the snapshot
+// rows (and scales) past each chunk's group count; they keep the caller's bytes.
 //
 // What is NOT saved, and why: the Phase-1 plan (groups, L, P, Lambda, k_eff, q_w, A, QK, X).
 // The backward rebuilds it from the inputs with the same code (chunk_plan.hpp), which gives

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kScanThreads, min_blocks(kScanThreads, 2)) sca
     if (local == geo.sps) {
       // Padding / masked entries join no group; their sorted coefficients are defined as 0 so that
       // kernels that load a warp's coefficients before testing membership read initialised memory
-      // (and L, kappa too: the saving forward writes every byte of `saved`, saved/layout.hpp).
+      // (and L, kappa too: Phase 1's arrays in `saved` are written whole, saved/layout.hpp).
       const int i = static_cast<int>(geo.keys.token(key));
       place(i * W + static_cast<int>(geo.keys.lane(key)), q, false, 0.0f);
       buf.wcoef[base + q] = 0.0f;

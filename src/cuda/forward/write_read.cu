@@ -4,13 +4,13 @@
 // One call: [device index check + one sync, if options.validate and not capturing] ->
 // Phase 1 for all chunks (phase1.cu) -> for each time step ti: gather -> dual -> group_writer
 // (step_kernels.hpp). In a saving call Phase 1 writes the arrays the backward reads straight into
-// `saved`, zero_unwritten_saved zeroes the bytes no kernel writes, and the steps add delta,
-// residual and the snapshot rows (saved/layout.hpp). Every launch goes to the call's stream
-// (options.cuda_stream: the PyTorch binding passes torch's current stream), except that the steps
-// of a large call run half of the P streams on a side stream forked from it and joined back
-// (step_streams.hpp). No host sync follows the optional check, so the whole call can be captured
-// in a CUDA graph (then on one stream); while the stream is capturing, the device index check is
-// skipped (docs/spec.md §8) and out-of-range entries are masked.
+// `saved`, and the steps add delta, residual and the snapshot rows; the bytes no kernel writes keep
+// the caller's, and the backward never reads them (saved/layout.hpp). Every launch goes to the
+// call's stream (options.cuda_stream: the PyTorch binding passes torch's current stream), except
+// that the steps of a large call run half of the P streams on a side stream forked from it and
+// joined back (step_streams.hpp). No host sync follows the optional check, so the whole call can
+// be captured in a CUDA graph (then on one stream); while the stream is capturing, the device
+// index check is skipped (docs/spec.md §8) and out-of-range entries are masked.
 // Scratch comes from one stream-ordered allocation (workspace.hpp).
 #include <cstdint>
 
@@ -97,7 +97,6 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
   }
 
   run_phase1(geo, in, sb.bf16_bank, p1, stream);
-  if (saved != nullptr) zero_unwritten_saved(geo, layout, p1.keys, saved_base, stream);
   StepStreams steps(geo, stream, split_steps(geo, shape.bank, call.capturing()));
   for (std::int64_t ti = 0; ti < geo.Nt; ++ti) {
     for (int h = 0; h < steps.count(); ++h) {

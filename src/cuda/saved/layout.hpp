@@ -3,9 +3,10 @@
 // Phase 1 arrays from here. SavedLayout gives each region's offset in bytes from the buffer start
 // (each region 256-byte aligned) and, at its field, its contents; N = Nt*P chunks (time-major
 // n = ti*P + p), rows = N*C*W snapshot rows.
-// Every byte is written by a saving forward (an op output: the same bytes for the same inputs):
-// rows that start no group (and their scales) and L / kappa at padding / masked positions hold 0,
-// and so do the gaps between regions (zero_unwritten_saved).
+// The saving forward writes the delta, residual and Phase 1 regions whole (L / kappa at padding /
+// masked positions hold 0) and, in the snapshot and scales regions, the row and scale of each write
+// group; the backward reads only those. The rows and scales of positions that start no group and
+// the gaps between regions are never written nor read: they keep the caller's bytes.
 // Alignment: with hd % 8 == 0 a row's lane pieces (8 columns at c0 % 8 == 0) sit at multiples of
 // 16 (none, bf16), 8 (fp8) or 4 (int4) bytes from the region start, so a 16-byte aligned buffer
 // allows the vector accesses; the u64 keys and f64 L need an 8-byte aligned buffer.
@@ -13,10 +14,7 @@
 
 #include <cstddef>
 
-#include <cuda_runtime.h>
-
 #include "core/validate.hpp"
-#include "cuda/common/geometry.hpp"
 #include "cuda/forward/phase1.hpp"
 #include "sdm/options.hpp"
 #include "sdm/plan.hpp"
@@ -34,12 +32,6 @@ struct SavedPhase1 {
   std::size_t A = 0, QK = 0, X = 0;
 };
 
-// The bytes between one region's end and the next one's 256-byte aligned start, [begin, end).
-struct SavedGap {
-  std::size_t begin = 0, end = 0;
-};
-constexpr int kMaxSavedGaps = 20;  // one before each region after the first (18 regions)
-
 struct SavedLayout {
   std::size_t delta = 0;     // f32 [N*C, hd]: delta of chunk-token row n*C + i; rows of padding tokens are 0
   std::size_t residual = 0;  // f32 [N*C, hd]: v - retrieved, same rows; padding rows are 0
@@ -48,8 +40,6 @@ struct SavedLayout {
                              // entry, encoded in the effective snapshot mode (snapshot_rows.cuh)
   std::size_t scales = 0;    // f32 [rows]: the row's quantiser scale (fp8 / int4 only; else an empty region)
   std::size_t total = 0;
-  SavedGap gaps[kMaxSavedGaps];
-  int gap_count = 0;
   SavedPhase1 phase1;
   SnapshotQuant mode = SnapshotQuant::none;  // effective mode ("bf16" on a bf16 bank is "none")
   std::size_t row_bytes = 0;                 // payload bytes per snapshot row: core::snapshot_payload_bytes
@@ -59,13 +49,6 @@ struct SavedLayout {
 
 // Of the plan's shape and effective snapshot mode.
 SavedLayout saved_layout(const WriteReadPlan& plan);
-
-// The bytes of the saved buffer at `base` that no kernel of the saving forward writes, zeroed on
-// `stream`: the gaps between regions, and the snapshot rows (with their scales) of the sorted write
-// positions that start no group (inside a group, padding, masked), found from Phase 1's sorted keys
-// (`keys`, in the buffer: call after Phase 1). Two launches.
-void zero_unwritten_saved(const Geometry& geo, const SavedLayout& layout, const std::uint64_t* keys,
-                          unsigned char* base, cudaStream_t stream);
 
 // Points the Phase 1 arrays kept in the saved buffer (keys .. X above) at their regions of the
 // buffer at `base`; buf's other fields are left as they are. The saving forward's Phase 1 writes
