@@ -518,8 +518,8 @@ void test_snapshot_modes_forward() {
 // byte the backward reads, the same bytes whatever the buffer held, and leave every other byte as it
 // was (no zeroing); the backward must read written bytes only. Three saving forwards + backwards into
 // buffers filled with 0x00, 0xff (NaN in every float format) and random bytes; awkward shapes (T % C
-// != 0, padding and masked entries, hot slots; odd hd, the vector path, three column steps), both
-// banks, every mode:
+// != 0, padding and masked entries, hot slots; odd hd, the vector path, three column steps, and
+// hd 256, where SDM_CUDA_SLOT_WALK=staged runs the backward's staged walk), both banks, every mode:
 //   - the snapshot rows and scales of the sorted write positions that start no group (found from the
 //     Phase 1 keys, saved/layout.hpp) keep each buffer's bytes;
 //   - every other byte is equal in the three runs, except the padding before a region's 256-byte
@@ -667,6 +667,7 @@ void test_saved_unwritten_bytes() {
       saved_bytes_case(spec_of(2, 37, 3, 5, 13, 16, 1, bank, 91), 8, mode);    // odd hd, hot slots
       saved_bytes_case(spec_of(2, 45, 4, 3, 24, 16, 4, bank, 92), 8, mode);    // vector path, G = W
       saved_bytes_case(spec_of(1, 40, 16, 12, 520, 256, 1, bank, 93), 16, mode);  // three column steps
+      saved_bytes_case(spec_of(2, 40, 8, 6, 256, 32, 1, bank, 94), 16, mode);  // hd % 256 == 0: the staged walk
     }
   }
 }
