@@ -7,7 +7,7 @@
 //   limits                  every limit and default of the ops (sdm/options.hpp, sdm/product_key_topk.hpp)
 //                           as a {name: value} dict: the Python package's only source for them
 //   write_read_plan         shape-only plan of a call: size of `saved`, bank-gradient dtype (bf16?)
-//                           (used by the fake kernels)
+//                           (used by the fake kernels, and to allocate `saved`)
 //   check_write_read, check_decode_step
 //                           shape-only validation of write_read_ / decode_step (fake kernels)
 //   write_read_backward     functional backward of write_read_saving
@@ -15,8 +15,8 @@
 //   reference_write_read, reference_write_read_backward
 //                           the float64 oracle as functional ops (tests, gradcheck)
 //
-// The fake kernels are registered from Python (sdm/_ops.py), and so is sdm.write_read, the
-// torch.autograd.Function over write_read_saving and write_read_backward (sdm/functional.py); the
+// The fake kernels are registered from Python (sdm/_ops.py), which also holds sdm.write_read's
+// torch.autograd.Function over write_read_saving and write_read_backward (WriteReadFunction); the
 // ops that write a tensor in place get an Autograd kernel that refuses to be recorded
 // (inplace_guard.cpp).
 #include <torch/library.h>
