@@ -43,11 +43,19 @@ void write_read_forward(const WriteReadArgs& args, const TensorRef& readings,
                         const WriteReadOptions& options);
 
 // Bytes of the saved-state buffer the saving forward fills (a function of shapes, dtypes
-// and options only: plan_write_read(args, options).saved_bytes, sdm/plan.hpp), and the
-// alignment its start address needs (every fresh allocation of malloc, new, cudaMalloc or
-// torch has it). The buffer needs no zeroing: see write_read_forward_saving.
+// and options only, options.snapshot_rows included: plan_write_read(args, options).saved_bytes,
+// sdm/plan.hpp), and the alignment its start address needs (every fresh allocation of malloc,
+// new, cudaMalloc or torch has it). The buffer needs no zeroing: see write_read_forward_saving.
 inline constexpr std::size_t kSavedAlignment = 16;
 std::size_t write_read_saved_bytes(const WriteReadArgs& args, const WriteReadOptions& options);
+
+// The call's write groups (distinct in-range write rows of each chunk, summed over the chunks):
+// the snapshot rows an exact `saved` needs, to pass as options.snapshot_rows to the saving forward
+// and the backward (docs/spec.md §4). `count`: a 1-element int64 tensor on the bank's device, which
+// receives it; `memory` only gives the device and shape. Without it (snapshot_rows 0) `saved` holds
+// the worst case, one row per write entry. CPU: counted on the host. A CUDA bank: not counted in
+// this build (sdm::ValueError naming "memory").
+void write_groups_count(const WriteReadArgs& args, const TensorRef& count, const WriteReadOptions& options);
 
 // Saving forward: as write_read_forward (readings bitwise equal) and also fills `saved`
 // (u8, write_read_saved_bytes(args, options) bytes, on the bank's device, starting at a

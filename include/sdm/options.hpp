@@ -32,6 +32,9 @@ struct WriteReadOptions {
   std::int64_t chunk_size = kDefaultChunk;  // C in 1..kMaxChunk; clamped to T
   SnapshotQuant snapshot_quant = SnapshotQuant::none;
   bool grad_bank_fp32 = false;        // bf16 bank: keep bank-gradient rows in f32 (docs/spec.md §4)
+  std::int64_t snapshot_rows = 0;     // saving forward and backward: the snapshot rows `saved` holds, one per
+                                      // write group (write_groups_count); 0: the worst case, one per write
+                                      // entry N*C*W (docs/spec.md §4); the backward takes the forward's value
   bool validate = true;               // check index ranges and distinct write slots (docs/spec.md §8);
                                       // false: out-of-range entries and write lanes repeating an
                                       // earlier lane's slot in their token are masked (no write)

@@ -41,11 +41,14 @@ struct PlanSource {
   std::int64_t slots_per_stream = 0, chunk_size = 0;
   SnapshotQuant snapshot_quant = SnapshotQuant::none;
   bool grad_bank_fp32 = false;
+  std::int64_t snapshot_rows = 0;
 };
 
 struct WriteReadPlan {
   WriteReadShape shape;
   SnapshotQuant snapshot = SnapshotQuant::none;  // effective mode: "bf16" on a bf16 bank is "none"
+  std::int64_t snapshot_rows = 0;  // rows of the snapshot region: options.snapshot_rows, or for 0 the
+                                   // worst case N*C*W (one per write entry, no count needed)
   std::size_t saved_bytes = 0;  // of `saved` (kSavedAlignment-aligned start) on the bank's device
   DType bank_grad = DType::f32;  // the backward's bank gradient: bf16 for a bf16 bank without
                                  // grad_bank_fp32, else f32 (docs/spec.md §4)

@@ -28,6 +28,8 @@ using ForwardSaving = void(const WriteReadArgs& args, const TensorRef& readings,
 using Backward = void(const WriteReadArgs& args, const TensorRef& saved, const TensorRef& grad_readings,
                       const TensorRef& grad_final_bank, const WriteReadGrads& grads, const WriteReadPlan& plan,
                       const WriteReadOptions& options);
+using CountWriteGroups = void(const WriteReadArgs& args, const TensorRef& count, const WriteReadPlan& plan,
+                              const WriteReadOptions& options);
 using DecodeStep = void(const WriteReadArgs& args, const TensorRef& readings, const DecodeShape& shape,
                         const DecodeOptions& options);
 }  // namespace engine_fn
@@ -38,6 +40,7 @@ struct Engine {
   engine_fn::ForwardSaving* write_read_forward_saving;
   engine_fn::Backward* write_read_backward;
   engine_fn::DecodeStep* decode_step;
+  engine_fn::CountWriteGroups* write_groups_count;
 };
 
 }  // namespace sdm::core

@@ -10,11 +10,12 @@ namespace sdm::core {
 namespace {
 
 // The recorded fields: their slots in SavedHeader::fields, and how a message names them (same order).
-enum Field : int { kP, kT, kW, kR, kG, kHd, kS, kSlotsPerStream, kC, kBankField, kSnapshotField, kUsedFields };
+enum Field : int { kP, kT, kW, kR, kG, kHd, kS, kSlotsPerStream, kC, kBankField, kSnapshotField, kSnapshotRows,
+             kUsedFields };
 constexpr const char* kFieldNames[] = {
     "streams P",         "tokens T",  "writes per token W", "reads per token R",          "g's last dim G",
     "hd (bank columns)", "bank rows S", "slots_per_stream", "chunk_size (clamped to T)", "bank dtype",
-    "snapshot_quant (effective)",
+    "snapshot_quant (effective)", "snapshot_rows (effective)",
 };
 static_assert(sizeof(kFieldNames) / sizeof(kFieldNames[0]) == kUsedFields, "a name per field");
 static_assert(kUsedFields <= kSavedFields);
@@ -68,6 +69,7 @@ SavedHeader make_saved_header(const WriteReadPlan& plan, SavedEngine engine) {
   h.fields[kC] = s.C;
   h.fields[kBankField] = static_cast<std::int64_t>(s.bank);
   h.fields[kSnapshotField] = static_cast<std::int64_t>(plan.snapshot);
+  h.fields[kSnapshotRows] = plan.snapshot_rows;
   return h;
 }
 

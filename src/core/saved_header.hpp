@@ -6,8 +6,8 @@
 // (their offsets, from the byte after the header, keep their alignment). The header records the
 // format (magic, version), the engine whose layout follows (cpu / cuda), the call's shape and
 // options that fix that layout and its contents (P, T, W, R, G, hd, S, slots_per_stream, C, bank
-// dtype, effective snapshot mode), and a 64-bit hash of the index values (k_idx, q_idx). The
-// saving forward always writes it (CPU: the host; CUDA: one kernel, no sync); the backward checks
+// dtype, effective snapshot mode, snapshot rows), and a 64-bit hash of the index values (k_idx,
+// q_idx). The saving forward always writes it (CPU: the host; CUDA: one kernel, no sync); the backward checks
 // it when options.validate is set (CUDA: one host sync, skipped under graph capture).
 //
 // The index hash is a sum mod 2^64 of one mixed term per index (index_hash_term), so any
@@ -26,7 +26,7 @@ namespace sdm::core {
 
 inline constexpr std::size_t kSavedHeaderBytes = 256;
 inline constexpr std::uint64_t kSavedMagic = 0x3156534d4453ull;  // "SDMSV1" little-endian
-inline constexpr std::uint64_t kSavedVersion = 1;
+inline constexpr std::uint64_t kSavedVersion = 2;  // 2: the snapshot payload last, its rows recorded
 inline constexpr int kSavedFields = 28;
 
 enum class SavedEngine : std::uint64_t { cpu = 1, cuda = 2 };

@@ -65,6 +65,18 @@ void check_saved(const TensorRef& saved, std::size_t expected, const TensorRef& 
   }
 }
 
+// The snapshot rows of `saved` (plan.hpp): options.snapshot_rows, 0 for the worst case of one row per
+// write entry (N*C*W, which no call exceeds: a chunk has at most C*W write groups).
+std::int64_t planned_snapshot_rows(const core::WriteReadShape& shape, const WriteReadOptions& options) {
+  const std::int64_t worst = shape.num_time_chunks() * shape.P * shape.C * shape.W;
+  if (options.snapshot_rows < 0 || options.snapshot_rows > worst) {
+    throw ValueError("snapshot_rows", "snapshot_rows must lie in 0..N*C*W = " + std::to_string(worst) +
+                                          " (0: the worst case; else the call's write-group count, "
+                                          "write_groups_count), got " + std::to_string(options.snapshot_rows));
+  }
+  return options.snapshot_rows == 0 ? worst : options.snapshot_rows;
+}
+
 // The plan of a call (plan.hpp): validation, then the saved layout of the bank's engine and the
 // dtype rules.
 WriteReadPlan plan_for(const WriteReadArgs& args, const TensorRef& readings, const WriteReadOptions& options) {
@@ -72,6 +84,7 @@ WriteReadPlan plan_for(const WriteReadArgs& args, const TensorRef& readings, con
   plan.shape = core::validate_write_read(args, readings, options, core::BankDTypes::engine);
   plan.snapshot = core::effective_snapshot_mode(options.snapshot_quant, plan.shape.bank);
   plan.bank_grad = core::bank_grad_dtype(plan.shape.bank, options.grad_bank_fp32);
+  plan.snapshot_rows = planned_snapshot_rows(plan.shape, options);
   const core::Engine& engine = engine_of(args.memory);
   plan.saved_bytes = core::kSavedHeaderBytes + engine.saved_body_bytes(plan);
   plan.source = plan_source(args, readings, options);
@@ -145,6 +158,20 @@ void write_read_backward(const WriteReadPlan& plan, const WriteReadArgs& args, c
                          const WriteReadGrads& grads, const WriteReadOptions& options) {
   check_plan_source(plan, args, nullptr, options);
   backward(plan, args, saved, grad_readings, grad_final_bank, grads, options);
+}
+
+void write_groups_count(const WriteReadArgs& args, const TensorRef& count, const WriteReadOptions& options) {
+  const WriteReadPlan plan = plan_for(args, TensorRef{}, options);
+  check_runnable(args, {{count, "count"}});
+  if (count.dtype != DType::i64) {
+    throw TypeError("count", std::string("count must be int64, got ") + dtype_name(count.dtype));
+  }
+  if (count.numel() != 1 || !(count.device == args.memory.device)) {
+    throw ValueError("count", "count must be one int64 element on " + device_name(args.memory.device) + ", got shape " +
+                                  count.shape_string() + " on " + device_name(count.device));
+  }
+  core::check_disjoint({{count, "count"}}, core::named_args(args));
+  engine_of(args.memory).write_groups_count(args, count, plan, options);
 }
 
 void decode_step(const WriteReadArgs& args, const TensorRef& readings, const DecodeOptions& options) {

@@ -60,6 +60,7 @@ PlanSource plan_source(const WriteReadArgs& args, const TensorRef& readings, con
   s.q_idx = planned(args.q_idx), s.q_val = planned(args.q_val), s.readings = planned(readings);
   s.slots_per_stream = options.slots_per_stream, s.chunk_size = options.chunk_size;
   s.snapshot_quant = options.snapshot_quant, s.grad_bank_fp32 = options.grad_bank_fp32;
+  s.snapshot_rows = options.snapshot_rows;
   return s;
 }
 
@@ -85,6 +86,9 @@ void check_plan_source(const WriteReadPlan& plan, const WriteReadArgs& args, con
   }
   if (options.grad_bank_fp32 != s.grad_bank_fp32) {
     refuse("grad_bank_fp32", options.grad_bank_fp32 ? "true" : "false", s.grad_bank_fp32 ? "true" : "false");
+  }
+  if (options.snapshot_rows != s.snapshot_rows) {
+    refuse("snapshot_rows", number(options.snapshot_rows), number(s.snapshot_rows));
   }
 }
 

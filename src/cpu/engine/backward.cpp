@@ -31,6 +31,8 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   const core::WriteReadShape& shape = plan.shape;
   const int threads = resolve_num_threads(options.num_threads);
   const SavedLayout layout = saved_layout(plan);
+  const SnapshotRowStarts starts = snapshot_row_starts(args, shape, threads);
+  check_snapshot_rows(starts, plan.snapshot_rows);  // before any write
   const GradBank grad_bank(shape, plan.bank_grad, grad_final_bank, grads.memory, threads);
   std::vector<std::int64_t> row_source(static_cast<std::size_t>(shape.P * shape.slots_per_stream), kFinalBankRow);
   const BackwardJob job{args,
@@ -38,6 +40,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
                         grads,
                         shape,
                         layout,
+                        starts,
                         saved.data_as<const unsigned char>(),
                         RowMatrix{args.memory.data, shape.bank, shape.hd},
                         grad_bank.rows(),

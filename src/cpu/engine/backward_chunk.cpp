@@ -147,9 +147,9 @@ void write_side(const BackwardJob& job, std::int64_t time_chunk, BackwardScratch
   float* pre = ws.row.data();
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     const WriteGroup& group = plan.groups[k];
-    const std::int64_t snap = layout.snapshot_row(time_chunk, plan.stream, job.shape.P, static_cast<std::int64_t>(k));
-    const unsigned char* payload = job.saved + layout.snapshot_rows + at(snap) * layout.snapshot.row_bytes;
-    const unsigned char* scale = job.saved + layout.scales + at(snap) * sizeof(float);
+    const std::int64_t snap = job.snapshot_rows.row(time_chunk, plan.stream, job.shape.P, static_cast<std::int64_t>(k));
+    const unsigned char* payload = job.saved + layout.row_payload(snap);
+    const unsigned char* scale = job.saved + layout.row_scale(snap);
     decode_snapshot_row(layout.snapshot, payload, scale, pre);
     float* g = g_rows(at(k));
     ws.dlambda[k] = group.decay * dot(g, pre, hd);
@@ -176,8 +176,8 @@ void write_side(const BackwardJob& job, std::int64_t time_chunk, BackwardScratch
 // of scratch): the values a bank restored from it holds (snapshot_codec.hpp).
 void restore_source_row(const BackwardJob& job, std::int64_t source, float* decoded, void* out) {
   const SavedLayout& layout = job.layout;
-  const unsigned char* payload = job.saved + layout.snapshot_rows + at(source) * layout.snapshot.row_bytes;
-  decode_snapshot_row(layout.snapshot, payload, job.saved + layout.scales + at(source) * sizeof(float), decoded);
+  const unsigned char* payload = job.saved + layout.row_payload(source);
+  decode_snapshot_row(layout.snapshot, payload, job.saved + layout.row_scale(source), decoded);
   restore_snapshot_row(layout.snapshot, payload, decoded, out);
 }
 
@@ -188,7 +188,7 @@ float bank_row_dot(const BackwardJob& job, BackwardScratch& ws, std::int64_t row
   const std::int64_t source = job.row_source[row];
   if (source == kFinalBankRow) return job.bank.dot(row, x);
   const SavedLayout& layout = job.layout;
-  const unsigned char* payload = job.saved + layout.snapshot_rows + at(source) * layout.snapshot.row_bytes;
+  const unsigned char* payload = job.saved + layout.row_payload(source);
   if (layout.snapshot.mode == SnapshotQuant::none) {
     return RowMatrix{const_cast<unsigned char*>(payload), job.bank.dtype, job.bank.width}.dot(0, x);
   }

@@ -20,6 +20,7 @@
 #include "core/validate.hpp"
 #include "element_io.hpp"
 #include "saved_layout.hpp"
+#include "snapshot_rows.hpp"
 #include "sdm/ops.hpp"
 
 namespace sdm::cpu {
@@ -30,6 +31,7 @@ struct BackwardJob {
   const WriteReadGrads& grads;
   const core::WriteReadShape& shape;
   const SavedLayout& layout;
+  const SnapshotRowStarts& snapshot_rows;  // where each write group's snapshot row is
   const unsigned char* saved;
   RowMatrix bank;       // the final bank (only read)
   RowMatrix grad_bank;  // G

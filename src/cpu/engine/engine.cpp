@@ -8,6 +8,7 @@
 
 #include "core/saved_header.hpp"
 #include "core/validate.hpp"
+#include "snapshot_rows.hpp"
 #include "thread_pool.hpp"
 
 namespace sdm::cpu {
@@ -41,8 +42,10 @@ void checked_forward(const WriteReadArgs& args, const TensorRef& readings, const
 void checked_forward_saving(const WriteReadArgs& args, const TensorRef& readings, const TensorRef& saved,
                             const WriteReadPlan& plan, const WriteReadOptions& options) {
   check_indices(args, plan, options);
-  core::stamp_saved_on_host(core::make_saved_header(plan, core::SavedEngine::cpu), args, saved);
+  // The forward checks the call's write groups against the planned snapshot rows before any write;
+  // the stamp follows, so a refused buffer keeps every byte.
   write_read_forward_saving(args, readings, core::saved_body(saved), plan, options);
+  core::stamp_saved_on_host(core::make_saved_header(plan, core::SavedEngine::cpu), args, saved);
 }
 
 // With validate, `saved` must carry the stamp of this call.
@@ -56,6 +59,11 @@ void checked_backward(const WriteReadArgs& args, const TensorRef& saved, const T
   write_read_backward(args, core::saved_body(saved), grad_readings, grad_final_bank, grads, plan, options);
 }
 
+void count_write_groups(const WriteReadArgs& args, const TensorRef& count, const WriteReadPlan& plan,
+                        const WriteReadOptions& options) {
+  *count.data_as<std::int64_t>() = snapshot_row_starts(args, plan.shape, resolve_num_threads(options.num_threads)).total;
+}
+
 void checked_decode_step(const WriteReadArgs& args, const TensorRef& readings, const core::DecodeShape& shape,
                          const DecodeOptions& options) {
   if (options.validate) core::check_decode_indices(args, shape, options);
@@ -64,9 +72,9 @@ void checked_decode_step(const WriteReadArgs& args, const TensorRef& readings, c
 
 }  // namespace
 
-// The saving forward leaves the layout's padding and the snapshot rows past each chunk's groups
+// The saving forward leaves the layout's padding and the snapshot rows past the call's groups
 // unwritten (saved_layout.hpp); the backward reads none of them.
 const core::Engine engine{write_read_saved_bytes, checked_forward, checked_forward_saving, checked_backward,
-                          checked_decode_step};
+                          checked_decode_step, count_write_groups};
 
 }  // namespace sdm::cpu

@@ -26,6 +26,7 @@
 #include "engine.hpp"
 #include "row_kernels.hpp"
 #include "saved_layout.hpp"
+#include "snapshot_rows.hpp"
 #include "worker_split.hpp"
 
 namespace sdm::cpu {
@@ -43,6 +44,7 @@ struct ForwardJob {
   const TensorRef& readings;
   const core::WriteReadShape& shape;
   const SavedLayout* layout;  // nullptr for the no-grad forward
+  const SnapshotRowStarts* snapshot_rows;  // the saving forward's group rows (nullptr: no-grad)
   unsigned char* saved;
   int threads;
 };
@@ -95,10 +97,9 @@ void save_snapshot(const ForwardJob& job, const ChunkPlan& plan, std::int64_t ti
       prefetch_row(bank + at(plan.groups[k + kAhead].row) * bank_row_bytes, bank_row_bytes);
     }
     const std::int64_t row =
-        layout.snapshot_row(time_chunk, plan.stream, job.shape.P, static_cast<std::int64_t>(k));
+        job.snapshot_rows->row(time_chunk, plan.stream, job.shape.P, static_cast<std::int64_t>(k));
     encode_snapshot_row(layout.snapshot, bank + at(plan.groups[k].row) * bank_row_bytes,
-                        job.saved + layout.snapshot_rows + at(row) * layout.snapshot.row_bytes,
-                        job.saved + layout.scales + at(row) * sizeof(float));
+                        job.saved + layout.row_payload(row), job.saved + layout.row_scale(row));
   }
 }
 
@@ -246,14 +247,16 @@ void dispatch_forward(const ForwardJob& job) {
 
 void write_read_forward(const WriteReadArgs& args, const TensorRef& readings, const WriteReadPlan& plan,
                         const WriteReadOptions& options) {
-  dispatch_forward({args, readings, plan.shape, nullptr, nullptr, resolve_num_threads(options.num_threads)});
+  dispatch_forward({args, readings, plan.shape, nullptr, nullptr, nullptr, resolve_num_threads(options.num_threads)});
 }
 
 void write_read_forward_saving(const WriteReadArgs& args, const TensorRef& readings, const TensorRef& saved,
                                const WriteReadPlan& plan, const WriteReadOptions& options) {
+  const int threads = resolve_num_threads(options.num_threads);
   const SavedLayout layout = saved_layout(plan);
-  dispatch_forward({args, readings, plan.shape, &layout, saved.data_as<unsigned char>(),
-                    resolve_num_threads(options.num_threads)});
+  const SnapshotRowStarts starts = snapshot_row_starts(args, plan.shape, threads);
+  check_snapshot_rows(starts, plan.snapshot_rows);  // before any write
+  dispatch_forward({args, readings, plan.shape, &layout, &starts, saved.data_as<unsigned char>(), threads});
 }
 
 }  // namespace sdm::cpu

@@ -14,16 +14,16 @@ SavedLayout saved_layout(const WriteReadPlan& plan) {
   const core::WriteReadShape& shape = plan.shape;
   SavedLayout layout;
   layout.snapshot = snapshot_format(shape.bank, plan.snapshot, shape.hd);
-  layout.rows_per_chunk = shape.C * shape.W;
   const std::int64_t chunks = shape.num_time_chunks() * shape.P;  // N
-  const auto snapshot_rows = static_cast<std::size_t>(chunks * layout.rows_per_chunk);
+  const auto worst_rows = static_cast<std::size_t>(chunks * shape.C * shape.W);
+  const auto rows = static_cast<std::size_t>(plan.snapshot_rows);
   const std::size_t token_rows = static_cast<std::size_t>(shape.P * shape.T * shape.hd) * sizeof(float);
 
   layout.delta = 0;
   layout.residual = align_up(layout.delta + token_rows);
-  layout.snapshot_rows = align_up(layout.residual + token_rows);
-  layout.scales = align_up(layout.snapshot_rows + snapshot_rows * layout.snapshot.row_bytes);
-  layout.total = layout.scales + (layout.snapshot.has_scale ? snapshot_rows * sizeof(float) : 0);
+  layout.scales = align_up(layout.residual + token_rows);
+  layout.payload = align_up(layout.scales + (layout.snapshot.has_scale ? worst_rows * sizeof(float) : 0));
+  layout.total = layout.payload + rows * layout.snapshot.row_bytes;
   return layout;
 }
 

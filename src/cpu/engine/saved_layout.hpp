@@ -5,13 +5,15 @@
 // access goes through memcpy, so the buffer itself needs no alignment):
 //   delta     [P*T, hd] f32   delta_i of every token (stream-major, token p*T + t)
 //   residual  [P*T, hd] f32   v_i - ret_i
-//   snapshot  [N*C*W, row_bytes]  pre-write row of each write group: chunk n = ti*P + p
-//             (time-major, docs/spec.md §2), group ordinal k (groups in ascending row) at row
-//             n*C*W + k (compact layout, docs/spec.md §2); encoded as snapshot_codec.hpp says
-//   scales    [N*C*W] f32     per-row quantiser scale (fp8 / int4 only; else empty)
+//   scales    [N*C*W] f32     per-row quantiser scale (fp8 / int4 only; else empty): the worst case
+//                             whatever the rows, 4 bytes a write entry
+//   payload   [rows, row_bytes]  pre-write row of each write group, at the row snapshot_rows.hpp
+//             gives (chunk n = ti*P + p, time-major, group ordinal k: row first[n] + k); encoded as
+//             snapshot_codec.hpp says. rows = plan.snapshot_rows (N*C*W worst case, or the call's
+//             write-group count): last, so a buffer for fewer rows is the worst-case one cut short.
 // Written by the saving forward: delta and residual whole, and the snapshot row and scale of each
 // write group. Never written, never read: the padding before each region's start and the snapshot
-// rows (and scales) past each chunk's group count; they keep the caller's bytes.
+// rows (and scales) past the call's group count; they keep the caller's bytes.
 //
 // What is NOT saved, and why: the Phase-1 plan (groups, L, P, Lambda, k_eff, q_w, A, QK, X).
 // The backward rebuilds it from the inputs with the same code (chunk_plan.hpp), which gives
@@ -34,19 +36,16 @@ inline constexpr std::size_t kSavedAlign = 64;
 
 struct SavedLayout {
   SnapshotFormat snapshot;
-  std::int64_t rows_per_chunk = 0;  // C * W
-  std::size_t delta = 0, residual = 0, snapshot_rows = 0, scales = 0;  // region offsets
+  std::size_t delta = 0, residual = 0, scales = 0, payload = 0;  // region offsets
   std::size_t total = 0;
 
   // Byte offset of f32 element (token, column) in the delta / residual region.
   std::size_t token_offset(std::size_t region, std::int64_t token, std::int64_t hd, std::int64_t col) const {
     return region + static_cast<std::size_t>(token * hd + col) * sizeof(float);
   }
-  // Snapshot row index of group `group` of chunk (time_chunk, stream).
-  std::int64_t snapshot_row(std::int64_t time_chunk, std::int64_t stream, std::int64_t streams,
-                            std::int64_t group) const {
-    return (time_chunk * streams + stream) * rows_per_chunk + group;
-  }
+  // Byte offsets of snapshot row `row`'s payload and scale.
+  std::size_t row_payload(std::int64_t row) const { return payload + static_cast<std::size_t>(row) * snapshot.row_bytes; }
+  std::size_t row_scale(std::int64_t row) const { return scales + static_cast<std::size_t>(row) * sizeof(float); }
 };
 
 // Of the plan's shape and effective snapshot mode.

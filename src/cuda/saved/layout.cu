@@ -3,13 +3,15 @@
 // states each region's contents.
 //
 // Regions, in this order, each starting at the next multiple of 256 bytes after the previous
-// one's end (N = Nt*P chunks, rows = N*C*W snapshot rows):
+// one's end (N = Nt*P chunks, rows = plan.snapshot_rows snapshot rows, N*C*W in the worst case):
 //   delta, residual  f32 [N*C, hd] each                                  written by dual.cu
-//   snapshot         u8 [rows, row_bytes] (row_bytes: the effective mode)  group_writer.cu
-//   scales           f32 [rows], fp8 / int4 only (else empty, no gap)     group_writer.cu
+//   scales           f32 [N*C*W], fp8 / int4 only (else empty, no gap)   group_writer.cu
 //   Phase 1          keys u64 [N*C*W]; L f64 [N*C*W]; kappa, wcoef, gdecay, inv_pos, k_slot, k_eff
 //                    4 bytes [N*C*W]; q_slot, q_pos, q_rho, q_w 4 bytes [N*C*R]; A, QK, X f32 [N, C, C]
 //                                                                        written by phase1.cu
+//   snapshot         u8 [rows, row_bytes] (row_bytes: the effective mode)  group_writer.cu
+// The snapshot payload comes last, so a buffer planned for fewer rows is the worst-case buffer cut
+// short: every other region keeps its offset.
 // Who writes what: Phase 1 writes its arrays whole (0 at padding / masked positions); the dual
 // product writes delta and residual at every chunk-token row (0 for padding tokens); the group
 // writer writes the snapshot row and scale at the first sorted position of each write group. No
@@ -48,7 +50,6 @@ SavedLayout saved_layout(const WriteReadPlan& plan) {
   const std::size_t token_bytes = token_rows * hd * sizeof(float);
   region(layout.delta, token_bytes);
   region(layout.residual, token_bytes);
-  region(layout.snapshot, write_entries * layout.row_bytes);
   if (layout.has_scales) region(layout.scales, write_entries * sizeof(float));
   else layout.scales = end;
   SavedPhase1& p1 = layout.phase1;
@@ -60,6 +61,8 @@ SavedLayout saved_layout(const WriteReadPlan& plan) {
   }
   for (std::size_t* offset : {&p1.q_slot, &p1.q_pos, &p1.q_rho, &p1.q_w}) region(*offset, read_entries * word);
   for (std::size_t* offset : {&p1.A, &p1.QK, &p1.X}) region(*offset, chunk_matrix * sizeof(float));
+  layout.rows = static_cast<std::size_t>(plan.snapshot_rows);
+  region(layout.snapshot, layout.rows * layout.row_bytes);  // last: fewer rows cut the buffer short
   layout.total = end;
   return layout;
 }

@@ -2,7 +2,8 @@
 // §4, §5), for the backward (backward.cu), which runs none of Phase 1: it reads the forward's
 // Phase 1 arrays from here. SavedLayout gives each region's offset in bytes from the buffer start
 // (each region 256-byte aligned) and, at its field, its contents; N = Nt*P chunks (time-major
-// n = ti*P + p), rows = N*C*W snapshot rows.
+// n = ti*P + p), rows = plan.snapshot_rows snapshot rows (N*C*W in the worst case); the snapshot
+// region is last.
 // The saving forward writes the delta, residual and Phase 1 regions whole (L / kappa at padding /
 // masked positions hold 0) and, in the snapshot and scales regions, the row and scale of each write
 // group; the backward reads only those. The rows and scales of positions that start no group and
@@ -38,10 +39,12 @@ struct SavedLayout {
   std::size_t snapshot = 0;  // u8 [rows, row_bytes]: the pre-write bank row of each write group, at row
                              // n*C*W + q, q = the sorted position (within chunk n) of the group's first
                              // entry, encoded in the effective snapshot mode (snapshot_rows.cuh)
-  std::size_t scales = 0;    // f32 [rows]: the row's quantiser scale (fp8 / int4 only; else an empty region)
+  std::size_t scales = 0;    // f32 [N*C*W] (the worst case's rows): the row's quantiser scale (fp8 / int4
+                             // only; else an empty region)
   std::size_t total = 0;
   SavedPhase1 phase1;
   SnapshotQuant mode = SnapshotQuant::none;  // effective mode ("bf16" on a bf16 bank is "none")
+  std::size_t rows = 0;                      // snapshot rows the region holds (plan.snapshot_rows)
   std::size_t row_bytes = 0;                 // payload bytes per snapshot row: core::snapshot_payload_bytes
                                              // (none hd * sizeof(E), bf16 (f32 bank) 2 hd, fp8 hd, int4 ceil(hd/2))
   bool has_scales = false;                   // fp8 / int4
