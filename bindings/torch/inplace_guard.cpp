@@ -81,13 +81,13 @@ std::tuple<at::Tensor, at::Tensor> write_read_saving_autograd(
     const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val, const at::Tensor& v,
     const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val, at::Tensor& saved,
     int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant, bool grad_bank_fp32,
-    bool validate) {
+    int64_t snapshot_rows, bool validate) {
   refuse_recording("sdm.write_read_saving", "fills saved in place and has no autograd formula of its own",
                    {{"memory", &memory}, {"k_val", &k_val}, {"v", &v}, {"beta", &beta}, {"g", &g},
                     {"q_val", &q_val}});
   auto outputs = call_below_autograd<decltype(write_read_saving)>(
       "sdm::write_read_saving", memory, k_idx, k_val, v, beta, g, q_idx, q_val, saved, slots_per_stream, chunk_size,
-      snapshot_quant, grad_bank_fp32, validate);
+      snapshot_quant, grad_bank_fp32, snapshot_rows, validate);
   saved.unsafeGetTensorImpl()->bump_version();
   return outputs;
 }

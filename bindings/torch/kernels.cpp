@@ -17,8 +17,10 @@ namespace sdm::torch_bindings {
 namespace {
 
 WriteReadOptions make_options(int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
-                              bool grad_bank_fp32, bool validate, void* cuda_stream = nullptr) {
+                              bool grad_bank_fp32, bool validate, void* cuda_stream = nullptr,
+                              int64_t snapshot_rows = 0) {
   WriteReadOptions options;
+  options.snapshot_rows = snapshot_rows;
   options.cuda_stream = cuda_stream;
   options.slots_per_stream = slots_per_stream;
   options.chunk_size = chunk_size;
@@ -96,11 +98,11 @@ std::tuple<at::Tensor, at::Tensor> write_read_saving(
     const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val, const at::Tensor& v,
     const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val, at::Tensor& saved,
     int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant, bool grad_bank_fp32,
-    bool validate) {
+    int64_t snapshot_rows, bool validate) {
   return translate_errors([&] {
     const DeviceContext context(memory);
-    const auto options =
-        make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate, context.cuda_stream());
+    const auto options = make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate,
+                                      context.cuda_stream(), snapshot_rows);
     const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
     auto final_bank = private_copy(memory);
     const auto args = make_args(final_bank, in);  // before `readings` and `saved`: a bad input is named as itself
@@ -116,9 +118,10 @@ std::tuple<int64_t, bool> write_read_plan(const at::Tensor& memory, const at::Te
                                           const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
                                           const at::Tensor& q_idx, const at::Tensor& q_val, c10::Device device,
                                           int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
-                                          bool grad_bank_fp32) {
+                                          bool grad_bank_fp32, int64_t snapshot_rows) {
   return translate_errors([&] {
-    const auto options = make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, false);
+    const auto options =
+        make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, false, nullptr, snapshot_rows);
     auto args = shape_args(memory, k_idx, k_val, v, beta, g, q_idx, q_val);
     sdm::check_write_read(args, TensorRef{}, options);  // on the tensors' own devices
     // Planned for `device` (a meta `device` is planned as the CPU).
@@ -157,11 +160,11 @@ GradTuple write_read_backward(const at::Tensor& final_bank, const at::Tensor& sa
                               const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val,
                               const at::Tensor& grad_readings, const std::optional<at::Tensor>& grad_final_bank,
                               int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
-                              bool grad_bank_fp32, bool validate) {
+                              bool grad_bank_fp32, int64_t snapshot_rows, bool validate) {
   return translate_errors([&] {
     const DeviceContext context(final_bank);
-    auto options =
-        make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate, context.cuda_stream());
+    auto options = make_options(slots_per_stream, chunk_size, snapshot_quant, grad_bank_fp32, validate,
+                                context.cuda_stream(), snapshot_rows);
     // The backward only reads the final bank (no restore): no working copy, and the op stays
     // functional (final_bank is an input it does not mutate).
     options.restore_bank = false;
@@ -175,6 +178,20 @@ GradTuple write_read_backward(const at::Tensor& final_bank, const at::Tensor& sa
     sdm::write_read_backward(plan, make_args(bank, in), to_ref(saved, "saved"), to_ref(dy, "grad_readings"),
                              optional_ref(grad_final_bank, final_grad, "grad_final_bank"), grads.refs(), options);
     return grads.tuple();
+  });
+}
+
+at::Tensor write_groups_count(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                              const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
+                              const at::Tensor& q_val, int64_t slots_per_stream, int64_t chunk_size) {
+  return translate_errors([&] {
+    const DeviceContext context(memory);
+    const auto options = make_options(slots_per_stream, chunk_size, "none", false, false, context.cuda_stream());
+    const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
+    const auto bank = memory.contiguous();
+    auto count = at::empty({}, memory.options().dtype(at::kLong));
+    sdm::write_groups_count(make_args(bank, in), to_ref(count, "count"), options);
+    return count;
   });
 }
 

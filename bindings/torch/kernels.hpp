@@ -37,7 +37,7 @@ std::tuple<at::Tensor, at::Tensor> write_read_saving(
     const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val, const at::Tensor& v,
     const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val, at::Tensor& saved,
     int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant, bool grad_bank_fp32,
-    bool validate);
+    int64_t snapshot_rows, bool validate);
 
 // sdm::write_read_plan : what the fake kernels need of a call's plan (sdm/plan.hpp) on `device`
 // (a meta device: planned as the CPU): the size of `saved` and whether the bank gradient is
@@ -48,7 +48,7 @@ std::tuple<int64_t, bool> write_read_plan(const at::Tensor& memory, const at::Te
                                           const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g,
                                           const at::Tensor& q_idx, const at::Tensor& q_val, c10::Device device,
                                           int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
-                                          bool grad_bank_fp32);
+                                          bool grad_bank_fp32, int64_t snapshot_rows);
 
 // sdm::check_write_read / sdm::check_decode_step : every shape, dtype, device, size and option
 // rule of write_read_ / decode_step, on shapes only (meta and fake tensors are fine); raise what
@@ -70,7 +70,13 @@ GradTuple write_read_backward(const at::Tensor& final_bank, const at::Tensor& sa
                               const at::Tensor& g, const at::Tensor& q_idx, const at::Tensor& q_val,
                               const at::Tensor& grad_readings, const std::optional<at::Tensor>& grad_final_bank,
                               int64_t slots_per_stream, int64_t chunk_size, c10::string_view snapshot_quant,
-                              bool grad_bank_fp32, bool validate);
+                              bool grad_bank_fp32, int64_t snapshot_rows, bool validate);
+
+// sdm::write_groups_count : the call's write groups, a 0-d int64 tensor on the bank's device
+// (sdm::write_groups_count): the snapshot_rows of an exact `saved`.
+at::Tensor write_groups_count(const at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val,
+                              const at::Tensor& v, const at::Tensor& beta, const at::Tensor& g, const at::Tensor& q_idx,
+                              const at::Tensor& q_val, int64_t slots_per_stream, int64_t chunk_size);
 
 // sdm::decode_step : one token per stream, in place (docs/spec.md §9). Readings shaped like v.
 at::Tensor decode_step(at::Tensor& memory, const at::Tensor& k_idx, const at::Tensor& k_val, const at::Tensor& v,

@@ -11,6 +11,7 @@ TORCH_LIBRARY_IMPL(sdm, CPU, m) {
   m.impl("write_read_", &write_read_inplace);
   m.impl("write_read_saving", &write_read_saving);
   m.impl("write_read_backward", &write_read_backward);
+  m.impl("write_groups_count", &write_groups_count);
   m.impl("decode_step", &decode_step);
   m.impl("reference_write_read", &reference_write_read);
   m.impl("reference_write_read_backward", &reference_write_read_backward);

@@ -13,6 +13,7 @@ TORCH_LIBRARY_IMPL(sdm, CUDA, m) {
   m.impl("write_read_", &write_read_inplace);
   m.impl("write_read_saving", &write_read_saving);
   m.impl("write_read_backward", &write_read_backward);
+  m.impl("write_groups_count", &write_groups_count);
   m.impl("decode_step", &decode_step);
 }
 

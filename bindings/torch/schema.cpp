@@ -11,6 +11,8 @@
 //   check_write_read, check_decode_step
 //                           shape-only validation of write_read_ / decode_step (fake kernels)
 //   write_read_backward     functional backward of write_read_saving
+//   write_groups_count      the call's write groups (0-d int64 on the bank's device): the snapshot_rows of
+//                           an exact `saved` (CPU banks; a CUDA bank is refused in this build)
 //   decode_step             one token per stream, in place
 //   reference_write_read, reference_write_read_backward
 //                           the float64 oracle as functional ops (tests, gradcheck)
@@ -56,18 +58,21 @@ TORCH_LIBRARY(sdm, m) {
       "int slots_per_stream, " + chunk + ", str snapshot_quant=\"none\", bool grad_bank_fp32=False";
   const std::string grads =
       "(Tensor grad_memory, Tensor grad_k_val, Tensor grad_v, Tensor grad_beta, Tensor grad_g, Tensor grad_q_val)";
+  // The saving forward, its plan and its backward also take the snapshot rows of `saved` (0: the worst case).
+  const std::string saving_options = options + ", int snapshot_rows=0";
   const auto def = [&m](const std::string& schema) { m.def(schema.c_str()); };
 
   m.def("limits() -> Dict(str, int)", &limits);
   def("write_read_(Tensor(a!) memory, " + inputs + ", *, " + options + ", bool validate=True) -> Tensor readings");
-  def("write_read_saving(Tensor memory, " + inputs + ", Tensor(a!) saved, *, " + options +
+  def("write_read_saving(Tensor memory, " + inputs + ", Tensor(a!) saved, *, " + saving_options +
       ", bool validate=True) -> (Tensor readings, Tensor final_bank)");
-  def("write_read_plan(Tensor memory, " + inputs + ", *, Device device, " + options +
+  def("write_read_plan(Tensor memory, " + inputs + ", *, Device device, " + saving_options +
       ") -> (int saved_bytes, bool bank_grad_bf16)");
   def("check_write_read(Tensor memory, " + inputs + ", *, " + options + ") -> ()");
   def("check_decode_step(Tensor memory, " + inputs + ", *, int slots_per_stream=0) -> ()");
   def("write_read_backward(Tensor final_bank, Tensor saved, " + inputs +
-      ", Tensor grad_readings, Tensor? grad_final_bank, *, " + options + ", bool validate=True) -> " + grads);
+      ", Tensor grad_readings, Tensor? grad_final_bank, *, " + saving_options + ", bool validate=True) -> " + grads);
+  def("write_groups_count(Tensor memory, " + inputs + ", *, int slots_per_stream, " + chunk + ") -> Tensor count");
   def("decode_step(Tensor(a!) memory, " + inputs +
       ", *, int slots_per_stream=0, bool validate=True) -> Tensor readings");
   def("reference_write_read(Tensor memory, " + inputs + ", *, int slots_per_stream, " + chunk +

@@ -124,6 +124,13 @@ def _write_read_backward_fake(final_bank, saved, k_idx, k_val, v, beta, g, q_idx
     return _grads_like(bank_grad_dtype, final_bank, k_val, v, beta, g, q_val)
 
 
+@torch.library.register_fake("sdm::write_groups_count")
+def _write_groups_count_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, **options):
+    torch.ops.sdm.check_write_read(_hinted(memory, copied=True), *(_hinted(t, copied=True) for t in (
+        k_idx, k_val, v, beta, g, q_idx, q_val)), **options)
+    return memory.new_empty((), dtype=torch.int64)
+
+
 @torch.library.register_fake("sdm::decode_step")
 def _decode_step_fake(memory, k_idx, k_val, v, beta, g, q_idx, q_val, *, validate=True, **options):
     torch.ops.sdm.check_decode_step(_hinted(memory), *(_hinted(t, copied=True) for t in (k_idx, k_val, v, beta, g,
@@ -164,14 +171,42 @@ def new_saved(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options) -> torch.
     return memory.new_empty((nbytes,), dtype=torch.uint8)
 
 
+def _may_count(memory: torch.Tensor) -> bool:
+    """Whether the saving forward may count the write groups first, for an exact `saved`: the
+    count costs one host sync (`.item()`), so not while tracing (torch.compile) nor while a CUDA
+    graph is being captured; and only where the engine counts (CPU banks in this build)."""
+    if torch.compiler.is_compiling():
+        return False
+    if memory.is_cuda and torch.cuda.is_current_stream_capturing():
+        return False
+    return memory.device.type == "cpu"
+
+
+def exact_snapshot_rows(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options) -> int:
+    """The call's write-group count (torch.ops.sdm.write_groups_count, one host sync): the
+    `snapshot_rows` of an exact `saved`; 0 (the worst case, no sync) where _may_count says no."""
+    if not _may_count(memory):
+        return 0
+    count = torch.ops.sdm.write_groups_count(memory, k_idx, k_val, v, beta, g, q_idx, q_val,
+                                             slots_per_stream=options["slots_per_stream"],
+                                             chunk_size=options.get("chunk_size", LIMITS["default_chunk"]))
+    return int(count.item())
+
+
 class WriteReadFunction(torch.autograd.Function):
     """``sdm.write_read`` under autograd: the saving forward (write_read_saving) into a `saved`
-    buffer allocated here without zeroing and kept for the backward op (write_read_backward).
+    buffer allocated here without zeroing (sized for the call's write groups where
+    exact_snapshot_rows counts them, else the worst case) and kept for the backward op
+    (write_read_backward), which takes the same snapshot_rows.
     ``apply(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options)``, ``options`` the ops'
     keyword options; returns (readings, final_bank)."""
 
     @staticmethod
     def forward(ctx, memory, k_idx, k_val, v, beta, g, q_idx, q_val, options):
+        # Eager: `saved` holds one snapshot row per write group (exact, after one host sync); traced
+        # or captured: the worst case, one per write entry (no sync). Bits are the same either way.
+        options = dict(options)
+        options["snapshot_rows"] = exact_snapshot_rows(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options)
         saved = new_saved(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options)
         readings, final_bank = torch.ops.sdm.write_read_saving(memory, k_idx, k_val, v, beta, g, q_idx, q_val, saved,
                                                                **options)
