@@ -75,13 +75,11 @@ Problem problem_of(const Case& c) {
 }
 
 WriteReadOptions options_of(const Case& c) {
-  WriteReadOptions o;
-  o.slots_per_stream = c.spec.slots_per_stream;
-  o.chunk_size = c.chunk;
-  o.snapshot_quant = c.mode;
-  o.grad_bank_fp32 = c.grad_bank_fp32;
-  o.validate = !c.masked;
-  return o;
+  return {.slots_per_stream = c.spec.slots_per_stream,
+          .chunk_size = c.chunk,
+          .snapshot_quant = c.mode,
+          .grad_bank_fp32 = c.grad_bank_fp32,
+          .validate = !c.masked};
 }
 
 std::int64_t counted(const Problem& pb, const WriteReadOptions& options) {
