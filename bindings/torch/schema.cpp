@@ -12,7 +12,7 @@
 //                           shape-only validation of write_read_ / decode_step (fake kernels)
 //   write_read_backward     functional backward of write_read_saving
 //   write_groups_count      the call's write groups (0-d int64 on the bank's device): the snapshot_rows of
-//                           an exact `saved` (CPU banks; a CUDA bank is refused in this build)
+//                           an exact `saved` (CPU: on the host; CUDA: on the current stream, no sync)
 //   decode_step             one token per stream, in place
 //   reference_write_read, reference_write_read_backward
 //                           the float64 oracle as functional ops (tests, gradcheck)

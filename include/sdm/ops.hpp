@@ -53,8 +53,8 @@ std::size_t write_read_saved_bytes(const WriteReadArgs& args, const WriteReadOpt
 // the snapshot rows an exact `saved` needs, to pass as options.snapshot_rows to the saving forward
 // and the backward (docs/spec.md §4). `count`: a 1-element int64 tensor on the bank's device, which
 // receives it; `memory` only gives the device and shape. Without it (snapshot_rows 0) `saved` holds
-// the worst case, one row per write entry. CPU: counted on the host. A CUDA bank: not counted in
-// this build (sdm::ValueError naming "memory").
+// the worst case, one row per write entry. CPU: counted on the host. A CUDA bank: counted on
+// options.cuda_stream with no host sync (read `count` after the stream's work).
 void write_groups_count(const WriteReadArgs& args, const TensorRef& count, const WriteReadOptions& options);
 
 // Saving forward: as write_read_forward (readings bitwise equal) and also fills `saved`

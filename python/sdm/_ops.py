@@ -174,12 +174,10 @@ def new_saved(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options) -> torch.
 def _may_count(memory: torch.Tensor) -> bool:
     """Whether the saving forward may count the write groups first, for an exact `saved`: the
     count costs one host sync (`.item()`), so not while tracing (torch.compile) nor while a CUDA
-    graph is being captured; and only where the engine counts (CPU banks in this build)."""
+    graph is being captured (both engines count: CPU on the host, CUDA on the bank's stream)."""
     if torch.compiler.is_compiling():
         return False
-    if memory.is_cuda and torch.cuda.is_current_stream_capturing():
-        return False
-    return memory.device.type == "cpu"
+    return not (memory.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
 def exact_snapshot_rows(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options) -> int:

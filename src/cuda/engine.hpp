@@ -20,6 +20,7 @@ core::engine_fn::Forward write_read_forward;                // forward/write_rea
 core::engine_fn::ForwardSaving write_read_forward_saving;    // forward/write_read.cu
 core::engine_fn::Backward write_read_backward;              // backward/backward.cu
 core::engine_fn::DecodeStep decode_step;                    // decode/decode_step.cu
+core::engine_fn::CountWriteGroups write_groups_count;       // forward/write_groups_count.cu
 
 // The stamp (saved/stamp.cu): written by stamp_saved without a sync; checked by check_saved_stamp
 // with one host sync (none, and no check, while the stream is being captured).

@@ -3,6 +3,8 @@
 rows; traced calls keep the worst case. Readings, final bank and every gradient are bitwise those of
 the worst-case buffer; the exact size is the worst case less the unused rows; a buffer planned for
 fewer rows than the call's groups is refused by name with nothing written; the ops pass opcheck.
+The `gpu` cases run the same on CUDA banks (the device count equals the host count; under
+validate=False a too-small CUDA buffer is not refused but nothing is written past it).
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ def _problem(case: str, bank: torch.dtype, device: str = "cpu"):
         p.k_idx[0, 2, 1] = -1                 # outside the bank
         p.k_idx[1, 6, 2] = p.k_idx[1, 6, 0]   # a repeated write slot: the later lane is masked
     return p.to(device), dict(slots_per_stream=p.slots_per_stream, chunk_size=chunk, validate=not masked)
+
+
+CUDA = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
 
 
 def _count(p, options) -> int:
@@ -75,10 +81,11 @@ def _worst_case_step(p, options, mode, grad_bank_fp32):
     return (readings, final), grads, saved
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("bank, mode, grad_bank_fp32", MODES)
 @pytest.mark.parametrize("case", list(CASES))
-def test_eager_step_uses_the_exact_buffer_and_gives_the_worst_case_bits(case, bank, mode, grad_bank_fp32):
-    p, options = _problem(case, bank)
+def test_eager_step_uses_the_exact_buffer_and_gives_the_worst_case_bits(case, bank, mode, grad_bank_fp32, device):
+    p, options = _problem(case, bank, device)
     outs, grads, kept = _saved_of_eager_call(p, options, snapshot_quant=mode, grad_bank_fp32=grad_bank_fp32)
     ref_outs, ref_grads, worst = _worst_case_step(p, options, mode, grad_bank_fp32)
     exact = new_saved(*p.tensors(), dict(options, snapshot_quant=mode, grad_bank_fp32=grad_bank_fp32,
@@ -101,9 +108,9 @@ def test_exact_size_is_the_worst_case_less_the_unused_rows(case):
     assert size(_count(p, options)) == fixed + _count(p, options) * row_bytes
 
 
-@pytest.mark.parametrize("validate", [True, False])
-def test_too_few_rows_are_refused_by_name_and_nothing_is_written(validate):
-    p, options = _problem("long_groups", torch.float32)
+@pytest.mark.parametrize("device, validate", [("cpu", True), ("cpu", False), pytest.param("cuda", True, marks=CUDA)])
+def test_too_few_rows_are_refused_by_name_and_nothing_is_written(device, validate):
+    p, options = _problem("long_groups", torch.float32, device)
     options = dict(options, validate=validate, snapshot_rows=_count(p, options) - 1)
     saved = new_saved(*p.tensors(), options).fill_(0xA5)
     with pytest.raises(ValueError, match=r"saved.*snapshot rows"):
@@ -144,17 +151,27 @@ def test_opcheck_with_an_exact_buffer():
     torch.library.opcheck(torch.ops.sdm.write_read_backward.default, (final, saved, *p.inputs(), dy, None), options)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_cuda_keeps_the_worst_case_in_this_build():
-    """Until the CUDA group writer packs rows by group (docs/performance.md stop 44): the CUDA count
-    is refused by name, a CUDA saving forward refuses snapshot_rows other than 0, and sdm.write_read
-    allocates the worst case."""
-    p, options = _problem("long_groups", torch.float32, "cuda")
-    with pytest.raises(ValueError, match="memory"):
-        _count(p, options)
-    saved = new_saved(*p.tensors(), dict(options, snapshot_rows=5))
-    with pytest.raises(ValueError, match="snapshot_rows"):
-        torch.ops.sdm.write_read_saving(*p.tensors(), saved, **dict(options, snapshot_rows=5))
-    _, _, kept = _saved_of_eager_call(p, options)
-    assert kept[0].numel() == new_saved(*p.tensors(), options).numel()
+@pytest.mark.parametrize("case", [pytest.param(case, marks=CUDA) for case in CASES])
+def test_cuda_count_equals_the_cpu_count(case):
+    """Both engines number the rows by one rule (core/snapshot_row_rule.hpp): the same count."""
+    p, options = _problem(case, torch.float32)
+    cuda_count = torch.ops.sdm.write_groups_count(*p.to("cuda").tensors(), slots_per_stream=options["slots_per_stream"],
+                                                  chunk_size=options["chunk_size"])
+    assert cuda_count.device.type == "cuda"
+    assert int(cuda_count) == _count(p, options) < _worst_rows(p, options["chunk_size"])
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=CUDA)])
+def test_cuda_too_few_rows_unvalidated_write_nothing_past_the_buffer(device):
+    """validate=False: no count, no refusal; the groups past the buffer's rows store nothing, so the
+    bytes after `saved` (here the rest of a larger allocation) keep theirs, and the backward runs."""
+    p, options = _problem("long_groups", torch.float32, device)
+    options = dict(options, validate=False, snapshot_rows=_count(p, options) // 2)
+    nbytes = new_saved(*p.tensors(), options).numel()
+    block = torch.full((nbytes + 4096,), 0xA5, dtype=torch.uint8, device=device)
+    saved = block[:nbytes]
+    readings, final = torch.ops.sdm.write_read_saving(*p.tensors(), saved, **options)
+    dy = torch.ones_like(readings)
+    torch.ops.sdm.write_read_backward(final, saved, *p.inputs(), dy, None, **options)
+    torch.cuda.synchronize()
+    assert bool((block[nbytes:] == 0xA5).all())

@@ -3,10 +3,9 @@
 #include "snapshot_rows.hpp"
 
 #include <algorithm>
-#include <string>
 
+#include "core/snapshot_row_rule.hpp"
 #include "core/tensor_access.hpp"
-#include "sdm/error.hpp"
 #include "thread_pool.hpp"
 
 namespace sdm::cpu {
@@ -38,7 +37,7 @@ SnapshotRowStarts snapshot_row_starts(const WriteReadArgs& args, const core::Wri
   parallel_for(shape.P, threads, [&](std::int64_t p) {
     std::vector<std::int64_t> rows;
     for (std::int64_t ti = 0; ti < steps; ++ti) {
-      starts.first[static_cast<std::size_t>(ti * shape.P + p)] = chunk_write_groups(args, shape, p, ti, rows);
+      starts.first[static_cast<std::size_t>(core::write_chunk(ti, p, shape.P))] = chunk_write_groups(args, shape, p, ti, rows);
     }
   });
   for (std::int64_t& first : starts.first) {
@@ -50,11 +49,7 @@ SnapshotRowStarts snapshot_row_starts(const WriteReadArgs& args, const core::Wri
 }
 
 void check_snapshot_rows(const SnapshotRowStarts& starts, std::int64_t rows) {
-  if (starts.total <= rows) return;
-  throw ValueError("saved", "saved holds " + std::to_string(rows) + " snapshot rows (snapshot_rows) but the call has " +
-                                std::to_string(starts.total) +
-                                " write groups; size it with write_groups_count of these indices, or 0 for the "
-                                "worst case");
+  core::check_write_groups_fit(starts.total, rows);
 }
 
 }  // namespace sdm::cpu

@@ -1,6 +1,7 @@
-// snapshot_rows.hpp - where the CPU engine stores each write group's snapshot row (docs/spec.md §4):
-// group ordinal k (groups in ascending bank row) of chunk n = ti*P + p (time-major) at row
-// first[n] + k, first[n] the exclusive scan, in n order, of the chunks' write-group counts. A
+// snapshot_rows.hpp - where the CPU engine stores each write group's snapshot row, by the rule both
+// engines share (core/snapshot_row_rule.hpp, docs/spec.md §4): group ordinal k (groups in ascending
+// bank row) of chunk n = ti*P + p (time-major) at row first[n] + k, first[n] the exclusive scan, in
+// n order, of the chunks' write-group counts. A
 // chunk's count is the number of distinct in-range rows among its write entries (a lane repeating
 // an earlier lane's row in its token is masked but its row is still the first lane's group), which
 // equals chunk_plan.hpp's groups.size() for every chunk. The rows are packed: `saved` needs only
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/snapshot_row_rule.hpp"
 #include "core/validate.hpp"
 #include "sdm/ops.hpp"
 
@@ -20,7 +22,8 @@ struct SnapshotRowStarts {
   std::int64_t total = 0;           // the call's write groups: the snapshot rows in use
 
   std::int64_t row(std::int64_t time_chunk, std::int64_t stream, std::int64_t streams, std::int64_t group) const {
-    return first[static_cast<std::size_t>(time_chunk * streams + stream)] + group;
+    return core::group_snapshot_row(first[static_cast<std::size_t>(core::write_chunk(time_chunk, stream, streams))],
+                                    group);
   }
 };
 

@@ -110,6 +110,9 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
                                          : nullptr;
   bb.snapshot.mode = layout.mode;
   bb.snapshot.row_bytes = static_cast<std::int64_t>(layout.row_bytes);
+  bb.snapshot.rows = static_cast<std::int64_t>(layout.rows);
+  bb.group_first = p1.group_first;
+  bb.group_ordinal = p1.group_ordinal;
   bb.grad_readings = any_float(grad_readings);
   // Vector accesses need aligned rows: bank and G 16 bytes (workspace pieces are 256-byte
   // aligned); the saved regions start at multiples of 256 bytes and, with hd % 8 == 0, every

@@ -134,6 +134,10 @@ struct BackwardBuffers {
   const float* delta = nullptr;
   const float* residual = nullptr;
   SnapshotRows snapshot;
+  // Where each write group's snapshot row is (Phase 1's numbering, saved/group_rows.cuh): the saved
+  // group_first [N + 1] and group_ordinal (sorted [N*C*W]).
+  const std::int64_t* group_first = nullptr;
+  const std::int32_t* group_ordinal = nullptr;
 
   // Upstream gradient.
   AnyFloat grad_readings;

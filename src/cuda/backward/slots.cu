@@ -6,6 +6,8 @@
 //     dlambda = exp(Lambda) <G[s], pre>;  dk_eff_e = <-beta_i dU_i, pre>;  dc_e = <delta_i, G[s]>
 //       (dc here only on the element path: on the vector path GWR takes it, backward.hpp dc_in_gwr)
 //     G'[s] = exp(Lambda) G[s] + sum_e k_eff_e (-beta_i dU_i);  row_source[s] <- the snapshot row
+//       (group_first[n] + group_ordinal at the group's first position, saved/group_rows.cuh; a row
+//       past the buffer's reads its last row instead: never out of bounds)
 //   read group (reads r in (token, lane) order; M0[s] = pre if written, else the row at the
 //   chunk's start, bank_at_chunk.cuh: the bank is only read):
 //     dq_w_r = <dy_i, M0[s]>
@@ -33,6 +35,7 @@
 #include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/launch_bounds.cuh"
 #include "cuda/common/prefetch.cuh"
+#include "cuda/saved/group_rows.cuh"
 
 namespace sdm::cuda {
 namespace {
@@ -81,14 +84,15 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
   int member = 0, members = 1;
   if (!group_member(bb.slot_tasks + n * (CW + CR), q_at, bb, write_size_of, task, member, members)) return;
   const int q = q_at - member;        // the group's first sorted position
-  const std::int64_t e = n * CW + q;  // = its snapshot row
+  const std::int64_t e = n * CW + q;  // its sorted entry: the dots' planes
+  const std::int64_t row = group_row_read(GroupNumbers{bb.group_first, bb.group_ordinal}, n, CW, q, bb.snapshot.rows);  // its snapshot row
   const std::int64_t slot = p * geo.sps + task.local;
   if (member == 0) {
     prefetch_row_l2(static_cast<const unsigned char*>(bb.grad_rows) + slot * geo.hd * sizeof(Gt),
                     geo.hd * static_cast<std::int64_t>(sizeof(Gt)), lane);
-    prefetch_row_l2(static_cast<const unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes,
+    prefetch_row_l2(static_cast<const unsigned char*>(bb.snapshot.payload) + row * bb.snapshot.row_bytes,
                     bb.snapshot.row_bytes, lane);
-    if (lane == 0) bb.row_source[slot] = e;  // earlier chunks find M0[s] in this snapshot row
+    if (lane == 0) bb.row_source[slot] = row;  // earlier chunks find M0[s] in this snapshot row
   }
 
   WriteRows<E, Gt> rows;
@@ -96,7 +100,8 @@ __device__ __forceinline__ void write_group_worker(const Geometry& geo, const In
   rows.delta = bb.delta + n * geo.C * geo.hd;
   rows.du = bb.du + n * geo.C * geo.hd;
   rows.snapshot =
-      snapshot_row<kMode>(bb.snapshot, static_cast<unsigned char*>(bb.snapshot.payload) + e * bb.snapshot.row_bytes, e);
+      snapshot_row<kMode>(bb.snapshot, static_cast<unsigned char*>(bb.snapshot.payload) + row * bb.snapshot.row_bytes,
+                          row);
   rows.dlambda = planes_at(bb.dlambda, e);
   rows.dc = planes_at(bb.dc, e);
   rows.dk_eff = planes_at(bb.dk_eff, e);

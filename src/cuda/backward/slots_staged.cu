@@ -53,6 +53,7 @@
 #include "cuda/common/device_limits.hpp"
 #include "cuda/common/prefetch.cuh"
 #include "cuda/common/rows.cuh"
+#include "cuda/saved/group_rows.cuh"
 
 namespace sdm::cuda {
 namespace {
@@ -141,8 +142,9 @@ __device__ __forceinline__ int read_token(const StagedStep& st, int index) {
 
 // Where a worker's pieces of column step s are (the same in every lane; each worker's own lane
 // works them out when its batch loads, worker_rows): G's piece, and the pre / M0 piece: the write
-// group's snapshot row (row e = n*C*W + q) or the read-only group's row source (bank_at_chunk.cuh:
-// a snapshot row, or kFinalBankRow for the final bank row). The owner of a write group's step 0
+// group's snapshot row (group_first[n] + group_ordinal at q, saved/group_rows.cuh; inside the
+// buffer whatever the indices) or the read-only group's row source (bank_at_chunk.cuh: a snapshot
+// row, or kFinalBankRow for the final bank row). The owner of a write group's step 0
 // names its snapshot row as the slot's row source there (earlier chunks find M0 in it; this
 // chunk's read-only groups read the sources of other slots only).
 template <typename Gt>
@@ -159,7 +161,7 @@ __device__ __forceinline__ WorkerRows<Gt> worker_rows(const Geometry& geo, const
   const std::int64_t slot = st.p * geo.sps + task.local, c0 = static_cast<std::int64_t>(st.s) * kWarpCols;
   rows.grad = static_cast<Gt*>(bb.grad_rows) + slot * geo.hd + c0;
   if (q < st.CW) {
-    rows.m0_row = st.n * st.CW + q;
+    rows.m0_row = group_row_read(GroupNumbers{bb.group_first, bb.group_ordinal}, st.n, st.CW, q, bb.snapshot.rows);
     if (st.s == 0) bb.row_source[slot] = rows.m0_row;
   } else {
     rows.m0_row = bb.row_source[slot];

@@ -45,9 +45,11 @@ class Call {
     return in;
   }
 
-  // After workspace().allocate(): the device index check when checking(), else nothing.
-  void check_indices(const Inputs& in, const IndexCheck& check) const {
-    if (checking_) check_indices_on_device(in, check, check_word_, stream_);
+  // After workspace().allocate(): the device index check when checking(), else nothing. `also`
+  // (optional, checking() only): a device word queued work writes, read back in the same sync.
+  void check_indices(const Inputs& in, const IndexCheck& check, const std::int64_t* also = nullptr,
+                     std::int64_t* also_host = nullptr) const {
+    if (checking_) check_indices_on_device(in, check, check_word_, stream_, also, also_host);
   }
 
  private:

@@ -103,7 +103,7 @@ std::vector<std::int64_t> copy_token_indices(const void* data, bool index64, std
 }  // namespace
 
 void check_indices_on_device(const Inputs& in, const IndexCheck& check, unsigned long long* scratch,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, const std::int64_t* also, std::int64_t* also_host) {
   const std::int64_t tokens = check.streams * check.tokens_per_stream;
   check_cuda(cudaMemsetAsync(scratch, 0xff, sizeof(unsigned long long), stream), "cudaMemsetAsync (index check)");
   constexpr int kThreads = 128;
@@ -113,6 +113,10 @@ void check_indices_on_device(const Inputs& in, const IndexCheck& check, unsigned
   unsigned long long first = kNoViolation;
   check_cuda(cudaMemcpyAsync(&first, scratch, sizeof first, cudaMemcpyDeviceToHost, stream),
              "cudaMemcpyAsync (index check)");
+  if (also != nullptr) {
+    check_cuda(cudaMemcpyAsync(also_host, also, sizeof *also_host, cudaMemcpyDeviceToHost, stream),
+               "cudaMemcpyAsync (index check)");
+  }
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (index check)");
   if (first != kNoViolation) throw_violation(in, check, first);
 }

@@ -24,8 +24,11 @@ struct IndexCheck {
   bool name_token = true;             // false for the decode step
 };
 
-// `scratch`: one device word (unsigned long long) of workspace.
+// `scratch`: one device word (unsigned long long) of workspace. `also` (optional): a device word
+// that work already queued on `stream` writes, copied into *also_host in the same sync (read only
+// when no violation is thrown).
 void check_indices_on_device(const Inputs& in, const IndexCheck& check, unsigned long long* scratch,
-                             cudaStream_t stream);
+                             cudaStream_t stream, const std::int64_t* also = nullptr,
+                             std::int64_t* also_host = nullptr);
 
 }  // namespace sdm::cuda

@@ -30,8 +30,9 @@ struct StepBuffers {
   float* inter = nullptr;        // [P*C, hd] step rows
   float* delta = nullptr;        // [P*C, hd] per step (no-grad) or [N*C, hd] (saving)
   float* residual = nullptr;     // [N*C, hd] (saving) or null
-  void* snapshot = nullptr;      // [N*C*W, row_bytes] snapshot payload rows (saving) or null
+  void* snapshot = nullptr;      // [snapshot_rows, row_bytes] snapshot payload rows (saving) or null
   float* snapshot_scales = nullptr;                   // [N*C*W] f32 (saving, fp8 / int4) or null
+  std::int64_t snapshot_rows = 0;                     // rows the payload holds (saving)
   SnapshotQuant snapshot_mode = SnapshotQuant::none;  // effective mode (saved/layout.hpp)
   bool delta_per_chunk = false;  // delta holds every chunk's rows (saving call)
   bool bf16_bank = false;

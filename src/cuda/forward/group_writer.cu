@@ -5,8 +5,11 @@
 // Inputs:  Phase 1's sorted keys, wcoef, gdecay; delta f32 (step rows, or chunk-token rows in a
 //          saving call); the bank, which still holds M0 for this step's written rows.
 // Outputs: the bank rows written in the step's chunks, in place; in a saving call also the
-//          pre-write row of each group into snapshot row e (saved/layout.hpp), encoded in the
-//          effective mode kMode (snapshot_rows.cuh), and for fp8 / int4 its scale into scales[e].
+//          pre-write row of each group into snapshot row e = group_first[n] + group_ordinal at the
+//          group's first sorted position (saved/group_rows.cuh, core/snapshot_row_rule.hpp),
+//          encoded in the effective mode kMode (snapshot_rows.cuh), and for fp8 / int4 its scale
+//          into scales[e]; a row e >= the buffer's rows (a too-small `saved` under validate=False)
+//          is not written, the bank update is the same.
 // Math:    M[s] = rnd_E( exp(Lambda_s) M0[s] + sum_{e in group(s)} wcoef_e delta[i_e] ).
 //          Snapshot: none M0[s] bit for bit; bf16 rnd_bf16(M0[s]); fp8 / int4 the shared quantiser
 //          core/snapshot_quant.hpp (scale from the row's amax, codes from the fast quotient on bf16
@@ -33,6 +36,7 @@
 #include "cuda/common/prefetch.cuh"
 #include "cuda/common/resident_warps.hpp"
 #include "cuda/common/values.cuh"
+#include "cuda/saved/group_rows.cuh"
 #include "cuda/saved/snapshot_rows.cuh"
 #include "cuda/common/step_kernels.hpp"
 
@@ -178,14 +182,16 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, kMinBlock
   const int w = min(most, j + here.count);
   const int group_first = q - j;
   const EntryBatch head = j == 0 ? here : load_entries(keys, wcoef, group_first, CW, local, geo.keys, hd, lane);
-  const std::int64_t e = n * CW + group_first;  // the group's snapshot row
+  // The group's snapshot row (saving calls; saved/group_rows.cuh): stored only inside the buffer.
+  const std::int64_t e = sb.snapshot != nullptr ? group_row(GroupNumbers{p1.group_first, p1.group_ordinal}, n, CW, group_first) : 0;
+  const bool stores_snapshot = sb.snapshot != nullptr && core::snapshot_row_stored(e, sb.snapshot_rows);
 
   E* __restrict__ row = static_cast<E*>(sb.bank) + (p * geo.sps + local) * hd;
   // kMode none: a saving call stores the exact row, a no-grad call (snapshot null) nothing.
   constexpr DType kBank = sizeof(E) == 2 ? DType::bf16 : DType::f32;
   const auto row_bytes = static_cast<std::int64_t>(core::snapshot_payload_bytes(kMode, kBank, hd));
   unsigned char* __restrict__ snapshot =
-      sb.snapshot != nullptr ? static_cast<unsigned char*>(sb.snapshot) + e * row_bytes : nullptr;
+      stores_snapshot ? static_cast<unsigned char*>(sb.snapshot) + e * row_bytes : nullptr;
   const float* __restrict__ delta = sb.delta + (sb.delta_per_chunk ? n * geo.C : p * geo.C) * hd;
   // The group's first entry (lane 0 of the head batch is always a member).
   const std::int64_t offset0 = __shfl_sync(0xffffffffu, head.offset, 0);
@@ -249,7 +255,7 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, kMinBlock
         }
         quant = snapshot_scale_of<kMode>(amax);
       }
-      if (first(0) == 0 && lane == 0) sb.snapshot_scales[e] = quant.scale;
+      if (stores_snapshot && first(0) == 0 && lane == 0) sb.snapshot_scales[e] = quant.scale;
     }
     if (snapshot != nullptr) {
 #pragma unroll

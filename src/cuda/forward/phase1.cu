@@ -1,6 +1,6 @@
 // phase1.cu - Phase 1 of the chunked forward for all N chunks (phase1.hpp has the arrays and
 // contracts): where its arrays live, and its launches in order: the write keys and their
-// per-chunk sort (sort/entry_keys.hpp), then scan_groups, lookup_reads, pair_products and solve
+// per-chunk sort (sort/entry_keys.hpp), then (saving calls) number_groups, then scan_groups, lookup_reads, pair_products and solve
 // (phase1_kernels.hpp), all on the call's stream.
 #include "cuda/forward/phase1.hpp"
 
@@ -39,6 +39,7 @@ void plan_phase1_forward_only(const Geometry& geo, Workspace& ws, Phase1Buffers&
 void run_phase1(const Geometry& geo, const Inputs& in, bool bf16_bank, const Phase1Buffers& buf,
                 cudaStream_t stream) {
   sort_write_keys(geo, in, buf.keys_unsorted, buf.keys, buf.k_slot, buf.sort_temp, stream);
+  if (buf.group_first != nullptr) launch_number_groups(geo, buf.keys, buf.group_ordinal, buf.group_first, stream);
   launch_scan_groups(geo, in, bf16_bank, buf, stream);
   launch_lookup_reads(geo, in, bf16_bank, buf, stream);
   launch_pair_products(geo, buf, stream);

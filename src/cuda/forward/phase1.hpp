@@ -43,6 +43,12 @@ struct Phase1Buffers {
   float* A = nullptr;                 // f32 [N, C, C]: strictly lower, zeros elsewhere
   float* QK = nullptr;                // f32 [N, C, C]: lower incl. the diagonal, zeros elsewhere
   float* X = nullptr;                 // f32 [N, C, C]: (I + diag(beta) A)^-1, zeros above the diagonal
+  // The saving call's alone (in `saved`, bind_saved_phase1; null in a no-grad call, which skips them):
+  // where each write group's snapshot row is (core/snapshot_row_rule.hpp, group_rows.cu).
+  std::int32_t* group_ordinal = nullptr;  // i32 sorted: at a group's first position its ordinal among the
+                                          // chunk's groups (ascending slot); -1 at every other position
+  std::int64_t* group_first = nullptr;    // i64 [N + 1]: chunk n's first snapshot row (exclusive scan of the
+                                          // chunks' group counts, n ascending); [N]: the call's write groups
   // The forward's alone (plan_phase1_forward_only; null in the backward).
   std::uint64_t* keys_unsorted = nullptr;  // u64 [N, C, W]: the write keys in entry order (scratch)
   std::int32_t* prev_pos = nullptr;   // i32 [N, C, W]: sorted position of the write before entry (n, i, w)
@@ -60,7 +66,8 @@ struct Phase1Buffers {
 void plan_phase1_kept(const Geometry& geo, Workspace& ws, Phase1Buffers& buf);
 void plan_phase1_forward_only(const Geometry& geo, Workspace& ws, Phase1Buffers& buf);
 
-// Runs Phase 1 into every array of `buf` (all planned or bound).
+// Runs Phase 1 into every array of `buf` (all planned or bound; the group numbering only when
+// group_first is bound).
 void run_phase1(const Geometry& geo, const Inputs& in, bool bf16_bank, const Phase1Buffers& buf,
                 cudaStream_t stream);
 

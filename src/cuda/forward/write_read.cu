@@ -1,7 +1,9 @@
 // write_read.cu - the CUDA chunked op: entry points of engine.hpp for the forward (no-grad and
 // saving) and the saved-buffer size; the backward is in backward.cu.
 //
-// One call: [device index check + one sync, if options.validate and not capturing] ->
+// One call: [device index check + one sync, if options.validate and not capturing; a saving call
+// with fewer snapshot rows than the worst case also counts its write groups (group_count.hpp) and
+// reads the count back in that sync, refusing a too-small `saved` before any write] ->
 // Phase 1 for all chunks (phase1.cu) -> for each time step ti: gather -> dual -> group_writer
 // (step_kernels.hpp). In a saving call Phase 1 writes the arrays the backward reads straight into
 // `saved`, and the steps add delta, residual and the snapshot rows; the bytes no kernel writes keep
@@ -14,9 +16,11 @@
 // Scratch comes from one stream-ordered allocation (workspace.hpp).
 #include <cstdint>
 
+#include "core/snapshot_row_rule.hpp"
 #include "cuda/common/alignment.hpp"
 #include "cuda/engine.hpp"
 #include "cuda/common/call.hpp"
+#include "cuda/forward/group_count.hpp"
 #include "cuda/forward/phase1.hpp"
 #include "cuda/saved/layout.hpp"
 #include "cuda/saved/snapshot_rows.cuh"
@@ -78,8 +82,17 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
   ws.plan(&sb.retrieved, step_elems);
   ws.plan(&sb.inter, step_elems);
   if (saved == nullptr) ws.plan(&sb.delta, step_elems);
+  // A validated saving call with fewer rows than the worst case counts its write groups first and
+  // refuses a too-small `saved` in the index check's sync, before any write (group_count.hpp).
+  const bool count_first = saved != nullptr && call.checking() && plan.snapshot_rows < geo.write_entries();
+  GroupCount count;
+  if (count_first) plan_group_count(geo, ws, count);
   ws.allocate();
-  call.check_indices(in, IndexCheck{geo.P, geo.T, geo.W, geo.R, geo.sps, shape.S, true});
+  if (count_first) run_group_count(geo, in, count, stream);
+  std::int64_t write_groups = 0;
+  call.check_indices(in, IndexCheck{geo.P, geo.T, geo.W, geo.R, geo.sps, shape.S, true},
+                     count_first ? count.group_first + geo.N : nullptr, &write_groups);
+  if (count_first) core::check_write_groups_fit(write_groups, plan.snapshot_rows);
 
   sb.bank = args.memory.data;
   sb.readings = readings.data;
@@ -91,6 +104,7 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
     sb.snapshot = saved_base + layout.snapshot;
     sb.snapshot_scales = layout.has_scales ? reinterpret_cast<float*>(saved_base + layout.scales) : nullptr;
     sb.snapshot_mode = layout.mode;
+    sb.snapshot_rows = static_cast<std::int64_t>(layout.rows);
     sb.delta_per_chunk = true;
     // Vector access to the snapshot and delta rows needs an aligned saved buffer (saved/layout.hpp).
     sb.vec8 = sb.vec8 && aligned16(saved->data);

@@ -6,17 +6,18 @@
 // one's end (N = Nt*P chunks, rows = plan.snapshot_rows snapshot rows, N*C*W in the worst case):
 //   delta, residual  f32 [N*C, hd] each                                  written by dual.cu
 //   scales           f32 [N*C*W], fp8 / int4 only (else empty, no gap)   group_writer.cu
-//   Phase 1          keys u64 [N*C*W]; L f64 [N*C*W]; kappa, wcoef, gdecay, inv_pos, k_slot, k_eff
-//                    4 bytes [N*C*W]; q_slot, q_pos, q_rho, q_w 4 bytes [N*C*R]; A, QK, X f32 [N, C, C]
-//                                                                        written by phase1.cu
+//   Phase 1          keys u64 [N*C*W]; L f64 [N*C*W]; kappa, wcoef, gdecay, group_ordinal, inv_pos,
+//                    k_slot, k_eff 4 bytes [N*C*W]; q_slot, q_pos, q_rho, q_w 4 bytes [N*C*R]; A, QK,
+//                    X f32 [N, C, C]; group_first i64 [N + 1]               written by phase1.cu
 //   snapshot         u8 [rows, row_bytes] (row_bytes: the effective mode)  group_writer.cu
 // The snapshot payload comes last, so a buffer planned for fewer rows is the worst-case buffer cut
 // short: every other region keeps its offset.
 // Who writes what: Phase 1 writes its arrays whole (0 at padding / masked positions); the dual
 // product writes delta and residual at every chunk-token row (0 for padding tokens); the group
-// writer writes the snapshot row and scale at the first sorted position of each write group. No
-// kernel writes the snapshot rows and scales of the positions that start no group (inside a group,
-// padding, masked) or the gaps between regions (fewer than 256 bytes each), and no kernel of the
+// writer writes the snapshot row and scale of each write group at the group's row (group_first[n] +
+// group_ordinal at its first sorted position; a row past the buffer's is not written). No kernel
+// writes the snapshot rows and scales past the call's write groups or the gaps between regions
+// (fewer than 256 bytes each), and no kernel of the
 // backward reads them: they keep the caller's bytes, so `saved` needs no zeroing (docs/spec.md §11).
 // The 256-byte region starts keep the 16-byte vector accesses and the 8-byte keys aligned.
 #include "cuda/saved/layout.hpp"
@@ -56,11 +57,13 @@ SavedLayout saved_layout(const WriteReadPlan& plan) {
   region(p1.keys, write_entries * sizeof(std::uint64_t));
   region(p1.L, write_entries * sizeof(double));
   constexpr std::size_t word = 4;  // f32 and i32 elements
-  for (std::size_t* offset : {&p1.kappa, &p1.wcoef, &p1.gdecay, &p1.inv_pos, &p1.k_slot, &p1.k_eff}) {
+  for (std::size_t* offset :
+       {&p1.kappa, &p1.wcoef, &p1.gdecay, &p1.group_ordinal, &p1.inv_pos, &p1.k_slot, &p1.k_eff}) {
     region(*offset, write_entries * word);
   }
   for (std::size_t* offset : {&p1.q_slot, &p1.q_pos, &p1.q_rho, &p1.q_w}) region(*offset, read_entries * word);
   for (std::size_t* offset : {&p1.A, &p1.QK, &p1.X}) region(*offset, chunk_matrix * sizeof(float));
+  region(p1.group_first, (chunks + 1) * sizeof(std::int64_t));
   layout.rows = static_cast<std::size_t>(plan.snapshot_rows);
   region(layout.snapshot, layout.rows * layout.row_bytes);  // last: fewer rows cut the buffer short
   layout.total = end;
@@ -78,6 +81,7 @@ void bind_saved_phase1(const SavedLayout& layout, unsigned char* base, Phase1Buf
   buf.kappa = f32(at.kappa);
   buf.wcoef = f32(at.wcoef);
   buf.gdecay = f32(at.gdecay);
+  buf.group_ordinal = i32(at.group_ordinal);
   buf.inv_pos = i32(at.inv_pos);
   buf.k_slot = i32(at.k_slot);
   buf.k_eff = f32(at.k_eff);
@@ -88,6 +92,7 @@ void bind_saved_phase1(const SavedLayout& layout, unsigned char* base, Phase1Buf
   buf.A = f32(at.A);
   buf.QK = f32(at.QK);
   buf.X = f32(at.X);
+  buf.group_first = reinterpret_cast<std::int64_t*>(base + at.group_first);
 }
 
 }  // namespace sdm::cuda

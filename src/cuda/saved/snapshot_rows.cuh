@@ -35,6 +35,7 @@ struct SnapshotRows {
   float* scales = nullptr;                   // [rows] f32 (fp8 / int4), else null
   SnapshotQuant mode = SnapshotQuant::none;  // effective mode
   std::int64_t row_bytes = 0;                // core::snapshot_payload_bytes(mode, bank, hd)
+  std::int64_t rows = 0;                     // rows the payload holds (the backward's; saved/group_rows.cuh)
 };
 
 // `rows` moved to row `row` in the compile-time mode kMode (decoders then keep one branch), the

@@ -1,0 +1,18 @@
+// snapshot_row_rule.cpp - the refusal of a too-small `saved` (snapshot_row_rule.hpp).
+#include "core/snapshot_row_rule.hpp"
+
+#include <string>
+
+#include "sdm/error.hpp"
+
+namespace sdm::core {
+
+void check_write_groups_fit(std::int64_t groups, std::int64_t rows) {
+  if (groups <= rows) return;
+  throw ValueError("saved", "saved holds " + std::to_string(rows) + " snapshot rows (snapshot_rows) but the call has " +
+                                std::to_string(groups) +
+                                " write groups; size it with write_groups_count of these indices, or 0 for the "
+                                "worst case");
+}
+
+}  // namespace sdm::core
