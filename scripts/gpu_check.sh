@@ -6,7 +6,7 @@
 # GPU tests (`pytest tests/python -m gpu`: the tests on CUDA tensors, the fuzz test's CUDA case
 # included), compute-sanitizer (memcheck, racecheck, initcheck) on the small C++
 # tests (summary rc: forward tests / backward tests / repeated-write tests / slot-split tests /
-# group-writer split tests; SDM_SANITIZER_TOOLS picks
+# group-writer split tests / saved-buffer tests / exact-snapshot tests; SDM_SANITIZER_TOOLS picks
 # the tools), the C++ GPU benchmark (bench/cuda; its default
 # slot patterns: product-key top-k over a correlated latent and the heavy-reuse variant) and the
 # Python decode-latency benchmark; prints a summary table last. SDM_COMMIT names the commit in
@@ -83,7 +83,7 @@ phase "build"
 # cmake --build below then has nothing left to do. Without it, or if pip fails: plain CMake.
 package="not built"
 targets="sdm_gpu_tests sdm_gpu_backward_tests sdm_gpu_sort_tests sdm_gpu_repeated_writes_tests sdm_gpu_slot_split_tests
-  sdm_gpu_writer_split_tests sdm_gpu_topk_tests sdm_gpu_bench"
+  sdm_gpu_writer_split_tests sdm_gpu_exact_snapshot_tests sdm_gpu_topk_tests sdm_gpu_bench"
 if [ "$torch" = 1 ]; then
   if "$python" -m pip install --no-build-isolation --no-deps --target "$site" -C build-dir="$build" \
        -C cmake.define.SDM_ENABLE_CUDA=ON -C cmake.define.SDM_CUDA_ARCHS="$archs" . >"$out/build.log" 2>&1; then
@@ -127,6 +127,7 @@ topk_rc=0
 repeated_rc=0
 slot_split_rc=0
 writer_split_rc=0
+exact_rc=0
 fuzz_rc=0
 tests_no_pdl_rc=0
 backward_no_pdl_rc=0
@@ -152,6 +153,9 @@ if [ "$tests" = 1 ]; then
   phase "C++ GPU group-writer split tests"
   "$build/tests/gpu/sdm_gpu_writer_split_tests" 2>&1 | tee "$out/writer_split_tests.log" | tail -3
   writer_split_rc=${PIPESTATUS[0]}
+  phase "C++ GPU exact-snapshot tests (rows packed by write group)"
+  "$build/tests/gpu/sdm_gpu_exact_snapshot_tests" 2>&1 | tee "$out/exact_snapshot_tests.log" | tail -3
+  exact_rc=${PIPESTATUS[0]}
   phase "C++ GPU top-k tests"
   "$build/tests/gpu_topk/sdm_gpu_topk_tests" 2>&1 | tee "$out/topk_tests.log" | tail -3
   topk_rc=${PIPESTATUS[0]}
@@ -234,13 +238,18 @@ if [ "$sanitizer" = 1 ]; then
     timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_writer_split_tests" \
       "C 256" >>"$out/sanitizer.log" 2>&1
     rc5=$?
+    # The exact snapshot's count, refusal and too-small buffer under validate=False (memcheck: no
+    # access past `saved`).
+    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_exact_snapshot_tests" \
+      "device count" refusal guard >>"$out/sanitizer.log" 2>&1
+    rc7=$?
     # initcheck here: the backward reads no byte of `saved` that the saving forward left unwritten.
     timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_tests" "saved small" \
       >>"$out/sanitizer.log" 2>&1
     rc6=$?
-    [ "$rc" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ] && [ "$rc4" = 0 ] && [ "$rc5" = 0 ] && [ "$rc6" = 0 ] ||
-      sanitizer_rc=1
-    rc="$rc/$rc2/$rc3/$rc4/$rc5/$rc6"
+    [ "$rc" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ] && [ "$rc4" = 0 ] && [ "$rc5" = 0 ] && [ "$rc6" = 0 ] &&
+      [ "$rc7" = 0 ] || sanitizer_rc=1
+    rc="$rc/$rc2/$rc3/$rc4/$rc5/$rc6/$rc7"
     sanitizer_summary+="| compute-sanitizer $tool | rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer.log" | tail -1) |"$'\n'
   done
 fi
@@ -269,6 +278,7 @@ echo "| python package | $package |"
 [ "$tests" = 1 ] && echo "| C++ GPU repeated-write tests | rc $repeated_rc: $(tail -1 "$out/repeated_writes_tests.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU slot-split tests | rc $slot_split_rc: $(tail -1 "$out/slot_split_tests.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU group-writer split tests | rc $writer_split_rc: $(tail -1 "$out/writer_split_tests.log") |"
+[ "$tests" = 1 ] && echo "| C++ GPU exact-snapshot tests | rc $exact_rc: $(tail -1 "$out/exact_snapshot_tests.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU top-k tests | rc $topk_rc: $(tail -1 "$out/topk_tests.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU tests, SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1 | rc $tests_no_pdl_rc / $backward_no_pdl_rc: $(tail -1 "$out/tests_no_pdl.log"); $(tail -1 "$out/backward_tests_no_pdl.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU backward tests, SDM_CUDA_SLOT_WALK=staged | rc $backward_staged_rc: $(tail -1 "$out/backward_tests_staged.log") |"
@@ -285,7 +295,7 @@ fi
 # The exit status: non-zero when any phase that ran failed (the package's build falling back
 # to the staged CMake build counts as a failure too: the pip install is what users run).
 failed=""
-for name in tests_rc backward_rc sort_rc repeated_rc slot_split_rc writer_split_rc topk_rc tests_no_pdl_rc backward_no_pdl_rc backward_staged_rc backward_du_only_rc py_tests_rc fuzz_rc sanitizer_rc \
+for name in tests_rc backward_rc sort_rc repeated_rc slot_split_rc writer_split_rc exact_rc topk_rc tests_no_pdl_rc backward_no_pdl_rc backward_staged_rc backward_du_only_rc py_tests_rc fuzz_rc sanitizer_rc \
             bench_rc py_bench_rc; do
   [ "${!name}" = 0 ] || failed+=" ${name%_rc}"
 done

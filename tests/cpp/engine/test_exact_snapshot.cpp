@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <ostream>
 #include <cstdint>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "support/expect_rejects.hpp"
 #include "support/host_tensor.hpp"
 #include "support/problem.hpp"
+#include "support/write_groups.hpp"
 
 namespace sdm::testing {
 namespace {
@@ -56,18 +56,6 @@ std::vector<Case> cases() {
   return out;
 }
 
-// Every third token's lane 1 leaves the stream's rows (masked), every fourth repeats lane 0.
-void mask_some_writes(Problem& pb) {
-  const ProblemSpec& s = pb.spec;
-  for (std::int64_t p = 0; p < s.P; ++p) {
-    for (std::int64_t t = 0; t < s.T; ++t) {
-      const std::int64_t token = p * s.T + t;
-      if (t % 3 == 0) pb.k_idx.set(token * s.W + 1, static_cast<double>(pb.bank_rows() - 1 - p));
-      if (t % 4 == 1) pb.k_idx.set(token * s.W + s.W - 1, pb.k_idx.get(token * s.W));
-    }
-  }
-}
-
 Problem problem_of(const Case& c) {
   Problem pb = make_problem(c.spec);
   if (c.masked) mask_some_writes(pb);
@@ -86,30 +74,6 @@ std::int64_t counted(const Problem& pb, const WriteReadOptions& options) {
   HostTensor count(DType::i64, {1});
   write_groups_count(pb.args(), count.ref(), options);
   return static_cast<std::int64_t>(count.get(0));
-}
-
-// Distinct in-range write rows of each chunk, summed: the count's definition, written out.
-std::int64_t distinct_rows_per_chunk(const Problem& pb, std::int64_t chunk) {
-  const ProblemSpec& s = pb.spec;
-  std::int64_t total = 0;
-  for (std::int64_t p = 0; p < s.P; ++p) {
-    for (std::int64_t t0 = 0; t0 < s.T; t0 += chunk) {
-      std::set<std::int64_t> rows;
-      for (std::int64_t t = t0; t < std::min(s.T, t0 + chunk); ++t) {
-        for (std::int64_t w = 0; w < s.W; ++w) {
-          const auto row = static_cast<std::int64_t>(pb.k_idx.get((p * s.T + t) * s.W + w));
-          if (row >= p * s.slots_per_stream && row < (p + 1) * s.slots_per_stream) rows.insert(row);
-        }
-      }
-      total += static_cast<std::int64_t>(rows.size());
-    }
-  }
-  return total;
-}
-
-std::int64_t worst_rows(const Problem& pb, std::int64_t chunk) {
-  const std::int64_t C = std::min(chunk, pb.spec.T);
-  return pb.spec.P * ((pb.spec.T + C - 1) / C) * C * pb.spec.W;
 }
 
 void expect_grads_equal(const GradRun& a, const GradRun& b) {
