@@ -5,9 +5,10 @@
 // 1. Count: the device count (src/cuda/forward/write_groups_count.cu) equals the host brute force
 //    (distinct in-range write rows of each chunk) and the CPU engine's count (one numbering rule,
 //    core/snapshot_row_rule.hpp), below the worst case.
-// 2. Bits: the worst-case and the exact buffer give bitwise equal readings and final bank, and in
-//    every slot walk (automatic, per-position, staged and staged with dU alone where hd is a
-//    multiple of 256) bitwise equal gradients and restored bank; over T % C != 0, odd hd, W != R,
+// 2. Bits: the worst-case and the exact buffer give bitwise equal readings and final bank, and
+//    every slot walk of the exact buffer (automatic, per-position, staged and staged with dU alone
+//    where hd is a multiple of 256) the gradients and restored bank of the worst-case buffer's
+//    per-position walk bitwise, which is within tolerance of the CPU engine's; over T % C != 0, odd hd, W != R,
 //    long slot groups, masked entries (validate=false), bf16 / f32 banks, none / fp8 / int4 and
 //    grad_bank_fp32.
 // 3. Refusal: with validate, a buffer planned for fewer rows than the call's groups is refused by a
@@ -156,6 +157,25 @@ void expect_grads_bitwise(const GradRun& exact, const GradRun& worst, const std:
   for (const auto& p : pairs) expect(p.a.bitwise_equal(p.b), walk + ": " + p.name + " bitwise the worst case's");
 }
 
+DType grad_memory_of(const Case& c) {
+  return c.spec.bank == DType::bf16 && !c.grad_bank_fp32 ? DType::bf16 : DType::f32;
+}
+
+// Every gradient within the CPU engine's (the slot-split test's tolerances: the lossy snapshot
+// modes round the same rows on both engines, the sums run in other orders).
+void expect_close_to_cpu(const GradRun& got, const GradRun& cpu, const Case& c) {
+  const double tol = c.mode == SnapshotQuant::none   ? (c.spec.bank == DType::bf16 ? 3e-2 : 1e-4)
+                     : c.mode == SnapshotQuant::bf16 ? 1e-2
+                     : c.mode == SnapshotQuant::fp8  ? 8e-2
+                                                     : 2e-1;
+  const struct {
+    const char* name;
+    const HostTensor &a, &b;
+  } pairs[] = {{"memory", got.memory, cpu.memory}, {"k_val", got.k_val, cpu.k_val}, {"v", got.v, cpu.v},
+               {"beta", got.beta, cpu.beta},       {"g", got.g, cpu.g},             {"q_val", got.q_val, cpu.q_val}};
+  for (const auto& p : pairs) expect_error_at_most(rel_error(p.a, p.b), tol, std::string("grad ") + p.name + " vs CPU engine");
+}
+
 void test_count_equals_the_host_and_cpu_counts() {
   for (const Case& c : cases()) {
     std::printf("  %s\n", c.name);
@@ -189,9 +209,13 @@ void test_exact_buffer_gives_the_worst_case_bits() {
       walks.emplace_back(cuda::SlotWalk::staged, "staged walk");
       walks.emplace_back(cuda::SlotWalk::staged_du_only, "staged walk, dU alone on chip");
     }
-    for (const auto& [walk, name] : walks) {
-      expect_grads_bitwise(exact.backward(dy, d_final, walk), worst.backward(dy, d_final, walk), name);
-    }
+    // One reference for every walk: the worst-case buffer's per-position walk, itself close to the
+    // CPU engine's gradients of the same exact call (so a fault both buffers share shows too).
+    const GradRun reference = worst.backward(dy, d_final, cuda::SlotWalk::per_position);
+    const GradRun cpu = engine_backward(pb, engine_forward_saving(pb, exact_options), dy, d_final, exact_options,
+                                       grad_memory_of(c));
+    expect_close_to_cpu(reference, cpu, c);
+    for (const auto& [walk, name] : walks) expect_grads_bitwise(exact.backward(dy, d_final, walk), reference, name);
   }
 }
 
