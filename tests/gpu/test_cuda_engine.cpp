@@ -520,8 +520,8 @@ void test_snapshot_modes_forward() {
 // buffers filled with 0x00, 0xff (NaN in every float format) and random bytes; awkward shapes (T % C
 // != 0, padding and masked entries, hot slots; odd hd, the vector path, three column steps, and
 // hd 256, where SDM_CUDA_SLOT_WALK=staged runs the backward's staged walk), both banks, every mode:
-//   - the snapshot rows and scales of the sorted write positions that start no group (found from the
-//     Phase 1 keys, saved/layout.hpp) keep each buffer's bytes;
+//   - the snapshot rows and scales past the call's write groups (counted from the Phase 1 keys,
+//     saved/layout.hpp) keep each buffer's bytes;
 //   - every other byte is equal in the three runs, except the padding before a region's 256-byte
 //     aligned start (a run of fewer than 256 bytes ending at a multiple of 256 of the body), which
 //     keeps each buffer's bytes too; the 256-byte stamp is written whole;
@@ -530,27 +530,27 @@ void test_snapshot_modes_forward() {
 //     equal those of a fourth run into a buffer left uninitialised (under initcheck: no read of it).
 
 // The snapshot-row and scale bytes of the buffer's body (after the stamp) that the saving forward
-// leaves unwritten: those of the sorted write positions that start no group, read from the Phase 1
-// keys in `body`.
+// leaves unwritten: those of the rows past the call's write groups (rows are packed group by group,
+// core/snapshot_row_rule.hpp), the groups counted from the Phase 1 keys in `body`.
 std::vector<bool> unused_snapshot_bytes(const WriteReadPlan& plan, const unsigned char* body,
                                         std::size_t body_bytes) {
   const cuda::SavedLayout layout = cuda::saved_layout(plan);
   const cuda::Geometry geo = cuda::make_geometry(plan.shape);
   std::vector<std::uint64_t> keys(static_cast<std::size_t>(geo.write_entries()));
   std::memcpy(keys.data(), body + layout.phase1.keys, keys.size() * sizeof(std::uint64_t));
-  std::vector<bool> unused(body_bytes, false);
   const std::int64_t CW = geo.C * geo.W;
+  std::size_t groups = 0;
   for (std::int64_t n = 0; n < geo.N; ++n) {
     const cuda::KeySlots slots{keys.data() + n * CW, geo.keys};
-    for (int q = 0; q < static_cast<int>(CW); ++q) {
-      if (cuda::starts_group(slots, q, slots[q], geo.sps)) continue;
-      const auto row = static_cast<std::size_t>(n * CW + q);
-      std::fill_n(unused.begin() + static_cast<std::ptrdiff_t>(layout.snapshot + row * layout.row_bytes),
-                  layout.row_bytes, true);
-      if (layout.has_scales) {
-        std::fill_n(unused.begin() + static_cast<std::ptrdiff_t>(layout.scales + row * sizeof(float)), sizeof(float),
-                    true);
-      }
+    for (int q = 0; q < static_cast<int>(CW); ++q) groups += cuda::starts_group(slots, q, slots[q], geo.sps) ? 1 : 0;
+  }
+  std::vector<bool> unused(body_bytes, false);
+  for (std::size_t row = groups; row < layout.rows; ++row) {
+    std::fill_n(unused.begin() + static_cast<std::ptrdiff_t>(layout.snapshot + row * layout.row_bytes),
+                layout.row_bytes, true);
+    if (layout.has_scales) {
+      std::fill_n(unused.begin() + static_cast<std::ptrdiff_t>(layout.scales + row * sizeof(float)), sizeof(float),
+                  true);
     }
   }
   return unused;

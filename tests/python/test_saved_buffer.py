@@ -5,7 +5,7 @@ the saving forward leaves unwritten.
 For each case the saving forward runs into three buffers: all 0x00, all 0xFF (NaN in every float
 format) and random bytes. A byte equal in the first two runs is one the engine writes: it must hold
 the same value in the third. Every other byte must still hold what its buffer held (the engine
-leaves some: the snapshot rows of positions that start no write group, padding), and the 256-byte
+leaves some: the snapshot rows past the call's write groups, padding), and the 256-byte
 stamp is written whole. The readings, the final bank and the backward's six gradients must be
 bitwise equal for the three buffers, and equal to sdm.write_read's autograd gradients (its Function
 allocates the buffer without zeroing). A bad buffer is refused by name before anything is written.
