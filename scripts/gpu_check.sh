@@ -238,8 +238,9 @@ if [ "$sanitizer" = 1 ]; then
     timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_writer_split_tests" \
       "C 256" >>"$out/sanitizer.log" 2>&1
     rc5=$?
-    # The exact snapshot's count, refusal and too-small buffer under validate=False (memcheck: no
-    # access past `saved`).
+    # The exact snapshot's count, refusals (the validated forward's and the validated backward's)
+    # and too-small buffer under validate=False, hd 256 int4 on the staged walk included (memcheck:
+    # no access past `saved`).
     timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_exact_snapshot_tests" \
       "device count" refusal guard >>"$out/sanitizer.log" 2>&1
     rc7=$?

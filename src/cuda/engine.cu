@@ -1,7 +1,12 @@
 // engine.cu - cuda::engine (engine.hpp): the CUDA passes, the saving forward's stamp written
 // after it (a refused call leaves `saved` as it was) and, with options.validate, the backward's
-// stamp checked before it.
+// stamp and the forward's write groups (against plan.snapshot_rows) checked before it.
 #include "cuda/engine.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/saved/layout.hpp"
 
 namespace sdm::cuda {
 namespace {
@@ -15,7 +20,14 @@ void stamped_forward_saving(const WriteReadArgs& args, const TensorRef& readings
 void checked_backward(const WriteReadArgs& args, const TensorRef& saved, const TensorRef& grad_readings,
                       const TensorRef& grad_final_bank, const WriteReadGrads& grads, const WriteReadPlan& plan,
                       const WriteReadOptions& options) {
-  if (options.validate) check_saved_stamp(core::make_saved_header(plan, core::SavedEngine::cuda), args, saved, options);
+  if (options.validate) {
+    // group_first[N] of the body's Phase 1 region: the write groups the saving forward numbered.
+    const std::size_t chunks = static_cast<std::size_t>(plan.shape.num_time_chunks() * plan.shape.P);
+    const std::size_t write_groups_at =
+        core::kSavedHeaderBytes + saved_layout(plan).phase1.group_first + chunks * sizeof(std::int64_t);
+    check_saved_stamp(core::make_saved_header(plan, core::SavedEngine::cuda), args, saved, write_groups_at,
+                      plan.snapshot_rows, options);
+  }
   write_read_backward(args, core::saved_body(saved), grad_readings, grad_final_bank, grads, plan, options);
 }
 

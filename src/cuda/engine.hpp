@@ -8,6 +8,9 @@
 // `saved` is the buffer's body after the stamp (core::saved_body); engine.cu stamps it.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "core/engine.hpp"
 #include "core/saved_header.hpp"
 
@@ -23,10 +26,14 @@ core::engine_fn::DecodeStep decode_step;                    // decode/decode_ste
 core::engine_fn::CountWriteGroups write_groups_count;       // forward/write_groups_count.cu
 
 // The stamp (saved/stamp.cu): written by stamp_saved without a sync; checked by check_saved_stamp
-// with one host sync (none, and no check, while the stream is being captured).
+// with one host sync (none, and no check, while the stream is being captured). In the same sync
+// check_saved_stamp reads the call's write groups (the i64 at byte `write_groups_at` of `saved`: the
+// Phase 1 region's group_first[N]) and, after the header, refuses more groups than `snapshot_rows`
+// (core::check_write_groups_fit, as the CPU backward): a forward that ran unvalidated or under capture
+// into a too-small `saved` is not differentiated.
 void stamp_saved(const core::SavedHeader& header, const WriteReadArgs& args, const TensorRef& saved,
                  const WriteReadOptions& options);
 void check_saved_stamp(const core::SavedHeader& expected, const WriteReadArgs& args, const TensorRef& saved,
-                       const WriteReadOptions& options);
+                       std::size_t write_groups_at, std::int64_t snapshot_rows, const WriteReadOptions& options);
 
 }  // namespace sdm::cuda

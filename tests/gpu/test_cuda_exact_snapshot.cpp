@@ -10,12 +10,17 @@
 //    where hd is a multiple of 256) the gradients and restored bank of the worst-case buffer's
 //    per-position walk bitwise, which is within tolerance of the CPU engine's; over T % C != 0, odd hd, W != R,
 //    long slot groups, masked entries (validate=false), bf16 / f32 banks, none / fp8 / int4 and
-//    grad_bank_fp32.
+//    grad_bank_fp32. Known answers besides the worst case (numbered by the same code): the readings
+//    and final bank equal the no-grad forward's, and in mode none every walk's restored bank is
+//    the initial bank, bitwise.
 // 3. Refusal: with validate, a buffer planned for fewer rows than the call's groups is refused by a
 //    ValueError naming `saved`, and `saved`, the bank and the readings keep every byte.
 // 4. Guard: without validate the same buffer is not refused; the saving forward and the backward
 //    run and write nothing past it (the bytes after it in a larger allocation keep theirs;
-//    compute-sanitizer's memcheck sees every access).
+//    compute-sanitizer's memcheck sees every access); also hd 256 int4 on the staged walk.
+// 5. Backward refusal: a validated backward of such an unvalidated forward is refused by a
+//    ValueError naming `saved` (the forward's write groups against the buffer's rows) and writes
+//    nothing.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -201,6 +206,16 @@ void test_exact_buffer_gives_the_worst_case_bits() {
     expect(exact.saved.bytes() < worst.saved.bytes(), "the exact buffer is smaller");
     expect(exact.readings.to_host().bitwise_equal(worst.readings.to_host()), "readings bitwise the worst case's");
     expect(exact.final_bank.bitwise_equal(worst.final_bank), "final bank bitwise the worst case's");
+    // A known answer besides the worst case (which numbers its rows by the same code): the no-grad
+    // forward of the same inputs.
+    {
+      DeviceProblem plain(pb);
+      DeviceTensor readings(pb.spec.bank, {c.spec.P, c.spec.T, c.spec.hd});
+      write_read_forward(plain.args(), readings.ref(), exact_options);
+      sync();
+      expect(exact.readings.to_host().bitwise_equal(readings.to_host()), "readings bitwise the no-grad forward's");
+      expect(exact.final_bank.bitwise_equal(plain.memory.to_host()), "final bank bitwise the no-grad forward's");
+    }
     const HostTensor dy = random_tensor({c.spec.P, c.spec.T, c.spec.hd}, 1.0, c.spec.seed + 7);
     const HostTensor d_final = random_tensor({pb.bank_rows(), c.spec.hd}, 0.5, c.spec.seed + 8);
     std::vector<std::pair<cuda::SlotWalk, std::string>> walks = {{cuda::SlotWalk::automatic, "automatic walk"},
@@ -215,18 +230,29 @@ void test_exact_buffer_gives_the_worst_case_bits() {
     const GradRun cpu = engine_backward(pb, engine_forward_saving(pb, exact_options), dy, d_final, exact_options,
                                        grad_memory_of(c));
     expect_close_to_cpu(reference, cpu, c);
-    for (const auto& [walk, name] : walks) expect_grads_bitwise(exact.backward(dy, d_final, walk), reference, name);
+    for (const auto& [walk, name] : walks) {
+      const GradRun run = exact.backward(dy, d_final, walk);
+      expect_grads_bitwise(run, reference, name);
+      // Mode none stores rows bit for bit: the restore (it reads every written slot's row source)
+      // gives back the initial bank, which checks the whole row numbering against a known answer.
+      if (c.mode == SnapshotQuant::none) {
+        expect(run.bank_after.bitwise_equal(pb.memory), name + ": restored bank bitwise the initial bank");
+      }
+    }
   }
 }
 
-// A problem whose buffer is planned for `rows` rows, and its count.
+// A problem and its count, for buffers planned for fewer rows than its write groups.
 struct CutProblem {
-  Problem pb = make_problem(shape(2, 19, 4, 2, 6, 6, DType::f32));
+  Problem pb;
   WriteReadOptions options;
   std::int64_t count = 0;
-  CutProblem() {
+  explicit CutProblem(const ProblemSpec& spec = shape(2, 19, 4, 2, 6, 6, DType::f32),
+                      SnapshotQuant mode = SnapshotQuant::none)
+      : pb(make_problem(spec)) {
     options.slots_per_stream = pb.spec.slots_per_stream;
     options.chunk_size = 8;
+    options.snapshot_quant = mode;
     count = host_count(pb, options);
   }
 };
@@ -256,8 +282,8 @@ void test_validated_forward_refuses_too_few_rows_and_writes_nothing() {
   expect(dp.memory.to_host().bitwise_equal(cut.pb.memory), "the bank keeps every byte");
 }
 
-void test_unvalidated_too_few_rows_stay_inside_the_buffer() {
-  CutProblem cut;
+// One unvalidated call of `cut` into a buffer of half its rows, the backward in `walk`.
+void expect_unvalidated_cut_stays_inside(const CutProblem& cut, cuda::SlotWalk walk) {
   WriteReadOptions options = cut.options;
   options.validate = false;
   options.snapshot_rows = cut.count / 2;
@@ -275,12 +301,58 @@ void test_unvalidated_too_few_rows_stay_inside_the_buffer() {
   DeviceTensor grad_v(DType::f32, cut.pb.v.sizes());
   WriteReadGrads grads;
   grads.v = grad_v.ref();
+  cuda::set_slot_walk(walk);
   write_read_backward(dp.args(), saved, dy.ref(), TensorRef{}, grads, options);
   sync();
+  cuda::set_slot_walk(cuda::SlotWalk::automatic);
   const HostTensor after = block.to_host();
   bool tail_kept = true;
   for (std::int64_t i = bytes; i < bytes + kTail; ++i) tail_kept = tail_kept && after.get(i) == 0xa5;
   expect(tail_kept, "the bytes after saved keep theirs (forward and backward)");
+}
+
+// The small f32 problem (automatic walk), and hd 256 int4 on the staged walk: the staged walk's
+// row guard (slots_staged.cu) and the group writer's scale guard (group_writer.cu) run too.
+void test_unvalidated_too_few_rows_stay_inside_the_buffer() {
+  std::printf("  f32, hd 6, none (automatic walk)\n");
+  expect_unvalidated_cut_stays_inside(CutProblem(), cuda::SlotWalk::automatic);
+  std::printf("  bf16, hd 256, int4 (staged walk)\n");
+  expect_unvalidated_cut_stays_inside(CutProblem(shape(2, 19, 4, 2, 256, 6, DType::bf16), SnapshotQuant::int4),
+                                      cuda::SlotWalk::staged);
+}
+
+// A forward run without validate into a too-small buffer, then a validated backward: refused by a
+// ValueError naming `saved` (the write groups the forward numbered, group_first[N], against the
+// buffer's rows; as the CPU backward), and no gradient byte written.
+void test_validated_backward_refuses_an_unvalidated_forwards_too_few_rows() {
+  CutProblem cut;
+  WriteReadOptions options = cut.options;
+  options.validate = false;
+  options.snapshot_rows = cut.count - 1;
+  DeviceProblem dp(cut.pb);
+  DeviceTensor readings(DType::f32, {cut.pb.spec.P, cut.pb.spec.T, cut.pb.spec.hd});
+  DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(dp.args(), options))});
+  write_read_forward_saving(dp.args(), readings.ref(), saved.ref(), options);
+  sync();
+  const DeviceTensor dy(random_tensor({cut.pb.spec.P, cut.pb.spec.T, cut.pb.spec.hd}, 1.0, 5));
+  DeviceTensor grad_v(DType::f32, cut.pb.v.sizes());
+  fill(grad_v, 0x5a);
+  const HostTensor grad_v_before = grad_v.to_host(), bank_before = dp.memory.to_host();
+  WriteReadGrads grads;
+  grads.v = grad_v.ref();
+  options.validate = true;
+  std::string argument = "(no error)", message;
+  try {
+    write_read_backward(dp.args(), saved.ref(), dy.ref(), TensorRef{}, grads, options);
+  } catch (const ValueError& e) {
+    argument = e.argument(), message = e.what();
+  }
+  sync();
+  std::printf("    error: %s\n", message.c_str());
+  expect(argument == "saved", "the validated backward refuses by a ValueError naming saved");
+  expect(message.find(std::to_string(cut.count) + " write groups") != std::string::npos, "message gives the count");
+  expect(grad_v.to_host().bitwise_equal(grad_v_before), "grad v keeps every byte");
+  expect(dp.memory.to_host().bitwise_equal(bank_before), "the bank keeps every byte");
 }
 
 }  // namespace
@@ -291,6 +363,7 @@ int main(int argc, char** argv) {
       {"exact snapshot: worst-case bits in every walk", test_exact_buffer_gives_the_worst_case_bits},
       {"exact snapshot: validated refusal", test_validated_forward_refuses_too_few_rows_and_writes_nothing},
       {"exact snapshot: unvalidated guard", test_unvalidated_too_few_rows_stay_inside_the_buffer},
+      {"exact snapshot: validated backward refusal", test_validated_backward_refuses_an_unvalidated_forwards_too_few_rows},
   };
   return run_gpu_tests("sdm_gpu_exact_snapshot_tests", tests, argc, argv);
 }

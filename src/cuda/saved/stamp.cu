@@ -4,8 +4,9 @@
 // stamp_saved: one kernel writes the host-built header (its 32 words, index_hash 0) to the start
 // of `saved`, then hash_indices adds the index hash into its index_hash word. Two launches, no
 // sync: it runs inside a captured graph as well.
-// check_saved_stamp (validate=True, not capturing): hash_indices into a workspace word, the header
-// and the word copied back, one host sync, the comparison on the host (its messages).
+// check_saved_stamp (validate=True, not capturing): hash_indices into a workspace word, the header,
+// the word and the forward's write-group total (group_first[N]) copied back, one host sync, the
+// comparisons on the host (the header's messages, then core::check_write_groups_fit's).
 // hash_indices: a grid-stride loop, one index_hash_term per index, summed per thread, then per
 // warp by shuffles, then one integer atomicAdd per warp: a sum mod 2^64, so the value does not
 // depend on the order (deterministic; no float atomics).
@@ -14,6 +15,7 @@
 
 #include "cuda/common/geometry.hpp"
 #include "core/saved_header.hpp"
+#include "core/snapshot_row_rule.hpp"
 #include "cuda/engine.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/values.cuh"
@@ -73,7 +75,7 @@ void stamp_saved(const core::SavedHeader& header, const WriteReadArgs& args, con
 }
 
 void check_saved_stamp(const core::SavedHeader& expected, const WriteReadArgs& args, const TensorRef& saved,
-                       const WriteReadOptions& options) {
+                       std::size_t write_groups_at, std::int64_t snapshot_rows, const WriteReadOptions& options) {
   const DeviceGuard guard(args.memory.device.index);
   const cudaStream_t stream = stream_of(options.cuda_stream);
   if (is_capturing(stream)) return;  // no syncs inside a capture (docs/spec.md §8)
@@ -89,8 +91,13 @@ void check_saved_stamp(const core::SavedHeader& expected, const WriteReadArgs& a
              "cudaMemcpyAsync (saved stamp)");
   check_cuda(cudaMemcpyAsync(&index_hash, sum, sizeof index_hash, cudaMemcpyDeviceToHost, stream),
              "cudaMemcpyAsync (saved stamp)");
+  std::int64_t write_groups = 0;
+  check_cuda(cudaMemcpyAsync(&write_groups, static_cast<const unsigned char*>(saved.data) + write_groups_at,
+                             sizeof write_groups, cudaMemcpyDeviceToHost, stream),
+             "cudaMemcpyAsync (saved write groups)");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (saved stamp)");
   core::check_saved_header(expected, found, index_hash);
+  core::check_write_groups_fit(write_groups, snapshot_rows);
 }
 
 }  // namespace sdm::cuda
