@@ -4,8 +4,8 @@
 // The backward walks chunks in reverse. A chunk leaves a row it does not write unchanged, so the
 // row at the start of chunk n is the pre-write row of the earliest chunk n' >= n that writes it
 // (its saved snapshot row, decoded), or the final bank row when no chunk >= n writes it.
-// row_source[s] (one per bank row of the streams, P*sps) names that snapshot row (n'*C*W + q, the
-// write group's snapshot row, saved/snapshot_rows.cuh) or holds -1: set to -1 before the walk, and
+// row_source[s] (one per bank row of the streams, P*sps) names that snapshot row (the write group's
+// row group_first[n'] + its ordinal, saved/group_rows.cuh, saved/snapshot_rows.cuh) or holds -1: set to -1 before the walk, and
 // to chunk n's snapshot row by the worker of chunk n's write group of s. Within chunk n the
 // read-only groups read row_source only at slots chunk n does not write (a written slot's reads are
 // its write group's, M0 = its decoded pre), so no group of a chunk reads an entry another writes.

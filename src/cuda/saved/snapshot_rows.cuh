@@ -2,8 +2,9 @@
 // how the backward reads one lane's piece of a row back.
 //
 // A saving forward stores the pre-write bank row of each write group at snapshot row
-// n*C*W + q (q = the sorted position of the group's first entry, saved/layout.hpp), in the
-// effective mode ("bf16" on a bf16 bank is "none"):
+// group_first[n] + group_ordinal[n*C*W + q] (q = the sorted position of the group's first entry;
+// core/snapshot_row_rule.hpp, saved/group_rows.cuh, saved/layout.hpp), in the effective mode
+// ("bf16" on a bf16 bank is "none"):
 //   none  hd elements of the bank dtype E, bit for bit
 //   bf16  (f32 bank) hd bf16 values rnd_bf16(x)
 //   fp8   hd e4m3 bytes, plus one f32 scale per row in `scales`
@@ -32,7 +33,8 @@ namespace sdm::cuda {
 
 struct SnapshotRows {
   void* payload = nullptr;                   // [rows, row_bytes]
-  float* scales = nullptr;                   // [rows] f32 (fp8 / int4), else null
+  float* scales = nullptr;                   // [N*C*W] f32 (fp8 / int4; the worst case's entries, a row's
+                                             // scale at the row's index), else null
   SnapshotQuant mode = SnapshotQuant::none;  // effective mode
   std::int64_t row_bytes = 0;                // core::snapshot_payload_bytes(mode, bank, hd)
   std::int64_t rows = 0;                     // rows the payload holds (the backward's; saved/group_rows.cuh)
