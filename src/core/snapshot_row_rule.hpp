@@ -36,6 +36,11 @@ SDM_HOST_DEVICE std::int64_t snapshot_row_read(std::int64_t row, std::int64_t ro
   return snapshot_row_stored(row, rows) ? row : rows - 1;
 }
 
+// The layouts' invariant (cpu/engine/saved_layout.cpp, cuda/saved/layout.cu call it where they are
+// made): a buffer holds rows >= 1 snapshot rows, so snapshot_row_read's rows - 1 is a row. Throws
+// sdm::RuntimeError (an internal error: the plan never gives fewer) otherwise.
+void check_layout_rows(std::int64_t rows);
+
 // Throws sdm::ValueError naming `saved` when a call's `groups` write groups exceed the `rows` its
 // buffer was planned for (options.snapshot_rows); both engines call it before writing anything.
 void check_write_groups_fit(std::int64_t groups, std::int64_t rows);

@@ -3,6 +3,8 @@
 
 #include "engine.hpp"
 
+#include "core/snapshot_row_rule.hpp"
+
 namespace sdm::cpu {
 namespace {
 
@@ -16,6 +18,7 @@ SavedLayout saved_layout(const WriteReadPlan& plan) {
   layout.snapshot = snapshot_format(shape.bank, plan.snapshot, shape.hd);
   const std::int64_t chunks = shape.num_time_chunks() * shape.P;  // N
   const auto worst_rows = static_cast<std::size_t>(chunks * shape.C * shape.W);
+  core::check_layout_rows(plan.snapshot_rows);
   const auto rows = static_cast<std::size_t>(plan.snapshot_rows);
   const std::size_t token_rows = static_cast<std::size_t>(shape.P * shape.T * shape.hd) * sizeof(float);
 

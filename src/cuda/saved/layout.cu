@@ -26,6 +26,7 @@
 
 #include "cuda/common/alignment.hpp"
 #include "core/snapshot_quant.hpp"
+#include "core/snapshot_row_rule.hpp"
 #include "cuda/engine.hpp"
 
 namespace sdm::cuda {
@@ -64,6 +65,7 @@ SavedLayout saved_layout(const WriteReadPlan& plan) {
   for (std::size_t* offset : {&p1.q_slot, &p1.q_pos, &p1.q_rho, &p1.q_w}) region(*offset, read_entries * word);
   for (std::size_t* offset : {&p1.A, &p1.QK, &p1.X}) region(*offset, chunk_matrix * sizeof(float));
   region(p1.group_first, (chunks + 1) * sizeof(std::int64_t));
+  core::check_layout_rows(plan.snapshot_rows);
   layout.rows = static_cast<std::size_t>(plan.snapshot_rows);
   region(layout.snapshot, layout.rows * layout.row_bytes);  // last: fewer rows cut the buffer short
   layout.total = end;
