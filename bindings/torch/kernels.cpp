@@ -188,7 +188,9 @@ at::Tensor write_groups_count(const at::Tensor& memory, const at::Tensor& k_idx,
     const DeviceContext context(memory);
     const auto options = make_options(slots_per_stream, chunk_size, "none", false, false, context.cuda_stream());
     const auto in = contiguous_inputs(k_idx, k_val, v, beta, g, q_idx, q_val);
-    const auto bank = memory.contiguous();
+    // The count reads the bank's shape and device only: memory itself, no copy (a non-contiguous
+    // bank, which the saving forward copies, stands in as an uninitialised contiguous tensor).
+    const auto bank = memory.is_contiguous() ? memory : at::empty(memory.sizes(), memory.options());
     auto count = at::empty({}, memory.options().dtype(at::kLong));
     sdm::write_groups_count(make_args(bank, in), to_ref(count, "count"), options);
     return count;

@@ -182,13 +182,15 @@ def _may_count(memory: torch.Tensor) -> bool:
 
 def exact_snapshot_rows(memory, k_idx, k_val, v, beta, g, q_idx, q_val, options) -> int:
     """The call's write-group count (torch.ops.sdm.write_groups_count, one host sync): the
-    `snapshot_rows` of an exact `saved`; 0 (the worst case, no sync) where _may_count says no."""
+    `snapshot_rows` of an exact `saved`, at least 1 (a call with no write group gets a one-row
+    buffer: snapshot_rows 0 means the worst case); 0 (the worst case, no sync) where _may_count
+    says no."""
     if not _may_count(memory):
         return 0
     count = torch.ops.sdm.write_groups_count(memory, k_idx, k_val, v, beta, g, q_idx, q_val,
                                              slots_per_stream=options["slots_per_stream"],
                                              chunk_size=options.get("chunk_size", LIMITS["default_chunk"]))
-    return int(count.item())
+    return max(int(count.item()), 1)
 
 
 class WriteReadFunction(torch.autograd.Function):

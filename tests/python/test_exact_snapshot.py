@@ -108,6 +108,25 @@ def test_exact_size_is_the_worst_case_less_the_unused_rows(case):
     assert size(_count(p, options)) == fixed + _count(p, options) * row_bytes
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_call_with_no_write_group_gets_a_one_row_buffer(device):
+    """Every write index outside the bank (validate=False): the count is 0, which as snapshot_rows
+    would mean the worst case; the eager call sizes `saved` for exactly one row instead, and its
+    outputs and gradients are the worst-case buffer's, bitwise."""
+    p, options = _problem("long_groups", torch.float32, device)
+    p.k_idx.fill_(-1)
+    options = dict(options, validate=False)
+    assert _count(p, options) == 0
+    outs, grads, kept = _saved_of_eager_call(p, options)
+    ref_outs, ref_grads, worst = _worst_case_step(p, options, "none", False)
+    one_row = new_saved(*p.tensors(), dict(options, snapshot_rows=1))
+    assert len(kept) == 1 and kept[0].numel() == one_row.numel() < worst.numel()
+    for a, b in zip(outs, ref_outs):
+        assert bitwise_equal(a, b)
+    for a, b in zip(grads, ref_grads):
+        assert bitwise_equal(a, b.to(a.dtype))
+
+
 @pytest.mark.parametrize("device, validate", [("cpu", True), ("cpu", False), pytest.param("cuda", True, marks=CUDA)])
 def test_too_few_rows_are_refused_by_name_and_nothing_is_written(device, validate):
     p, options = _problem("long_groups", torch.float32, device)
