@@ -257,6 +257,21 @@ struct CutProblem {
   }
 };
 
+// `call` throws a ValueError naming `saved` whose message gives the call's `count` write groups.
+template <typename Call>
+void expect_refused_naming_saved(Call&& call, std::int64_t count) {
+  std::string argument = "(no error)", message;
+  try {
+    call();
+  } catch (const ValueError& e) {
+    argument = e.argument(), message = e.what();
+  }
+  sync();
+  std::printf("    error: %s\n", message.c_str());
+  expect(argument == "saved", "refused by a ValueError naming saved");
+  expect(message.find(std::to_string(count) + " write groups") != std::string::npos, "message gives the count");
+}
+
 void test_validated_forward_refuses_too_few_rows_and_writes_nothing() {
   CutProblem cut;
   WriteReadOptions options = cut.options;
@@ -267,16 +282,8 @@ void test_validated_forward_refuses_too_few_rows_and_writes_nothing() {
   fill(saved, 0x5a);
   fill(readings, 0x3c);
   const HostTensor saved_before = saved.to_host(), readings_before = readings.to_host();
-  std::string argument = "(no error)", message;
-  try {
-    write_read_forward_saving(dp.args(), readings.ref(), saved.ref(), options);
-  } catch (const ValueError& e) {
-    argument = e.argument(), message = e.what();
-  }
-  sync();
-  std::printf("    error: %s\n", message.c_str());
-  expect(argument == "saved", "refused by a ValueError naming saved");
-  expect(message.find(std::to_string(cut.count) + " write groups") != std::string::npos, "message gives the count");
+  expect_refused_naming_saved([&] { write_read_forward_saving(dp.args(), readings.ref(), saved.ref(), options); },
+                              cut.count);
   expect(saved.to_host().bitwise_equal(saved_before), "saved keeps every byte");
   expect(readings.to_host().bitwise_equal(readings_before), "readings keep every byte");
   expect(dp.memory.to_host().bitwise_equal(cut.pb.memory), "the bank keeps every byte");
@@ -341,16 +348,8 @@ void test_validated_backward_refuses_an_unvalidated_forwards_too_few_rows() {
   WriteReadGrads grads;
   grads.v = grad_v.ref();
   options.validate = true;
-  std::string argument = "(no error)", message;
-  try {
-    write_read_backward(dp.args(), saved.ref(), dy.ref(), TensorRef{}, grads, options);
-  } catch (const ValueError& e) {
-    argument = e.argument(), message = e.what();
-  }
-  sync();
-  std::printf("    error: %s\n", message.c_str());
-  expect(argument == "saved", "the validated backward refuses by a ValueError naming saved");
-  expect(message.find(std::to_string(cut.count) + " write groups") != std::string::npos, "message gives the count");
+  const auto backward = [&] { write_read_backward(dp.args(), saved.ref(), dy.ref(), TensorRef{}, grads, options); };
+  expect_refused_naming_saved(backward, cut.count);
   expect(grad_v.to_host().bitwise_equal(grad_v_before), "grad v keeps every byte");
   expect(dp.memory.to_host().bitwise_equal(bank_before), "the bank keeps every byte");
 }
@@ -363,7 +362,8 @@ int main(int argc, char** argv) {
       {"exact snapshot: worst-case bits in every walk", test_exact_buffer_gives_the_worst_case_bits},
       {"exact snapshot: validated refusal", test_validated_forward_refuses_too_few_rows_and_writes_nothing},
       {"exact snapshot: unvalidated guard", test_unvalidated_too_few_rows_stay_inside_the_buffer},
-      {"exact snapshot: validated backward refusal", test_validated_backward_refuses_an_unvalidated_forwards_too_few_rows},
+      {"exact snapshot: validated backward refusal",
+       test_validated_backward_refuses_an_unvalidated_forwards_too_few_rows},
   };
   return run_gpu_tests("sdm_gpu_exact_snapshot_tests", tests, argc, argv);
 }
