@@ -277,7 +277,7 @@ void test_validated_forward_refuses_too_few_rows_and_writes_nothing() {
   WriteReadOptions options = cut.options;
   options.snapshot_rows = cut.count - 1;
   DeviceProblem dp(cut.pb);
-  DeviceTensor readings(DType::f32, {cut.pb.spec.P, cut.pb.spec.T, cut.pb.spec.hd});
+  DeviceTensor readings(cut.pb.spec.bank, {cut.pb.spec.P, cut.pb.spec.T, cut.pb.spec.hd});
   DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(dp.args(), options))});
   fill(saved, 0x5a);
   fill(readings, 0x3c);
@@ -301,7 +301,7 @@ void expect_unvalidated_cut_stays_inside(const CutProblem& cut, cuda::SlotWalk w
   fill(block, 0xa5);
   TensorRef saved = block.ref();
   saved.sizes[0] = bytes;
-  DeviceTensor readings(DType::f32, {cut.pb.spec.P, cut.pb.spec.T, cut.pb.spec.hd});
+  DeviceTensor readings(cut.pb.spec.bank, {cut.pb.spec.P, cut.pb.spec.T, cut.pb.spec.hd});
   write_read_forward_saving(dp.args(), readings.ref(), saved, options);
   sync();
   const DeviceTensor dy(random_tensor({cut.pb.spec.P, cut.pb.spec.T, cut.pb.spec.hd}, 1.0, 5));
@@ -337,7 +337,7 @@ void test_validated_backward_refuses_an_unvalidated_forwards_too_few_rows() {
   options.validate = false;
   options.snapshot_rows = cut.count - 1;
   DeviceProblem dp(cut.pb);
-  DeviceTensor readings(DType::f32, {cut.pb.spec.P, cut.pb.spec.T, cut.pb.spec.hd});
+  DeviceTensor readings(cut.pb.spec.bank, {cut.pb.spec.P, cut.pb.spec.T, cut.pb.spec.hd});
   DeviceTensor saved(DType::u8, {static_cast<std::int64_t>(write_read_saved_bytes(dp.args(), options))});
   write_read_forward_saving(dp.args(), readings.ref(), saved.ref(), options);
   sync();
