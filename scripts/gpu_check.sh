@@ -4,10 +4,10 @@
 # installs the `sdm` package with CUDA on, runs the C++ GPU tests (forward, backward, the per-chunk
 # key sort, the product-key top-k; forward and backward once more with SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1), the Python
 # GPU tests (`pytest tests/python -m gpu`: the tests on CUDA tensors, the fuzz test's CUDA case
-# included), compute-sanitizer (memcheck, racecheck, initcheck) on the small C++
-# tests (summary rc: forward tests / backward tests / repeated-write tests / slot-split tests /
-# group-writer split tests / saved-buffer tests / exact-snapshot tests; SDM_SANITIZER_TOOLS picks
-# the tools), the C++ GPU benchmark (bench/cuda; its default
+# included), compute-sanitizer (memcheck, racecheck, initcheck, the three side by side, each into
+# $OUT/sanitizer_TOOL.log) on the small C++ tests (summary rc: forward tests / backward tests /
+# repeated-write tests / slot-split tests / group-writer split tests / exact-snapshot tests /
+# saved-buffer tests; SDM_SANITIZER_TOOLS picks the tools), the C++ GPU benchmark (bench/cuda; its default
 # slot patterns: product-key top-k over a correlated latent and the heavy-reuse variant) and the
 # Python decode-latency benchmark; prints a summary table last. SDM_COMMIT names the commit in
 # device.txt (default: git rev-parse of the checkout).
@@ -219,39 +219,36 @@ fi
 sanitizer_summary=""
 sanitizer_rc=0
 if [ "$sanitizer" = 1 ]; then
-  phase "compute-sanitizer (small tests)"
-  : >"$out/sanitizer.log"
-  for tool in ${SDM_SANITIZER_TOOLS:-memcheck racecheck initcheck}; do
-    echo "---- $tool" >>"$out/sanitizer.log"
-    timeout 75 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_tests" masking index \
-      "snapshot modes" "decode step vs" >>"$out/sanitizer.log" 2>&1
-    rc=$?
-    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_backward_tests" \
-      "backward small" "snapshot modes" >>"$out/sanitizer.log" 2>&1
-    rc2=$?
-    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_repeated_writes_tests" \
-      >>"$out/sanitizer.log" 2>&1
-    rc3=$?
-    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_slot_split_tests" \
-      "slot split small" >>"$out/sanitizer.log" 2>&1
-    rc4=$?
-    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_writer_split_tests" \
-      "C 256" >>"$out/sanitizer.log" 2>&1
-    rc5=$?
+  phase "compute-sanitizer (small tests; the three tools side by side)"
+  # One tool's seven commands, in order, into sanitizer_$tool.log; "rc a/b/c/d/e/f/g" last.
+  # Test filters are substrings of test names (tests/gpu/gpu_test_harness.cpp): each names its
+  # tests exactly ("backward snapshot modes", not "snapshot modes", which also picks the extreme
+  # log-decay test, minutes under a sanitizer).
+  sanitize_with() {
+    local tool=$1 log="$out/sanitizer_$1.log" rcs=""
+    : >"$log"
+    san() { timeout "$1" compute-sanitizer --tool "$tool" --error-exitcode 9 "${@:2}" >>"$log" 2>&1; rcs+="${rcs:+/}$?"; }
+    san 75 "$build/tests/gpu/sdm_gpu_tests" masking index "snapshot modes" "decode step vs"
+    san 150 "$build/tests/gpu/sdm_gpu_backward_tests" "backward small" "backward snapshot modes"
+    san 150 "$build/tests/gpu/sdm_gpu_repeated_writes_tests"
+    san 150 "$build/tests/gpu/sdm_gpu_slot_split_tests" "slot split small"
+    san 150 "$build/tests/gpu/sdm_gpu_writer_split_tests" "C 256"
     # The exact snapshot's count, refusals (the validated forward's and the validated backward's)
     # and too-small buffer under validate=False, hd 256 int4 on the staged walk included (memcheck:
     # no access past `saved`).
-    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_exact_snapshot_tests" \
-      "device count" refusal guard >>"$out/sanitizer.log" 2>&1
-    rc7=$?
+    san 150 "$build/tests/gpu/sdm_gpu_exact_snapshot_tests" "device count" refusal guard
     # initcheck here: the backward reads no byte of `saved` that the saving forward left unwritten.
-    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/gpu/sdm_gpu_tests" "saved small" \
-      >>"$out/sanitizer.log" 2>&1
-    rc6=$?
-    [ "$rc" = 0 ] && [ "$rc2" = 0 ] && [ "$rc3" = 0 ] && [ "$rc4" = 0 ] && [ "$rc5" = 0 ] && [ "$rc6" = 0 ] &&
-      [ "$rc7" = 0 ] || sanitizer_rc=1
-    rc="$rc/$rc2/$rc3/$rc4/$rc5/$rc6/$rc7"
-    sanitizer_summary+="| compute-sanitizer $tool | rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer.log" | tail -1) |"$'\n'
+    san 150 "$build/tests/gpu/sdm_gpu_tests" "saved small"
+    echo "rc $rcs" >>"$log"
+  }
+  tools="${SDM_SANITIZER_TOOLS:-memcheck racecheck initcheck}"
+  for tool in $tools; do sanitize_with "$tool" & done
+  wait
+  for tool in $tools; do
+    log="$out/sanitizer_$tool.log"
+    rc=$(tail -1 "$log" | sed 's/^rc //')
+    [ "$rc" = "0/0/0/0/0/0/0" ] || sanitizer_rc=1
+    sanitizer_summary+="| compute-sanitizer $tool | rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1) |"$'\n'
   done
 fi
 
