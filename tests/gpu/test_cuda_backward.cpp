@@ -165,6 +165,7 @@ void test_backward_vs_reference() {
     // not a multiple of a long group's pass), G = W, C = 256; and groups of ~32 at hd 768.
     cases.push_back({spec_of(2, 300, 4, 4, 72, 8, 4, bank, 26), 256, true});
     cases.push_back({spec_of(1, 64, 8, 8, 768, 16, 1, bank, 27), 64, false});
+    cases.push_back({spec_of(2, 230, 5, 3, 13, 24, 1, bank, 28), 100, true});   // 64 < C <= 128, T % C != 0
   }
   cases.push_back({spec_of(2, 40, 64, 64, 768, 4096, 1, bf16, 18), 64, true});    // hd 768: 3 column steps
   cases.push_back({spec_of(2, 40, 32, 16, 520, 512, 32, f32, 19), 16, true});    // hd 520: partial last step
