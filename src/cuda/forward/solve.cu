@@ -162,7 +162,8 @@ __global__ void __launch_bounds__(kSolveWarps * 32) solve(Geometry geo, Inputs i
 template <int kRows, bool kStaged>
 void launch_solve_with(const Geometry& geo, const Inputs& in, const Phase1Buffers& buf, cudaStream_t stream) {
   const auto kernel = solve<kRows, kStaged>;
-  const std::size_t smem = kStaged ? 4 * static_cast<std::size_t>(packed_floats(static_cast<int>(geo.C))) * sizeof(float) : 0;
+  const std::size_t tri = static_cast<std::size_t>(packed_floats(static_cast<int>(geo.C)));
+  const std::size_t smem = kStaged ? 4 * tri * sizeof(float) : 0;
   allow_dynamic_shared_memory(kernel, smem, "cudaFuncSetAttribute (solve shared memory)");
   const unsigned threads = 32u * static_cast<unsigned>(geo.C < kSolveWarps ? geo.C : kSolveWarps);
   kernel<<<static_cast<unsigned>(geo.N), threads, smem, stream>>>(geo, in, buf);
