@@ -464,6 +464,13 @@ void test_medium_chunks() {
   medium_case(spec_of(4, 140, 20, 20, 1000, 512, 1, bf16, 86), 128, f32);
 }
 
+// Two small cases for compute-sanitizer (scripts/gpu_check.sh): C 128 with 16-byte staging and C 99
+// with 4-byte staging, both kernels of each kind.
+void test_medium_chunks_small() {
+  medium_case(spec_of(2, 150, 3, 2, 13, 16, 1, DType::f32, 91), 128, DType::f32);
+  medium_case(spec_of(1, 130, 4, 4, 16, 32, 4, DType::bf16, 92), 99, DType::bf16);
+}
+
 // ---- extreme log-decays (docs/numerics.md, "Decay factors") -------------------------------
 
 // g = -inf and finite g of -1e5 ... -1e30 mixed with normal g (tests/cpp/support/extreme_decay.hpp),
@@ -591,6 +598,7 @@ int main(int argc, char** argv) {
       {"backward device index check", test_validation},
       {"backward snapshot modes", test_snapshot_modes},
       {"medium chunks: medium kernels bitwise equal to the blockwise ones", test_medium_chunks},
+      {"medium chunks small: medium kernels bitwise equal to the blockwise ones", test_medium_chunks_small},
       {"extreme log-decays: forward, saving forward, backward, snapshot modes", test_extreme_decay},
   };
   return run_gpu_tests("sdm_gpu_backward_tests", tests, argc, argv);
