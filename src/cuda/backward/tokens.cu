@@ -246,7 +246,8 @@ __device__ __forceinline__ void transposed_lower_blocks(const float* Ms, int C, 
 // terms). QK's three blocks are copied as one cp.async group, then dy (raw bits), D_w and beta of
 // the thread are loaded, then X's blocks copied as a second group: ddelta waits for QK's group
 // only, dU for X's. Shared memory: 6 blocks (96 KiB) + dy and ddelta of the tile (2 kCols
-// operand_ld(C) floats): at C = 128, 104 / 113 / 129 KiB for kCols 8 / 16 / 32.
+// operand_ld(C) floats): at C = 128, 104 / 113 / 129 KiB for kCols 8 / 16 / 32, so 2 / 2 / 1 CTAs
+// of 256 / 512 / 1024 threads an SM on a Hopper (228 KiB; 53-57 registers, no spills).
 template <int kCols>
 __global__ void __launch_bounds__(kCols * chunk::kMediumChunk / kRows)
     solve_side_medium(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_v,

@@ -173,7 +173,8 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
 // Shared memory: 4 blocks (64 KiB; the CTA of R0 = 0 fills 2) + U of the tile (kCols operand_ld(C)
 // floats): at C = 128, 68 / 72 / 80.5 KiB for kCols 8 / 16 / 32, under the 99 KiB a block may opt in
 // to on any sm_80+ device. Two CTAs per SM asked for (min_blocks): at kCols 32 that caps registers
-// at 64 (a few bytes spill, as dual_product's do), so 2 x 512 threads fit an SM (86 without).
+// at 64 (a few bytes spill, as dual_product's do), so 2 x 512 threads fit an SM (86 without); on a
+// Hopper 3 / 2 / 2 CTAs an SM (registers 96 / 90 / 64).
 template <typename E, int kCols>
 __global__ void __launch_bounds__(kCols * chunk::kRowGroups, min_blocks(kCols * chunk::kRowGroups, 2))
     dual_product_medium(Geometry geo, Inputs in, Phase1Buffers p1, StepBuffers sb, std::int64_t ti) {
