@@ -167,8 +167,8 @@ void test_backward_vs_reference() {
     cases.push_back({spec_of(2, 150, 16, 12, 72, 128, 16, bank, 16), 64, true}); // vector path, W != R
     cases.push_back({spec_of(1, 9, 256, 256, 3, 300, 1, bank, 17), 4, true});    // W = R = 256
     // 64 < C <= 128 (the medium kernels): T % C != 0, odd hd; C % 4 != 0 (4-byte staging), G = W.
-    cases.push_back({spec_of(2, 301, 3, 5, 37, 48, 1, bank, 28), 100, true});
-    cases.push_back({spec_of(1, 250, 4, 3, 13, 32, 4, bank, 29), 127, false});
+    cases.push_back({spec_of(2, 301, 3, 5, 37, 48, 1, bank, 35), 100, true});
+    cases.push_back({spec_of(1, 250, 4, 3, 13, 32, 4, bank, 36), 127, false});
     // Heavy reuse on the vector path: write and read groups of ~128 entries (longer than a warp,
     // not a multiple of a long group's pass), G = W, C = 256; and groups of ~32 at hd 768.
     cases.push_back({spec_of(2, 300, 4, 4, 72, 8, 4, bank, 26), 256, true});
