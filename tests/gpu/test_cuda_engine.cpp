@@ -116,6 +116,9 @@ void test_chunked_vs_reference() {
       {spec(2, 33, 8, 8, 64, 64, 8, f32, i64, 14), 1},      // C = 1
       {spec(2, 200, 5, 3, 7, 24, 5, f32, i32, 15), 7},      // C = 7, odd hd
       {spec(2, 200, 16, 16, 128, 256, 1, bf16, i32, 16), 64},
+      {spec(2, 301, 5, 3, 37, 48, 1, f32, i32, 37), 100},   // 64 < C <= 128: the medium dual product,
+      {spec(1, 250, 4, 4, 13, 32, 4, bf16, i64, 38), 127},  //   C % 4 != 0 (4-byte staging),
+      {spec(2, 200, 16, 16, 520, 256, 1, bf16, i32, 39), 128},  //   16-column tiles
       {spec(1, 300, 2, 3, 9, 8, 1, f32, i32, 17), 256},     // C = 256: whole-chunk slot groups
       {spec(2, 5, 6, 4, 16, 12, 6, f32, i32, 18), 64},      // C clamped to T = 5
       {spec(3, 1, 4, 4, 24, 16, 1, bf16, i32, 19), 16},     // T = 1
