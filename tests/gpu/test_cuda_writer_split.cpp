@@ -14,7 +14,8 @@
 // columns, the kVec 8 path), 37 and 1037 (odd: the per-column path, 2 and 33 pieces of 32), and
 // masked entries (validate=False): `saved` bitwise equal across the limits, the readings and the
 // final bank bitwise equal to mode none's, and every snapshot row's payload and scale bitwise equal
-// to the CPU engine's (one row numbering, one quantiser: docs/spec.md §4, §5).
+// to the CPU engine's (one row numbering, one quantiser: docs/spec.md §4, §5); and two short
+// problems of it for compute-sanitizer ("small quantised").
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -207,6 +208,17 @@ void test_quantised_snapshots_split() {
   quantised_case(odd, 64, SnapshotQuant::fp8, true);
 }
 
+// Two short problems of the test above (two steps each), small enough for compute-sanitizer:
+// kVec 8 with a partial last piece, and the per-column path.
+void test_quantised_snapshots_split_small() {
+  ProblemSpec vec = long_groups(520, DType::bf16, 601);
+  vec.T = 70;
+  quantised_case(vec, 64, SnapshotQuant::fp8, false);
+  ProblemSpec odd = long_groups(37, DType::f32, 602);
+  odd.T = 70;
+  quantised_case(odd, 64, SnapshotQuant::int4, false);
+}
+
 }  // namespace
 
 // Arguments: substrings of test names to run (all tests without any), --verbose (gpu_test_harness.hpp).
@@ -215,6 +227,7 @@ int main(int argc, char** argv) {
       {"group writer split: every limit gives the same bits", test_every_limit_gives_the_same_bits},
       {"group writer split: C 256, G = W", test_large_chunks_and_group_sizes},
       {"group writer split: quantised snapshots vs CPU engine", test_quantised_snapshots_split},
+      {"group writer split: small quantised problems", test_quantised_snapshots_split_small},
   };
   return run_gpu_tests("sdm_gpu_writer_split_tests", tests, argc, argv);
 }
