@@ -789,8 +789,9 @@ void test_bank_over_2_pow_32_elements() {
 // 8192 other f32 values (f32 rows, IEEE division), code by code, for 60 row scales; its decoder
 // (load_snapshot_piece, restore_snapshot_piece) against core::quant_restore(core::quant_decode(..))
 // for all 256 fp8 codes / all nibble pairs x the scales x both banks, bitwise (two NaNs are equal);
-// the row scale (snapshot_row_scale) against core::quant_scale of core's amax; the hardware bf16
-// rounding against core::round_to_bf16 for all 2^32 f32 bit patterns.
+// the row scale (the gather's tile amaxes and the writer's reduction of them) against
+// core::quant_scale of core's amax; the hardware bf16 rounding against core::round_to_bf16 for all
+// 2^32 f32 bit patterns.
 
 // bitwise, any two NaNs equal
 bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || core::float_bits(a) == core::float_bits(b); }
@@ -899,7 +900,8 @@ void check_decode(SnapshotQuant mode, DType bank, const std::vector<float>& scal
 // Device row scales against core: rows of random bf16 bit patterns (NaN, inf, subnormals
 // included), random finite values, and special rows (all NaN, all -0, subnormals only, one inf).
 void check_row_scales() {
-  constexpr std::int64_t kRows = 48, kHd = 520;  // hd % 256 != 0: partial pieces
+  // hd % 256 != 0: partial pieces; 33 pieces of 32 columns with kVec 1 (more than a warp's lanes)
+  constexpr std::int64_t kRows = 48, kHd = 1040;
   std::mt19937 rng(77);
   std::vector<std::uint16_t> bits(static_cast<std::size_t>(kRows * kHd));
   for (std::int64_t r = 0; r < kRows; ++r) {
