@@ -112,9 +112,10 @@ ProblemSpec long_groups(std::int64_t hd, DType bank, std::uint64_t seed) {
 
 void test_every_limit_gives_the_same_bits() {
   // hd 768: 3 pieces of 256 (kVec 8); 2056: 9 pieces, the last partial; 37: the per-column path
-  // (2 pieces of 32); 1000: 32 pieces of 32 on the per-column path, more than kHeld.
+  // (2 pieces of 32); 1001: 32 pieces of 32 on the per-column path, more than kHeld (1000 took the
+  // vector path: a multiple of 8).
   for (DType bank : {DType::bf16, DType::f32}) {
-    for (std::int64_t hd : {std::int64_t{768}, std::int64_t{2056}, std::int64_t{37}, std::int64_t{1000}}) {
+    for (std::int64_t hd : {std::int64_t{768}, std::int64_t{2056}, std::int64_t{37}, std::int64_t{1001}}) {
       const ProblemSpec spec = long_groups(hd, bank, 200 + static_cast<std::uint64_t>(hd));
       split_case(spec, 64, SnapshotQuant::none, false);
       for (SnapshotQuant mode : {SnapshotQuant::none, SnapshotQuant::bf16, SnapshotQuant::fp8, SnapshotQuant::int4}) {
