@@ -131,6 +131,79 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   }
 }
 
+// A thread's token operands in solve_side_small / solve_side_medium, loaded before their first
+// barrier: dy of rows group + k * groups (k < 4: 0 .. round_up4(C) - 1 once, raw bits), D_w and
+// beta (raw bits, only where grad_v is asked for) of the thread's rows r0 .. r0 + 3.
+struct SideOperands {
+  std::uint64_t dy_bits[kRows] = {};
+  std::uint32_t beta_bits[kRows] = {};
+  float dw[kRows] = {};
+};
+
+__device__ __forceinline__ SideOperands load_side_operands(const Geometry& geo, const Inputs& in,
+                                                           const BackwardBuffers& bb, const chunk::TileThread& th,
+                                                           std::int64_t ti, bool want_grad_v) {
+  const int C = static_cast<int>(geo.C);
+  const std::int64_t hd = geo.hd;
+  SideOperands ops;
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const int i = th.group + k * th.groups;
+    const std::int64_t t = ti * C + i;
+    if (th.in_cols && i < C && t < geo.T) {
+      ops.dy_bits[k] =
+          chunk::load_any_bits(bb.grad_readings.data, bb.grad_readings.dtype, (th.p * geo.T + t) * hd + th.c);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int j = th.r0 + r;
+    const std::int64_t t = ti * C + j;
+    if (th.in_cols && j < C) {
+      ops.dw[r] = bb.dw[(th.p * C + j) * hd + th.c];
+      if (want_grad_v && t < geo.T) {
+        ops.beta_bits[r] = chunk::load_input_bits(in.beta, in.beta_dtype, th.p * geo.T + t);
+      }
+    }
+  }
+  return ops;
+}
+
+// dy as f32 (0 for padding tokens) into bb.dy and the tile's transposed column dy_col.
+__device__ __forceinline__ void store_dy(const Geometry& geo, const BackwardBuffers& bb, const chunk::TileThread& th,
+                                         std::int64_t ti, const SideOperands& ops, float* dy_col) {
+  const int C = static_cast<int>(geo.C);
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const int i = th.group + k * th.groups;
+    const std::int64_t t = ti * C + i;
+    const float x =
+        th.in_cols && i < C && t < geo.T ? chunk::any_from_bits(ops.dy_bits[k], bb.grad_readings.dtype) : 0.0f;
+    if (th.in_cols && i < C) bb.dy[(th.n * C + i) * geo.hd + th.c] = x;
+    dy_col[i] = x;
+  }
+}
+
+// dU of the thread's rows into bb.du, and grad_v = beta dU (valid tokens, if asked for).
+__device__ __forceinline__ void store_du(const Geometry& geo, const Inputs& in, const BackwardBuffers& bb,
+                                         AnyFloat grad_v, const chunk::TileThread& th, std::int64_t ti,
+                                         const SideOperands& ops, const float (&du)[kRows]) {
+  if (!th.in_cols) return;
+  const int C = static_cast<int>(geo.C);
+  const std::int64_t hd = geo.hd;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int j = th.r0 + r;
+    if (j >= C) break;
+    bb.du[(th.n * C + j) * hd + th.c] = du[r];
+    const std::int64_t t = ti * C + j;
+    if (grad_v.data != nullptr && t < geo.T) {
+      store_any(grad_v.data, grad_v.dtype, (th.p * geo.T + t) * hd + th.c,
+                chunk::input_from_bits(ops.beta_bits[r], in.beta_dtype) * du[r]);
+    }
+  }
+}
+
 // solve_side for C <= 64 (one 64-row block): the same sums, all global loads issued up front.
 template <int kCols>
 __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
@@ -139,78 +212,37 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   extern __shared__ __align__(16) float smem[];
   wait_for_predecessor();
   const int C = static_cast<int>(geo.C);
-  const std::int64_t hd = geo.hd;
   const int ld = chunk::operand_ld(C);
   float* QKs = smem;                   // [64][64]: QK of the chunk
   float* Xs = QKs + kBlock * kBlock;   // [64][64]: X of the chunk
   float* dyt = Xs + kBlock * kBlock;   // [kCols][ld]: dy of the tile, transposed
   float* ddt = dyt + kCols * ld;       // [kCols][ld]: ddelta of the tile, transposed
   // groups = row_groups(C), r0 < C: every thread owns a real row.
-  const auto [tid, threads, col, group, groups, r0, p, n, c, in_cols] = chunk::tile_thread<kCols>(geo, ti, blockIdx.y);
-  const bool want_grad_v = grad_v.data != nullptr;
+  const chunk::TileThread th = chunk::tile_thread<kCols>(geo, ti, blockIdx.y);
 
-  chunk::stage_chunk_async(p1.QK + n * C * C, C, QKs, tid, threads);
-  chunk::stage_chunk_async(p1.X + n * C * C, C, Xs, tid, threads);
-  // dy rows i = group + k * groups (k < 4) cover 0 .. round_up4(C) - 1 once; D_w and beta of the
-  // thread's rows r0 .. r0 + 3.
-  std::uint64_t dy_bits[kRows] = {};
-  std::uint32_t beta_bits[kRows] = {};
-  float dw[kRows] = {};
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    const int i = group + k * groups;
-    const std::int64_t t = ti * C + i;
-    if (in_cols && i < C && t < geo.T) {
-      dy_bits[k] = chunk::load_any_bits(bb.grad_readings.data, bb.grad_readings.dtype, (p * geo.T + t) * hd + c);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int j = r0 + r;
-    const std::int64_t t = ti * C + j;
-    if (in_cols && j < C) {
-      dw[r] = bb.dw[(p * C + j) * hd + c];
-      if (want_grad_v && t < geo.T) beta_bits[r] = chunk::load_input_bits(in.beta, in.beta_dtype, p * geo.T + t);
-    }
-  }
+  chunk::stage_chunk_async(p1.QK + th.n * C * C, C, QKs, th.tid, th.threads);
+  chunk::stage_chunk_async(p1.X + th.n * C * C, C, Xs, th.tid, th.threads);
+  const SideOperands ops = load_side_operands(geo, in, bb, th, ti, grad_v.data != nullptr);
 
-  float* dy_col = dyt + col * ld;
-  float* dd_col = ddt + col * ld;
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    const int i = group + k * groups;
-    const std::int64_t t = ti * C + i;
-    const float x = in_cols && i < C && t < geo.T ? chunk::any_from_bits(dy_bits[k], bb.grad_readings.dtype) : 0.0f;
-    if (in_cols && i < C) bb.dy[(n * C + i) * hd + c] = x;
-    dy_col[i] = x;
-  }
+  float* dy_col = dyt + th.col * ld;
+  float* dd_col = ddt + th.col * ld;
+  store_dy(geo, bb, th, ti, ops, dy_col);
   chunk::wait_copies();
   __syncthreads();
 
   // ddelta = D_w + QK^T dy.
   float acc[kRows] = {};
-  chunk::transposed_diagonal(QKs, dy_col, r0, acc);
-  chunk::transposed_rows(QKs, dy_col, r0, r0 + kRows, chunk::round_up4(C), acc);
+  chunk::transposed_diagonal(QKs, dy_col, th.r0, acc);
+  chunk::transposed_rows(QKs, dy_col, th.r0, th.r0 + kRows, chunk::round_up4(C), acc);
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) dd_col[r0 + r] = dw[r] + acc[r];
+  for (int r = 0; r < kRows; ++r) dd_col[th.r0 + r] = ops.dw[r] + acc[r];
   __syncthreads();
 
   // dU = X^T ddelta; grad_v = beta dU.
   float du[kRows] = {};
-  chunk::transposed_diagonal(Xs, dd_col, r0, du);
-  chunk::transposed_rows(Xs, dd_col, r0, r0 + kRows, chunk::round_up4(C), du);
-  if (!in_cols) return;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int j = r0 + r;
-    if (j >= C) break;
-    bb.du[(n * C + j) * hd + c] = du[r];
-    const std::int64_t t = ti * C + j;
-    if (want_grad_v && t < geo.T) {
-      store_any(grad_v.data, grad_v.dtype, (p * geo.T + t) * hd + c,
-                chunk::input_from_bits(beta_bits[r], in.beta_dtype) * du[r]);
-    }
-  }
+  chunk::transposed_diagonal(Xs, dd_col, th.r0, du);
+  chunk::transposed_rows(Xs, dd_col, th.r0, th.r0 + kRows, chunk::round_up4(C), du);
+  store_du(geo, in, bb, grad_v, th, ti, ops, du);
 }
 
 // The three lower 64 x 64 blocks (I, J) = (0, 0), (1, 0), (1, 1) of a matrix with 64 < C <= 128,
@@ -255,54 +287,24 @@ __global__ void __launch_bounds__(kCols * chunk::kMediumChunk / kRows)
   extern __shared__ __align__(16) float smem[];
   wait_for_predecessor();
   const int C = static_cast<int>(geo.C);
-  const std::int64_t hd = geo.hd;
   const int ld = chunk::operand_ld(C);
   float* QKs = smem;                                  // [3][64][64]: QK's lower blocks
   float* Xs = QKs + kMediumBlocks * kBlock * kBlock;  // [3][64][64]: X's lower blocks
   float* dyt = Xs + kMediumBlocks * kBlock * kBlock;  // [kCols][ld]: dy of the tile, transposed
   float* ddt = dyt + kCols * ld;                      // [kCols][ld]: ddelta of the tile, transposed
   // groups = ceil(C / 4), r0 < C: every thread owns a real row.
-  const auto [tid, threads, col, group, groups, r0, p, n, c, in_cols] = chunk::tile_thread<kCols>(geo, ti, blockIdx.y);
-  const int R0 = r0 / kBlock * kBlock, rb = r0 - R0;
-  const bool want_grad_v = grad_v.data != nullptr;
+  const chunk::TileThread th = chunk::tile_thread<kCols>(geo, ti, blockIdx.y);
+  const int R0 = th.r0 / kBlock * kBlock, rb = th.r0 - R0;
 
-  stage_lower_blocks(p1.QK + n * C * C, C, QKs, tid, threads);
+  stage_lower_blocks(p1.QK + th.n * C * C, C, QKs, th.tid, th.threads);
   commit_async_copies();
-  // dy rows i = group + k * groups (k < 4) cover 0 .. round_up4(C) - 1 once; D_w and beta of the
-  // thread's rows r0 .. r0 + 3.
-  std::uint64_t dy_bits[kRows] = {};
-  std::uint32_t beta_bits[kRows] = {};
-  float dw[kRows] = {};
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    const int i = group + k * groups;
-    const std::int64_t t = ti * C + i;
-    if (in_cols && i < C && t < geo.T) {
-      dy_bits[k] = chunk::load_any_bits(bb.grad_readings.data, bb.grad_readings.dtype, (p * geo.T + t) * hd + c);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int j = r0 + r;
-    const std::int64_t t = ti * C + j;
-    if (in_cols && j < C) {
-      dw[r] = bb.dw[(p * C + j) * hd + c];
-      if (want_grad_v && t < geo.T) beta_bits[r] = chunk::load_input_bits(in.beta, in.beta_dtype, p * geo.T + t);
-    }
-  }
-  stage_lower_blocks(p1.X + n * C * C, C, Xs, tid, threads);
+  const SideOperands ops = load_side_operands(geo, in, bb, th, ti, grad_v.data != nullptr);
+  stage_lower_blocks(p1.X + th.n * C * C, C, Xs, th.tid, th.threads);
   commit_async_copies();
 
-  float* dy_col = dyt + col * ld;
-  float* dd_col = ddt + col * ld;
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    const int i = group + k * groups;
-    const std::int64_t t = ti * C + i;
-    const float x = in_cols && i < C && t < geo.T ? chunk::any_from_bits(dy_bits[k], bb.grad_readings.dtype) : 0.0f;
-    if (in_cols && i < C) bb.dy[(n * C + i) * hd + c] = x;
-    dy_col[i] = x;
-  }
+  float* dy_col = dyt + th.col * ld;
+  float* dd_col = ddt + th.col * ld;
+  store_dy(geo, bb, th, ti, ops, dy_col);
   wait_async_groups<1>();
   __syncthreads();
 
@@ -310,25 +312,14 @@ __global__ void __launch_bounds__(kCols * chunk::kMediumChunk / kRows)
   float acc[kRows] = {};
   transposed_lower_blocks(QKs, C, R0, dy_col, rb, acc);
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) dd_col[r0 + r] = dw[r] + acc[r];
+  for (int r = 0; r < kRows; ++r) dd_col[th.r0 + r] = ops.dw[r] + acc[r];
   wait_async_groups<0>();
   __syncthreads();
 
   // dU = X^T ddelta; grad_v = beta dU.
   float du[kRows] = {};
   transposed_lower_blocks(Xs, C, R0, dd_col, rb, du);
-  if (!in_cols) return;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int j = r0 + r;
-    if (j >= C) break;
-    bb.du[(n * C + j) * hd + c] = du[r];
-    const std::int64_t t = ti * C + j;
-    if (want_grad_v && t < geo.T) {
-      store_any(grad_v.data, grad_v.dtype, (p * geo.T + t) * hd + c,
-                chunk::input_from_bits(beta_bits[r], in.beta_dtype) * du[r]);
-    }
-  }
+  store_du(geo, in, bb, grad_v, th, ti, ops, du);
 }
 
 // ---- pair_dots ---------------------------------------------------------------------------------

@@ -32,6 +32,27 @@ using chunk::kBlock;
 using chunk::kRows;
 constexpr int kLdU = chunk::operand_ld(kBlock);  // U of a slice lies transposed: Ut[col * kLdU + j]
 
+// delta and readings = rnd_E(inter + QX U) of a thread's rows row0 .. row0 + 3 (those below C; the
+// readings of valid tokens only), column c of stream p's chunk n.
+template <typename E>
+__device__ __forceinline__ void store_delta_readings(const Geometry& geo, const StepBuffers& sb, std::int64_t p,
+                                                     std::int64_t n, std::int64_t c, std::int64_t ti, int row0,
+                                                     const float (&d)[kRows], const float (&y)[kRows],
+                                                     const float (&inter)[kRows]) {
+  const int C = static_cast<int>(geo.C);
+  const std::int64_t hd = geo.hd;
+  E* readings = static_cast<E*>(sb.readings);
+  const std::int64_t delta_row0 = sb.delta_per_chunk ? n * C : p * C;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int i = row0 + r;
+    if (i >= C) break;
+    sb.delta[(delta_row0 + i) * hd + c] = d[r];
+    const std::int64_t t = ti * C + i;
+    if (t < geo.T) readings[(p * geo.T + t) * hd + c] = from_f32<E>(inter[r] + y[r]);
+  }
+}
+
 template <typename E, int kCols>
 __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
     dual_product(Geometry geo, Inputs in, Phase1Buffers p1, StepBuffers sb, std::int64_t ti) {
@@ -84,16 +105,7 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   }
 
   if (!active || !in_cols) return;
-  E* readings = static_cast<E*>(sb.readings);
-  const std::int64_t delta_row0 = sb.delta_per_chunk ? n * C : p * C;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int i = R0 + r0 + r;
-    if (i >= C) break;
-    sb.delta[(delta_row0 + i) * hd + c] = d[r];
-    const std::int64_t t = ti * C + i;
-    if (t < geo.T) readings[(p * geo.T + t) * hd + c] = from_f32<E>(inter[r] + y[r]);
-  }
+  store_delta_readings<E>(geo, sb, p, n, c, ti, R0 + r0, d, y, inter);
 }
 
 // The same results for C <= 64 (file header): the general kernel's single slice jt = R0 = 0.
@@ -153,16 +165,7 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   chunk::lower_diagonal(Xs, QXs, ut, r0, d, y);
 
   if (!in_cols) return;
-  E* readings = static_cast<E*>(sb.readings);
-  const std::int64_t delta_row0 = sb.delta_per_chunk ? n * C : p * C;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int i = r0 + r;
-    if (i >= C) break;
-    sb.delta[(delta_row0 + i) * hd + c] = d[r];
-    const std::int64_t t = ti * C + i;
-    if (t < geo.T) readings[(p * geo.T + t) * hd + c] = from_f32<E>(inter[r] + y[r]);
-  }
+  store_delta_readings<E>(geo, sb, p, n, c, ti, r0, d, y, inter);
 }
 
 // dual_product for 64 < C <= 128: the same grid, threads and sums, all global loads issued up front.
@@ -243,16 +246,7 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups, min_blocks(kCols * 
     const int slice = jt / kBlock * kBlock * kBlock;
     chunk::lower_block(Xs + slice, QXs + slice, ut + jt, r0, jt < R0, d, y);
   }
-  E* readings = static_cast<E*>(sb.readings);
-  const std::int64_t delta_row0 = sb.delta_per_chunk ? n * C : p * C;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int i = R0 + r0 + r;
-    if (i >= C) break;
-    sb.delta[(delta_row0 + i) * hd + c] = d[r];
-    const std::int64_t t = ti * C + i;
-    if (t < geo.T) readings[(p * geo.T + t) * hd + c] = from_f32<E>(inter[r] + y[r]);
-  }
+  store_delta_readings<E>(geo, sb, p, n, c, ti, R0 + r0, d, y, inter);
 }
 
 template <typename E, int kCols>
