@@ -89,10 +89,26 @@ __global__ void decode_rows(SnapshotRows rows, std::int64_t hd, std::int64_t hd8
   }
 }
 
+// One warp per row, as the saving forward takes a written row's scale: the amax of each piece of
+// 32 * kVec columns as loaded (snapshot_piece_amax on load_packed's piece, as the gather takes it
+// per column tile; stored by lane s % 32) into parts [rows, pieces], then their reduction
+// (snapshot_scale_of_parts, as the group writer does it).
 template <SnapshotQuant kMode, int kVec, typename E>
-__global__ void row_scales(const E* rows, std::int64_t hd, float* scales) {
-  const SnapshotScale s = cuda::snapshot_row_scale<kMode, kVec>(rows + blockIdx.x * hd, hd, static_cast<int>(threadIdx.x));
-  if (threadIdx.x == 0) scales[blockIdx.x] = s.scale;
+__global__ void row_scales(const E* rows, std::int64_t hd, float* parts, float* scales) {
+  const int lane = static_cast<int>(threadIdx.x);
+  const int pieces = static_cast<int>((hd + 32 * kVec - 1) / (32 * kVec));
+  const E* row = rows + blockIdx.x * hd;
+  float* row_parts = parts + static_cast<std::int64_t>(blockIdx.x) * pieces;
+  for (int s = 0; s < pieces; ++s) {
+    const std::int64_t c0 = static_cast<std::int64_t>(s) * 32 * kVec + lane * kVec;
+    PackedRow<E, kVec> x = {};
+    if (c0 < hd) cuda::load_packed(row + c0, x);
+    const float amax = cuda::snapshot_piece_amax(x);
+    if (lane == s % 32) row_parts[s] = amax;
+  }
+  __syncwarp();
+  const SnapshotScale s = cuda::snapshot_scale_of_parts<kMode>(row_parts, pieces, lane);
+  if (lane == 0) scales[blockIdx.x] = s.scale;
 }
 
 __device__ bool same_rounding(std::uint32_t bits, float hardware) {
@@ -189,28 +205,31 @@ DecodedRows device_decode(SnapshotQuant mode, DType bank, const std::vector<std:
 std::vector<float> device_row_scales(SnapshotQuant mode, DType bank, const void* rows, std::int64_t count,
                                      std::int64_t hd, int vec) {
   const std::size_t bytes = static_cast<std::size_t>(count * hd) * element_bytes(bank);
-  Buffer d_rows(bytes), d_scales(static_cast<std::size_t>(count) * sizeof(float));
+  const std::int64_t pieces = (hd + 32 * vec - 1) / (32 * vec);
+  Buffer d_rows(bytes), d_scales(static_cast<std::size_t>(count) * sizeof(float)),
+      d_parts(static_cast<std::size_t>(count * pieces) * sizeof(float));
   upload(d_rows, rows, bytes);
   auto* scales = static_cast<float*>(d_scales.get());
+  auto* parts = static_cast<float*>(d_parts.get());
   const auto grid = static_cast<unsigned>(count);
   const bool fp8 = mode == SnapshotQuant::fp8;
   const auto* bf16_rows = static_cast<const Bf16Bits*>(d_rows.get());
   const auto* f32_rows = static_cast<const float*>(d_rows.get());
   if (bank == DType::bf16) {
     if (vec == 8) {
-      if (fp8) row_scales<SnapshotQuant::fp8, 8><<<grid, 32>>>(bf16_rows, hd, scales);
-      else row_scales<SnapshotQuant::int4, 8><<<grid, 32>>>(bf16_rows, hd, scales);
+      if (fp8) row_scales<SnapshotQuant::fp8, 8><<<grid, 32>>>(bf16_rows, hd, parts, scales);
+      else row_scales<SnapshotQuant::int4, 8><<<grid, 32>>>(bf16_rows, hd, parts, scales);
     } else {
-      if (fp8) row_scales<SnapshotQuant::fp8, 1><<<grid, 32>>>(bf16_rows, hd, scales);
-      else row_scales<SnapshotQuant::int4, 1><<<grid, 32>>>(bf16_rows, hd, scales);
+      if (fp8) row_scales<SnapshotQuant::fp8, 1><<<grid, 32>>>(bf16_rows, hd, parts, scales);
+      else row_scales<SnapshotQuant::int4, 1><<<grid, 32>>>(bf16_rows, hd, parts, scales);
     }
   } else {
     if (vec == 8) {
-      if (fp8) row_scales<SnapshotQuant::fp8, 8><<<grid, 32>>>(f32_rows, hd, scales);
-      else row_scales<SnapshotQuant::int4, 8><<<grid, 32>>>(f32_rows, hd, scales);
+      if (fp8) row_scales<SnapshotQuant::fp8, 8><<<grid, 32>>>(f32_rows, hd, parts, scales);
+      else row_scales<SnapshotQuant::int4, 8><<<grid, 32>>>(f32_rows, hd, parts, scales);
     } else {
-      if (fp8) row_scales<SnapshotQuant::fp8, 1><<<grid, 32>>>(f32_rows, hd, scales);
-      else row_scales<SnapshotQuant::int4, 1><<<grid, 32>>>(f32_rows, hd, scales);
+      if (fp8) row_scales<SnapshotQuant::fp8, 1><<<grid, 32>>>(f32_rows, hd, parts, scales);
+      else row_scales<SnapshotQuant::int4, 1><<<grid, 32>>>(f32_rows, hd, parts, scales);
     }
   }
   finish("row_scales");

@@ -30,8 +30,9 @@ struct DecodedRows {
 DecodedRows device_decode(SnapshotQuant mode, DType bank, const std::vector<std::uint8_t>& payload,
                           std::int64_t row_bytes, std::int64_t hd, const std::vector<float>& scales, bool vec);
 
-// The scale of each of the `count` bank rows [count, hd] at `rows` by snapshot_row_scale (the
-// writer's amax and warp max) with kVec = vec (8: hd % 8 == 0, or 1).
+// The scale of each of the `count` bank rows [count, hd] at `rows` as the saving forward takes it,
+// with kVec = vec (8: hd % 8 == 0, or 1): snapshot_piece_amax per piece of 32 * kVec columns (the
+// gather's tile amaxes), then snapshot_scale_of_parts (the group writer's reduction).
 std::vector<float> device_row_scales(SnapshotQuant mode, DType bank, const void* rows, std::int64_t count,
                                      std::int64_t hd, int vec);
 

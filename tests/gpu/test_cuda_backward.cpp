@@ -16,6 +16,10 @@
 // the bank the backward restores bitwise equal to the CPU engine's (same codes and scales); the
 // memory / v / beta gradients (which never read restored rows) bitwise equal to "none"'s; two
 // forwards give the same saved bytes, two backwards the same gradients.
+// Medium chunks (64 < C <= 128): the medium kernels of the dual product and solve_side (every block
+// staged up front) and the blockwise kernels of C > 128 (cuda/common/chunk_products.hpp) give
+// bitwise equal no-grad and saving forwards (readings, final bank, saved) and backwards (every
+// gradient, restored bank), at every tile width, both staging paths (C % 4) and input dtypes.
 // Extreme log-decays (g = -inf, -1e5 ... -1e30 mixed with normal g; docs/numerics.md): no-grad and
 // saving forward and the backward in every mode, finite and within the tolerances above of the
 // float64 reference (lossy modes: of the CPU engine).
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "core/validate.hpp"
+#include "cuda/common/chunk_products.hpp"
 #include "device_tensor.hpp"
 #include "engine_run.hpp"
 #include "extreme_decay.hpp"
@@ -161,10 +166,14 @@ void test_backward_vs_reference() {
     cases.push_back({spec_of(2, 33, 8, 8, 64, 64, 8, bank, 15), 1, false});      // C = 1
     cases.push_back({spec_of(2, 150, 16, 12, 72, 128, 16, bank, 16), 64, true}); // vector path, W != R
     cases.push_back({spec_of(1, 9, 256, 256, 3, 300, 1, bank, 17), 4, true});    // W = R = 256
+    // 64 < C <= 128 (the medium kernels): T % C != 0, odd hd; C % 4 != 0 (4-byte staging), G = W.
+    cases.push_back({spec_of(2, 301, 3, 5, 37, 48, 1, bank, 35), 100, true});
+    cases.push_back({spec_of(1, 250, 4, 3, 13, 32, 4, bank, 36), 127, false});
     // Heavy reuse on the vector path: write and read groups of ~128 entries (longer than a warp,
     // not a multiple of a long group's pass), G = W, C = 256; and groups of ~32 at hd 768.
     cases.push_back({spec_of(2, 300, 4, 4, 72, 8, 4, bank, 26), 256, true});
     cases.push_back({spec_of(1, 64, 8, 8, 768, 16, 1, bank, 27), 64, false});
+    cases.push_back({spec_of(2, 230, 5, 3, 13, 24, 1, bank, 28), 100, true});   // 64 < C <= 128, T % C != 0
   }
   cases.push_back({spec_of(2, 40, 64, 64, 768, 4096, 1, bf16, 18), 64, true});    // hd 768: 3 column steps
   cases.push_back({spec_of(2, 40, 32, 16, 520, 512, 32, f32, 19), 16, true});    // hd 520: partial last step
@@ -273,6 +282,7 @@ void test_bitwise(const ProblemSpec& spec, std::int64_t C) {
 
 void test_bitwise_all() {
   test_bitwise(spec_of(2, 130, 64, 64, 768, 2048, 1, DType::bf16, 51), 64);
+  test_bitwise(spec_of(2, 230, 8, 8, 72, 64, 1, DType::f32, 54), 128);  // the medium kernels
   test_bitwise(spec_of(3, 45, 5, 7, 13, 16, 5, DType::f32, 52), 8);
   test_bitwise(spec_of(2, 300, 4, 4, 72, 8, 4, DType::bf16, 53), 256);  // groups of ~128 entries
 }
@@ -382,6 +392,84 @@ void test_snapshot_modes() {
     snapshot_modes_case(spec_of(2, 70, 8, 6, 72, 64, 8, bank, 43), 16);    // vector path, G = W
     snapshot_modes_case(spec_of(1, 40, 16, 12, 520, 256, 1, bank, 44), 16);  // vector, 3 column steps
   }
+}
+
+// ---- medium chunks: the medium kernels vs the blockwise ones, bitwise --------------------------
+
+// The no-grad forward's readings and final bank, then run_mode's saving forward + backward.
+struct KernelsRun {
+  HostTensor readings, final_bank;
+  ModeRun saving;
+};
+
+KernelsRun run_kernels(const Problem& pb, const WriteReadOptions& opt, const HostTensor& dy, const HostTensor& d_final,
+                       bool blockwise) {
+  cuda::set_blockwise_chunk_products(blockwise);
+  KernelsRun out;
+  {
+    DeviceProblem dp(pb);
+    DeviceTensor readings(pb.spec.bank, {pb.spec.P, pb.spec.T, pb.spec.hd});
+    poison(readings);
+    write_read_forward(dp.args(), readings.ref(), opt);
+    sync();
+    out.readings = readings.to_host();
+    out.final_bank = dp.memory.to_host();
+  }
+  out.saving = run_mode(pb, opt, dy, d_final);
+  cuda::set_blockwise_chunk_products(false);
+  return out;
+}
+
+// dy in dtype `dy_dtype` (solve_side reads any float dtype of grad_readings).
+void medium_case(const ProblemSpec& spec, std::int64_t C, DType dy_dtype) {
+  const std::string what = describe(spec, C) + " inputs " + dtype_name(spec.input) + " dy " + dtype_name(dy_dtype);
+  std::printf("  medium vs blockwise kernels, %s\n", what.c_str());
+  const Problem pb = make_problem(spec);
+  WriteReadOptions opt;
+  opt.slots_per_stream = spec.slots_per_stream;
+  opt.chunk_size = C;
+  const HostTensor dy = random_tensor({spec.P, spec.T, spec.hd}, 1.0, spec.seed + 100).to(dy_dtype);
+  const HostTensor d_final = random_tensor({pb.bank_rows(), spec.hd}, 1.0, spec.seed + 200);
+  const KernelsRun medium = run_kernels(pb, opt, dy, d_final, false);
+  const KernelsRun blockwise = run_kernels(pb, opt, dy, d_final, true);
+  expect(medium.readings.bitwise_equal(blockwise.readings) && medium.final_bank.bitwise_equal(blockwise.final_bank),
+         "no-grad forward: readings and final bank bitwise equal");
+  expect(medium.saving.readings.bitwise_equal(blockwise.saving.readings) &&
+             medium.saving.final_bank.bitwise_equal(blockwise.saving.final_bank) &&
+             medium.saving.saved.bitwise_equal(blockwise.saving.saved),
+         "saving forward: readings, final bank and saved buffer bitwise equal");
+  for (std::size_t k = 0; k < 6; ++k) {
+    expect(views(medium.saving.grads)[k].tensor.bitwise_equal(views(blockwise.saving.grads)[k].tensor),
+           std::string("backward: grad ") + views(medium.saving.grads)[k].name + " bitwise equal");
+  }
+  expect(medium.saving.grads.bank_after.bitwise_equal(blockwise.saving.grads.bank_after) &&
+             medium.saving.grads.bank_after.bitwise_equal(pb.memory),
+         "backward: restored bank bitwise equal (and to the initial bank)");
+}
+
+void test_medium_chunks() {
+  const DType f32 = DType::f32, bf16 = DType::bf16;
+  // Tile widths (chunk::tile_cols): dual_product's over 2 P row blocks, solve_side's over P.
+  medium_case(spec_of(2, 301, 3, 5, 37, 48, 1, f32, 81), 100, f32);      // 8 / 8, odd hd, T % C != 0
+  medium_case(spec_of(2, 301, 3, 5, 37, 48, 1, bf16, 81), 100, f32);
+  ProblemSpec scalar = spec_of(3, 250, 4, 3, 13, 32, 4, bf16, 82);       // C % 4 != 0: 4-byte staging
+  scalar.input = DType::f16, scalar.beta_3d = true, scalar.index = DType::i64;
+  medium_case(scalar, 127, bf16);
+  scalar.bank = f32, scalar.input = bf16;
+  medium_case(scalar, 65, f32);                                          // one row in block 1
+  medium_case(spec_of(2, 200, 8, 6, 520, 256, 1, bf16, 83), 128, f32);   // dual 16 / solve 8
+  medium_case(spec_of(4, 150, 4, 4, 520, 256, 4, f32, 84), 96, DType::f64);  // dual 32 / solve 16
+  // hd 1000, P 4, C 128 (dual 32 / solve 32), and W = R = 20: the steps split over two CUDA streams
+  // (step_streams.hpp), launches of streams 2, 3 (p_first 2; dual 32 / solve 8).
+  medium_case(spec_of(4, 140, 4, 4, 1000, 512, 1, bf16, 85), 128, f32);
+  medium_case(spec_of(4, 140, 20, 20, 1000, 512, 1, bf16, 86), 128, f32);
+}
+
+// Two small cases for compute-sanitizer (scripts/gpu_check.sh): C 128 with 16-byte staging and C 99
+// with 4-byte staging, both kernels of each kind.
+void test_medium_chunks_small() {
+  medium_case(spec_of(2, 150, 3, 2, 13, 16, 1, DType::f32, 91), 128, DType::f32);
+  medium_case(spec_of(1, 130, 4, 4, 16, 32, 4, DType::bf16, 92), 99, DType::bf16);
 }
 
 // ---- extreme log-decays (docs/numerics.md, "Decay factors") -------------------------------
@@ -510,6 +598,8 @@ int main(int argc, char** argv) {
       {"backward bitwise: runs, partial, graph replay", test_bitwise_all},
       {"backward device index check", test_validation},
       {"backward snapshot modes", test_snapshot_modes},
+      {"medium chunks: medium kernels bitwise equal to the blockwise ones", test_medium_chunks},
+      {"medium chunks small: medium kernels bitwise equal to the blockwise ones", test_medium_chunks_small},
       {"extreme log-decays: forward, saving forward, backward, snapshot modes", test_extreme_decay},
   };
   return run_gpu_tests("sdm_gpu_backward_tests", tests, argc, argv);

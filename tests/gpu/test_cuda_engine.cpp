@@ -116,6 +116,9 @@ void test_chunked_vs_reference() {
       {spec(2, 33, 8, 8, 64, 64, 8, f32, i64, 14), 1},      // C = 1
       {spec(2, 200, 5, 3, 7, 24, 5, f32, i32, 15), 7},      // C = 7, odd hd
       {spec(2, 200, 16, 16, 128, 256, 1, bf16, i32, 16), 64},
+      {spec(2, 301, 5, 3, 37, 48, 1, f32, i32, 37), 100},   // 64 < C <= 128: the medium dual product,
+      {spec(1, 250, 4, 4, 13, 32, 4, bf16, i64, 38), 127},  //   C % 4 != 0 (4-byte staging),
+      {spec(2, 200, 16, 16, 520, 256, 1, bf16, i32, 39), 128},  //   16-column tiles
       {spec(1, 300, 2, 3, 9, 8, 1, f32, i32, 17), 256},     // C = 256: whole-chunk slot groups
       {spec(2, 5, 6, 4, 16, 12, 6, f32, i32, 18), 64},      // C clamped to T = 5
       {spec(3, 1, 4, 4, 24, 16, 1, bf16, i32, 19), 16},     // T = 1
@@ -126,6 +129,9 @@ void test_chunked_vs_reference() {
       {spec(1, 24, 16, 16, 2048, 1024, 16, bf16, i32, 24), 8},
       {spec(2, 300, 4, 4, 72, 8, 4, bf16, i32, 25), 256},    // vector path, groups of ~128 entries
       {spec(1, 64, 8, 8, 1024, 16, 1, f32, i32, 26), 64},    // groups of ~32 entries, hd 1024
+      {spec(2, 230, 5, 3, 13, 24, 1, f32, i32, 27), 100},    // 64 < C <= 128: the packed solve, 4 rows a lane
+      {spec(2, 300, 6, 4, 72, 96, 2, bf16, i64, 28), 128},   // C = 128, T % C != 0
+      {spec(1, 150, 3, 5, 9, 12, 1, f32, i32, 29), 129},     // C = 129: the solve on global memory
   };
   for (const Case& c : cases) chunked_vs_reference(c.spec, c.C);
 }
@@ -783,8 +789,9 @@ void test_bank_over_2_pow_32_elements() {
 // 8192 other f32 values (f32 rows, IEEE division), code by code, for 60 row scales; its decoder
 // (load_snapshot_piece, restore_snapshot_piece) against core::quant_restore(core::quant_decode(..))
 // for all 256 fp8 codes / all nibble pairs x the scales x both banks, bitwise (two NaNs are equal);
-// the row scale (snapshot_row_scale) against core::quant_scale of core's amax; the hardware bf16
-// rounding against core::round_to_bf16 for all 2^32 f32 bit patterns.
+// the row scale (the gather's tile amaxes and the writer's reduction of them) against
+// core::quant_scale of core's amax; the hardware bf16 rounding against core::round_to_bf16 for all
+// 2^32 f32 bit patterns.
 
 // bitwise, any two NaNs equal
 bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || core::float_bits(a) == core::float_bits(b); }
@@ -893,7 +900,8 @@ void check_decode(SnapshotQuant mode, DType bank, const std::vector<float>& scal
 // Device row scales against core: rows of random bf16 bit patterns (NaN, inf, subnormals
 // included), random finite values, and special rows (all NaN, all -0, subnormals only, one inf).
 void check_row_scales() {
-  constexpr std::int64_t kRows = 48, kHd = 520;  // hd % 256 != 0: partial pieces
+  // hd % 256 != 0: partial pieces; 33 pieces of 32 columns with kVec 1 (more than a warp's lanes)
+  constexpr std::int64_t kRows = 48, kHd = 1040;
   std::mt19937 rng(77);
   std::vector<std::uint16_t> bits(static_cast<std::size_t>(kRows * kHd));
   for (std::int64_t r = 0; r < kRows; ++r) {

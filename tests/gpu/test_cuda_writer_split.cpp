@@ -7,19 +7,33 @@
 // banks and both column paths (kVec 8 and the exact per-column path of odd hd), on problems of long
 // groups (few slots per stream: each slot is written by ~25 entries of a chunk) with T not a
 // multiple of C; and agree with the float64 reference. Run by gpu_test_harness.hpp (exit status 1 if a check failed).
+// The quantised modes (fp8, int4) split too: every warp of a group takes the row's scale from the
+// gather's tile amaxes of the pre-write row. Their test runs the exact snapshot (snapshot_rows = the
+// call's write groups, so every payload row is a group's) on long groups (heavy reuse: ~25 entries
+// a group) at every split limit, for both banks, hd 768 and 2048 (3 and 8 pieces of 256
+// columns, the kVec 8 path), 37 and 1037 (odd: the per-column path, 2 and 33 pieces of 32), and
+// masked entries (validate=False): `saved` bitwise equal across the limits, the readings and the
+// final bank bitwise equal to mode none's, and every snapshot row's payload and scale bitwise equal
+// to the CPU engine's (one row numbering, one quantiser: docs/spec.md §4, §5); and two short
+// problems of it for compute-sanitizer ("small quantised").
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/saved_header.hpp"
+#include "cpu/engine/saved_layout.hpp"
 #include "cuda/common/step_kernels.hpp"
+#include "cuda/saved/layout.hpp"
 #include "device_tensor.hpp"
 #include "engine_run.hpp"
 #include "gpu_test_harness.hpp"
 #include "host_tensor.hpp"
 #include "problem.hpp"
 #include "sdm/ops.hpp"
+#include "write_groups.hpp"
 
 namespace {
 
@@ -98,9 +112,10 @@ ProblemSpec long_groups(std::int64_t hd, DType bank, std::uint64_t seed) {
 
 void test_every_limit_gives_the_same_bits() {
   // hd 768: 3 pieces of 256 (kVec 8); 2056: 9 pieces, the last partial; 37: the per-column path
-  // (2 pieces of 32); 1000: 32 pieces of 32 on the per-column path, more than kHeld.
+  // (2 pieces of 32); 1001: 32 pieces of 32 on the per-column path, more than kHeld (1000 took the
+  // vector path: a multiple of 8).
   for (DType bank : {DType::bf16, DType::f32}) {
-    for (std::int64_t hd : {std::int64_t{768}, std::int64_t{2056}, std::int64_t{37}, std::int64_t{1000}}) {
+    for (std::int64_t hd : {std::int64_t{768}, std::int64_t{2056}, std::int64_t{37}, std::int64_t{1001}}) {
       const ProblemSpec spec = long_groups(hd, bank, 200 + static_cast<std::uint64_t>(hd));
       split_case(spec, 64, SnapshotQuant::none, false);
       for (SnapshotQuant mode : {SnapshotQuant::none, SnapshotQuant::bf16, SnapshotQuant::fp8, SnapshotQuant::int4}) {
@@ -122,6 +137,89 @@ void test_large_chunks_and_group_sizes() {
   split_case(lanes, 64, SnapshotQuant::none, true);
 }
 
+// The exact snapshot of a quantised mode across the split limits, against the CPU engine's
+// snapshot rows (file header).
+void quantised_case(const ProblemSpec& spec, std::int64_t C, SnapshotQuant mode, bool masked) {
+  Problem pb = make_problem(spec);
+  if (masked) mask_some_writes(pb);
+  WriteReadOptions opt;
+  opt.slots_per_stream = spec.slots_per_stream;
+  opt.chunk_size = C;
+  opt.validate = !masked;
+  HostTensor count(DType::i64, {1});
+  write_groups_count(pb.args(), count.ref(), opt);
+  opt.snapshot_rows = static_cast<std::int64_t>(count.get(0));
+  const std::string what = describe(spec, C, mode, true) + (masked ? " masked" : "") + ", " +
+                           std::to_string(opt.snapshot_rows) + " groups";
+  std::printf("  %s\n", what.c_str());
+
+  opt.snapshot_quant = SnapshotQuant::none;
+  const Outputs none = run_cuda(pb, opt, true);
+  opt.snapshot_quant = mode;
+  set_group_writer_split(1);
+  const Outputs alone = run_cuda(pb, opt, true);
+  for (int limit : kLimits) {
+    if (limit == 1) continue;
+    set_group_writer_split(limit);
+    const Outputs split = run_cuda(pb, opt, true);
+    expect(split.saved.bitwise_equal(alone.saved), what + ", split limit " + std::to_string(limit) +
+                                                       ": saved bitwise equals limit 1's");
+  }
+  set_group_writer_split(kMaxGroupWriterSplit);
+  expect(alone.readings.bitwise_equal(none.readings), what + ": readings bitwise equal mode none's");
+  expect(alone.final_bank.bitwise_equal(none.final_bank), what + ": final bank bitwise equals mode none's");
+
+  // Snapshot row r: payload and scale at the engines' own offsets (after the 256-byte stamp).
+  const ForwardRun cpu = engine_forward_saving(pb, opt);
+  const cuda::SavedLayout gpu_layout = cuda::saved_layout(plan_write_read(DeviceProblem(pb).args(), opt));
+  const cpu::SavedLayout cpu_layout = cpu::saved_layout(plan_write_read(pb.args(), opt));
+  const auto* gpu_body = static_cast<const unsigned char*>(alone.saved.ref().data) + core::kSavedHeaderBytes;
+  const auto* cpu_body = static_cast<const unsigned char*>(cpu.saved.ref().data) + core::kSavedHeaderBytes;
+  const std::size_t row_bytes = gpu_layout.row_bytes;
+  std::int64_t payload_rows = 0, scale_rows = 0;
+  for (std::int64_t r = 0; r < opt.snapshot_rows; ++r) {
+    const auto at = static_cast<std::size_t>(r);
+    payload_rows += std::memcmp(gpu_body + gpu_layout.snapshot + at * row_bytes, cpu_body + cpu_layout.row_payload(r),
+                                row_bytes) != 0;
+    scale_rows += std::memcmp(gpu_body + gpu_layout.scales + at * sizeof(float), cpu_body + cpu_layout.row_scale(r),
+                              sizeof(float)) != 0;
+  }
+  expect(row_bytes == cpu_layout.snapshot.row_bytes && payload_rows == 0,
+         what + ": every snapshot row's payload bitwise equals the CPU engine's (" + std::to_string(payload_rows) +
+             " differ)");
+  expect(scale_rows == 0, what + ": every snapshot row's scale bitwise equals the CPU engine's (" +
+                              std::to_string(scale_rows) + " differ)");
+}
+
+void test_quantised_snapshots_split() {
+  for (DType bank : {DType::bf16, DType::f32}) {
+    for (std::int64_t hd : {std::int64_t{768}, std::int64_t{2048}, std::int64_t{37}, std::int64_t{1037}}) {
+      const ProblemSpec spec = long_groups(hd, bank, 400 + static_cast<std::uint64_t>(hd));
+      for (SnapshotQuant mode : {SnapshotQuant::fp8, SnapshotQuant::int4}) quantised_case(spec, 64, mode, false);
+    }
+  }
+  // Masked entries (an index outside the stream's rows, a repeated lane: no group, no amax).
+  for (DType bank : {DType::bf16, DType::f32}) {
+    ProblemSpec spec = long_groups(768, bank, 501);
+    spec.extra_rows = spec.P;
+    quantised_case(spec, 64, SnapshotQuant::int4, true);
+  }
+  ProblemSpec odd = long_groups(37, DType::bf16, 502);
+  odd.extra_rows = odd.P;
+  quantised_case(odd, 64, SnapshotQuant::fp8, true);
+}
+
+// Two short problems of the test above (two steps each), small enough for compute-sanitizer:
+// kVec 8 with a partial last piece, and the per-column path.
+void test_quantised_snapshots_split_small() {
+  ProblemSpec vec = long_groups(520, DType::bf16, 601);
+  vec.T = 70;
+  quantised_case(vec, 64, SnapshotQuant::fp8, false);
+  ProblemSpec odd = long_groups(37, DType::f32, 602);
+  odd.T = 70;
+  quantised_case(odd, 64, SnapshotQuant::int4, false);
+}
+
 }  // namespace
 
 // Arguments: substrings of test names to run (all tests without any), --verbose (gpu_test_harness.hpp).
@@ -129,6 +227,8 @@ int main(int argc, char** argv) {
   const GpuTest tests[] = {
       {"group writer split: every limit gives the same bits", test_every_limit_gives_the_same_bits},
       {"group writer split: C 256, G = W", test_large_chunks_and_group_sizes},
+      {"group writer split: quantised snapshots vs CPU engine", test_quantised_snapshots_split},
+      {"group writer split: small quantised problems", test_quantised_snapshots_split_small},
   };
   return run_gpu_tests("sdm_gpu_writer_split_tests", tests, argc, argv);
 }

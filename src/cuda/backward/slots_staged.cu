@@ -537,7 +537,24 @@ std::int64_t staged_shares(const Geometry& geo, std::int64_t steps) {
   return shares < 1 ? 1 : shares > most ? most : shares;
 }
 
-SlotWalk& walk_choice();
+// The slot walk SDM_CUDA_SLOT_WALK names (automatic without it); set_slot_walk overrides it.
+SlotWalk& walk_choice() {
+  static SlotWalk walk = [] {
+    const char* value = std::getenv("SDM_CUDA_SLOT_WALK");
+    if (value != nullptr && std::strcmp(value, "positions") == 0) return SlotWalk::per_position;
+    if (value != nullptr && std::strcmp(value, "staged") == 0) return SlotWalk::staged;
+    if (value != nullptr && std::strcmp(value, "staged_du_only") == 0) return SlotWalk::staged_du_only;
+    return SlotWalk::automatic;
+  }();
+  return walk;
+}
+
+// Whether a CTA staging `staged` token rows a chunk token fits the SM's shared memory, with the
+// static counter (16 bytes).
+template <typename E, typename Gt>
+bool stage_fits(std::int64_t C, int staged) {
+  return stage_bytes<E, Gt>(C, staged) + 16 <= shared_memory_optin();
+}
 
 // The token rows a CTA stages: dU and dy where they fit with the warps' shares, else (or when
 // SlotWalk::staged_du_only asks) dU alone; staged_slot_walk_fits says one of the two fits. The
@@ -545,7 +562,7 @@ SlotWalk& walk_choice();
 template <typename E, typename Gt>
 int staged_rows(std::int64_t C) {
   if (walk_choice() == SlotWalk::staged_du_only) return 1;
-  return stage_bytes<E, Gt>(C, 2) + 16 <= shared_memory_optin() ? 2 : 1;
+  return stage_fits<E, Gt>(C, 2) ? 2 : 1;
 }
 
 template <typename E, typename Gt, SnapshotQuant kMode, int kStaged>
@@ -558,25 +575,14 @@ void launch(const Geometry& geo, const BackwardBuffers& bb, std::int64_t ti, cud
   launch_dependent(kernel, grid, dim3(kStageThreads), smem, stream, "staged_slot_walk", geo, bb, ti);
 }
 
-SlotWalk& walk_choice() {
-  static SlotWalk walk = [] {
-    const char* value = std::getenv("SDM_CUDA_SLOT_WALK");
-    if (value != nullptr && std::strcmp(value, "positions") == 0) return SlotWalk::per_position;
-    if (value != nullptr && std::strcmp(value, "staged") == 0) return SlotWalk::staged;
-    if (value != nullptr && std::strcmp(value, "staged_du_only") == 0) return SlotWalk::staged_du_only;
-    return SlotWalk::automatic;
-  }();
-  return walk;
-}
-
 }  // namespace
 
 SlotWalk slot_walk() { return walk_choice(); }
 void set_slot_walk(SlotWalk walk) { walk_choice() = walk; }
 
 bool staged_slot_walk_fits(std::int64_t chunk_size) {
-  // The most any variant asks (f32 bank and G rows) with dU alone staged, plus the static counter.
-  return stage_bytes<float, float>(chunk_size, 1) + 16 <= shared_memory_optin();
+  // The most any variant asks (f32 bank and G rows) with dU alone staged.
+  return stage_fits<float, float>(chunk_size, 1);
 }
 
 // The automatic choice: the walk stages C x 256 f32 rows a CTA, which pays only where each of the

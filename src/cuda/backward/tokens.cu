@@ -18,8 +18,10 @@
 #include "cuda/backward/backward.hpp"
 #include "cuda/common/rows.cuh"
 #include "cuda/common/chunk_products.cuh"
+#include "cuda/common/chunk_products.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dependent_launch.cuh"
+#include "cuda/common/device_limits.hpp"
 #include "cuda/common/dispatch.hpp"
 #include "cuda/common/launch_bounds.cuh"
 #include "cuda/common/step_kernels.hpp"
@@ -54,13 +56,7 @@ __device__ __forceinline__ void transposed_pass(const float* __restrict__ M, int
     chunk::stage_block(M, C, it, R0, Ms, tid, threads);
     __syncthreads();
     if (!active) continue;
-    const int iend = chunk::round_up4(C - it < kBlock ? C - it : kBlock);
-    if (it == R0) {
-      chunk::transposed_diagonal(Ms, bt + it, r0, acc);
-      chunk::transposed_rows(Ms, bt + it, r0, r0 + kRows, iend, acc);
-    } else {
-      chunk::transposed_rows(Ms, bt + it, r0, 0, iend, acc);
-    }
+    chunk::transposed_block(Ms, bt + it, r0, it == R0, chunk::round_up4(C - it < kBlock ? C - it : kBlock), acc);
   }
 }
 
@@ -73,6 +69,7 @@ __device__ __forceinline__ void transposed_pass(const float* __restrict__ M, int
 // C <= 64 (solve_side_small): QK and X are staged whole by cp.async, and dy (raw bits),
 // D_w and beta of the CTA are loaded, before the first __syncthreads: one global
 // round trip, then both products from shared memory (the same chains, same bits).
+// 64 < C <= 128 (solve_side_medium): likewise with the three lower blocks of QK and X.
 template <int kCols>
 __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
     solve_side(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_v, std::int64_t ti) {
@@ -134,6 +131,79 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   }
 }
 
+// A thread's token operands in solve_side_small / solve_side_medium, loaded before their first
+// barrier: dy of rows group + k * groups (k < 4: 0 .. round_up4(C) - 1 once, raw bits), D_w and
+// beta (raw bits, only where grad_v is asked for) of the thread's rows r0 .. r0 + 3.
+struct SideOperands {
+  std::uint64_t dy_bits[kRows] = {};
+  std::uint32_t beta_bits[kRows] = {};
+  float dw[kRows] = {};
+};
+
+__device__ __forceinline__ SideOperands load_side_operands(const Geometry& geo, const Inputs& in,
+                                                           const BackwardBuffers& bb, const chunk::TileThread& th,
+                                                           std::int64_t ti, bool want_grad_v) {
+  const int C = static_cast<int>(geo.C);
+  const std::int64_t hd = geo.hd;
+  SideOperands ops;
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const int i = th.group + k * th.groups;
+    const std::int64_t t = ti * C + i;
+    if (th.in_cols && i < C && t < geo.T) {
+      ops.dy_bits[k] =
+          chunk::load_any_bits(bb.grad_readings.data, bb.grad_readings.dtype, (th.p * geo.T + t) * hd + th.c);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int j = th.r0 + r;
+    const std::int64_t t = ti * C + j;
+    if (th.in_cols && j < C) {
+      ops.dw[r] = bb.dw[(th.p * C + j) * hd + th.c];
+      if (want_grad_v && t < geo.T) {
+        ops.beta_bits[r] = chunk::load_input_bits(in.beta, in.beta_dtype, th.p * geo.T + t);
+      }
+    }
+  }
+  return ops;
+}
+
+// dy as f32 (0 for padding tokens) into bb.dy and the tile's transposed column dy_col.
+__device__ __forceinline__ void store_dy(const Geometry& geo, const BackwardBuffers& bb, const chunk::TileThread& th,
+                                         std::int64_t ti, const SideOperands& ops, float* dy_col) {
+  const int C = static_cast<int>(geo.C);
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const int i = th.group + k * th.groups;
+    const std::int64_t t = ti * C + i;
+    const float x =
+        th.in_cols && i < C && t < geo.T ? chunk::any_from_bits(ops.dy_bits[k], bb.grad_readings.dtype) : 0.0f;
+    if (th.in_cols && i < C) bb.dy[(th.n * C + i) * geo.hd + th.c] = x;
+    dy_col[i] = x;
+  }
+}
+
+// dU of the thread's rows into bb.du, and grad_v = beta dU (valid tokens, if asked for).
+__device__ __forceinline__ void store_du(const Geometry& geo, const Inputs& in, const BackwardBuffers& bb,
+                                         AnyFloat grad_v, const chunk::TileThread& th, std::int64_t ti,
+                                         const SideOperands& ops, const float (&du)[kRows]) {
+  if (!th.in_cols) return;
+  const int C = static_cast<int>(geo.C);
+  const std::int64_t hd = geo.hd;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int j = th.r0 + r;
+    if (j >= C) break;
+    bb.du[(th.n * C + j) * hd + th.c] = du[r];
+    const std::int64_t t = ti * C + j;
+    if (grad_v.data != nullptr && t < geo.T) {
+      store_any(grad_v.data, grad_v.dtype, (th.p * geo.T + t) * hd + th.c,
+                chunk::input_from_bits(ops.beta_bits[r], in.beta_dtype) * du[r]);
+    }
+  }
+}
+
 // solve_side for C <= 64 (one 64-row block): the same sums, all global loads issued up front.
 template <int kCols>
 __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
@@ -142,78 +212,114 @@ __global__ void __launch_bounds__(kCols * chunk::kRowGroups)
   extern __shared__ __align__(16) float smem[];
   wait_for_predecessor();
   const int C = static_cast<int>(geo.C);
-  const std::int64_t hd = geo.hd;
   const int ld = chunk::operand_ld(C);
   float* QKs = smem;                   // [64][64]: QK of the chunk
   float* Xs = QKs + kBlock * kBlock;   // [64][64]: X of the chunk
   float* dyt = Xs + kBlock * kBlock;   // [kCols][ld]: dy of the tile, transposed
   float* ddt = dyt + kCols * ld;       // [kCols][ld]: ddelta of the tile, transposed
   // groups = row_groups(C), r0 < C: every thread owns a real row.
-  const auto [tid, threads, col, group, groups, r0, p, n, c, in_cols] = chunk::tile_thread<kCols>(geo, ti, blockIdx.y);
-  const bool want_grad_v = grad_v.data != nullptr;
+  const chunk::TileThread th = chunk::tile_thread<kCols>(geo, ti, blockIdx.y);
 
-  chunk::stage_chunk_async(p1.QK + n * C * C, C, QKs, tid, threads);
-  chunk::stage_chunk_async(p1.X + n * C * C, C, Xs, tid, threads);
-  // dy rows i = group + k * groups (k < 4) cover 0 .. round_up4(C) - 1 once; D_w and beta of the
-  // thread's rows r0 .. r0 + 3.
-  std::uint64_t dy_bits[kRows] = {};
-  std::uint32_t beta_bits[kRows] = {};
-  float dw[kRows] = {};
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    const int i = group + k * groups;
-    const std::int64_t t = ti * C + i;
-    if (in_cols && i < C && t < geo.T) {
-      dy_bits[k] = chunk::load_any_bits(bb.grad_readings.data, bb.grad_readings.dtype, (p * geo.T + t) * hd + c);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int j = r0 + r;
-    const std::int64_t t = ti * C + j;
-    if (in_cols && j < C) {
-      dw[r] = bb.dw[(p * C + j) * hd + c];
-      if (want_grad_v && t < geo.T) beta_bits[r] = chunk::load_input_bits(in.beta, in.beta_dtype, p * geo.T + t);
-    }
-  }
+  chunk::stage_chunk_async(p1.QK + th.n * C * C, C, QKs, th.tid, th.threads);
+  chunk::stage_chunk_async(p1.X + th.n * C * C, C, Xs, th.tid, th.threads);
+  const SideOperands ops = load_side_operands(geo, in, bb, th, ti, grad_v.data != nullptr);
 
-  float* dy_col = dyt + col * ld;
-  float* dd_col = ddt + col * ld;
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    const int i = group + k * groups;
-    const std::int64_t t = ti * C + i;
-    const float x = in_cols && i < C && t < geo.T ? chunk::any_from_bits(dy_bits[k], bb.grad_readings.dtype) : 0.0f;
-    if (in_cols && i < C) bb.dy[(n * C + i) * hd + c] = x;
-    dy_col[i] = x;
-  }
+  float* dy_col = dyt + th.col * ld;
+  float* dd_col = ddt + th.col * ld;
+  store_dy(geo, bb, th, ti, ops, dy_col);
   chunk::wait_copies();
   __syncthreads();
 
   // ddelta = D_w + QK^T dy.
   float acc[kRows] = {};
-  chunk::transposed_diagonal(QKs, dy_col, r0, acc);
-  chunk::transposed_rows(QKs, dy_col, r0, r0 + kRows, chunk::round_up4(C), acc);
+  chunk::transposed_diagonal(QKs, dy_col, th.r0, acc);
+  chunk::transposed_rows(QKs, dy_col, th.r0, th.r0 + kRows, chunk::round_up4(C), acc);
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) dd_col[r0 + r] = dw[r] + acc[r];
+  for (int r = 0; r < kRows; ++r) dd_col[th.r0 + r] = ops.dw[r] + acc[r];
   __syncthreads();
 
   // dU = X^T ddelta; grad_v = beta dU.
   float du[kRows] = {};
-  chunk::transposed_diagonal(Xs, dd_col, r0, du);
-  chunk::transposed_rows(Xs, dd_col, r0, r0 + kRows, chunk::round_up4(C), du);
-  if (!in_cols) return;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int j = r0 + r;
-    if (j >= C) break;
-    bb.du[(n * C + j) * hd + c] = du[r];
-    const std::int64_t t = ti * C + j;
-    if (want_grad_v && t < geo.T) {
-      store_any(grad_v.data, grad_v.dtype, (p * geo.T + t) * hd + c,
-                chunk::input_from_bits(beta_bits[r], in.beta_dtype) * du[r]);
+  chunk::transposed_diagonal(Xs, dd_col, th.r0, du);
+  chunk::transposed_rows(Xs, dd_col, th.r0, th.r0 + kRows, chunk::round_up4(C), du);
+  store_du(geo, in, bb, grad_v, th, ti, ops, du);
+}
+
+// The three lower 64 x 64 blocks (I, J) = (0, 0), (1, 0), (1, 1) of a matrix with 64 < C <= 128,
+// block (I, J) at Ms + medium_block(I, J) * 64 * 64.
+constexpr int kMediumBlocks = 3;
+__device__ __forceinline__ int medium_block(int I, int J) { return I * (I + 1) / 2 + J; }
+
+// The lower blocks of the chunk's C x C matrix M (stage_block's values and zero padding), as
+// cp.async copies in flight.
+__device__ __forceinline__ void stage_lower_blocks(const float* __restrict__ M, int C, float* Ms, int tid,
+                                                   int threads) {
+  for (int I = 0; I < 2; ++I) {
+    for (int J = 0; J <= I; ++J) {
+      chunk::stage_block_async(M, C, I * kBlock, J * kBlock, Ms + medium_block(I, J) * kBlock * kBlock, tid, threads);
     }
   }
+}
+
+// acc[r] += sum_{i >= j} M[i][j] bt[i] for the rows j = R0 + rb + r (r < 4), i ascending, from the
+// staged lower blocks: transposed_pass's chain, blocks it = R0, R0 + 64, .. in turn.
+__device__ __forceinline__ void transposed_lower_blocks(const float* Ms, int C, int R0, const float* bt, int rb,
+                                                        float (&acc)[kRows]) {
+  for (int it = R0; it < C; it += kBlock) {
+    const float* block = Ms + medium_block(it / kBlock, R0 / kBlock) * kBlock * kBlock;
+    chunk::transposed_block(block, bt + it, rb, it == R0, chunk::round_up4(C - it < kBlock ? C - it : kBlock), acc);
+  }
+}
+
+// solve_side for 64 < C <= 128 (two 64-row blocks): the same sums, all global loads issued up front.
+// Threads: kCols x ceil(C / 4); thread group g owns the chunk rows r0 = 4g .. r0 + 3 (r0 < C), rows
+// rb .. rb + 3 of block R0 (r0 = R0 + rb), so each thread holds one row group as in solve_side_small
+// and the longest chain is C terms (solve_side's threads run a group of each block, up to C + 64 - 4
+// terms). QK's three blocks are copied as one cp.async group, then dy (raw bits), D_w and beta of
+// the thread are loaded, then X's blocks copied as a second group: ddelta waits for QK's group
+// only, dU for X's. Shared memory: 6 blocks (96 KiB) + dy and ddelta of the tile (2 kCols
+// operand_ld(C) floats): at C = 128, 104 / 113 / 129 KiB for kCols 8 / 16 / 32, so 2 / 2 / 1 CTAs
+// of 256 / 512 / 1024 threads an SM on a Hopper (228 KiB; 53-57 registers, no spills).
+template <int kCols>
+__global__ void __launch_bounds__(kCols * chunk::kMediumChunk / kRows)
+    solve_side_medium(Geometry geo, Inputs in, Phase1Buffers p1, BackwardBuffers bb, AnyFloat grad_v,
+                      std::int64_t ti) {
+  extern __shared__ __align__(16) float smem[];
+  wait_for_predecessor();
+  const int C = static_cast<int>(geo.C);
+  const int ld = chunk::operand_ld(C);
+  float* QKs = smem;                                  // [3][64][64]: QK's lower blocks
+  float* Xs = QKs + kMediumBlocks * kBlock * kBlock;  // [3][64][64]: X's lower blocks
+  float* dyt = Xs + kMediumBlocks * kBlock * kBlock;  // [kCols][ld]: dy of the tile, transposed
+  float* ddt = dyt + kCols * ld;                      // [kCols][ld]: ddelta of the tile, transposed
+  // groups = ceil(C / 4), r0 < C: every thread owns a real row.
+  const chunk::TileThread th = chunk::tile_thread<kCols>(geo, ti, blockIdx.y);
+  const int R0 = th.r0 / kBlock * kBlock, rb = th.r0 - R0;
+
+  stage_lower_blocks(p1.QK + th.n * C * C, C, QKs, th.tid, th.threads);
+  commit_async_copies();
+  const SideOperands ops = load_side_operands(geo, in, bb, th, ti, grad_v.data != nullptr);
+  stage_lower_blocks(p1.X + th.n * C * C, C, Xs, th.tid, th.threads);
+  commit_async_copies();
+
+  float* dy_col = dyt + th.col * ld;
+  float* dd_col = ddt + th.col * ld;
+  store_dy(geo, bb, th, ti, ops, dy_col);
+  wait_async_groups<1>();
+  __syncthreads();
+
+  // ddelta = D_w + QK^T dy.
+  float acc[kRows] = {};
+  transposed_lower_blocks(QKs, C, R0, dy_col, rb, acc);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) dd_col[th.r0 + r] = ops.dw[r] + acc[r];
+  wait_async_groups<0>();
+  __syncthreads();
+
+  // dU = X^T ddelta; grad_v = beta dU.
+  float du[kRows] = {};
+  transposed_lower_blocks(Xs, C, R0, dd_col, rb, du);
+  store_du(geo, in, bb, grad_v, th, ti, ops, du);
 }
 
 // ---- pair_dots ---------------------------------------------------------------------------------
@@ -405,9 +511,27 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kThreads, 2)) pair_dots(G
   else pair_tile<false, kVec>(geo, bb, I, J, smem);
 }
 
+// solve_side_medium where it applies (64 < C <= 128, not forced blockwise: chunk_products.hpp) and
+// its shared memory fits the device (129 KiB at kCols 32: not on sm_86 / sm_89); false otherwise.
+template <int kCols>
+bool launch_solve_side_medium(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1,
+                              const BackwardBuffers& bb, AnyFloat grad_v, std::int64_t ti, cudaStream_t stream) {
+  const int C = static_cast<int>(geo.C);
+  const std::size_t smem =
+      static_cast<std::size_t>(2 * kMediumBlocks * kBlock * kBlock + 2 * kCols * chunk::operand_ld(C)) * sizeof(float);
+  if (C <= kBlock || C > chunk::kMediumChunk || blockwise_chunk_products() || smem > shared_memory_optin()) return false;
+  const auto kernel = solve_side_medium<kCols>;
+  allow_dynamic_shared_memory(kernel, smem, "cudaFuncSetAttribute (solve_side_medium shared memory)");
+  const dim3 grid(static_cast<unsigned>((geo.hd + kCols - 1) / kCols), static_cast<unsigned>(geo.p_count));
+  const dim3 block(static_cast<unsigned>(kCols * ((C + kRows - 1) / kRows)));
+  launch_dependent(kernel, grid, block, smem, stream, "solve_side", geo, in, p1, bb, grad_v, ti);
+  return true;
+}
+
 template <int kCols>
 void launch_solve_side(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, const BackwardBuffers& bb,
                        AnyFloat grad_v, std::int64_t ti, cudaStream_t stream) {
+  if (launch_solve_side_medium<kCols>(geo, in, p1, bb, grad_v, ti, stream)) return;
   const int C = static_cast<int>(geo.C);
   const bool small = C <= kBlock;  // one block: both matrices staged whole (solve_side_small)
   const auto kernel = small ? solve_side_small<kCols> : solve_side<kCols>;

@@ -10,7 +10,9 @@
 // 16-byte loads of the matrix (warp broadcasts) and one of the operand for 16 fmaf per matrix.
 // Small chunks (C <= 64, one block): stage_chunk_async copies the whole C x C matrix with cp.async,
 // so a kernel issues every global load of its CTA (both matrices and its operand rows, the latter
-// as raw bits: load_input_bits / load_any_bits) before its first __syncthreads.
+// as raw bits: load_input_bits / load_any_bits) before its first __syncthreads. Medium chunks
+// (64 < C <= kMediumChunk = 128, two blocks): stage_block_async copies each block a CTA needs the
+// same way, so the medium kernels also load everything up front (host side: chunk_products.hpp).
 //
 // Numerics: every output is ONE fmaf chain over the inner index in ascending order, starting from
 // the caller's accumulator: the lower product sums j = 0 .. i for row i, the transposed product
@@ -33,6 +35,7 @@ constexpr int kBlock = 64;                  // rows / columns of a staged matrix
 constexpr int kRows = 4;                    // rows of a thread's micro-tile
 constexpr int kRowGroups = kBlock / kRows;  // thread rows of a full block
 constexpr int kTargetCtas = 128;            // about one wave of CTAs on an H200 (132 SMs)
+constexpr int kMediumChunk = 2 * kBlock;    // the largest C of the medium kernels: two row blocks
 
 __host__ __device__ constexpr int round_up4(int x) { return (x + 3) & ~3; }
 
@@ -141,6 +144,31 @@ __device__ __forceinline__ void stage_chunk_async(const float* __restrict__ M, i
   }
 }
 
+// stage_block(M, C, row0, col0, Ms, ..) as cp.async copies in flight: the same values, the same zero
+// padding (stage_chunk_async is this at row0 = col0 = 0 for C <= 64). The caller waits for the
+// copies and runs __syncthreads() before reading Ms.
+__device__ __forceinline__ void stage_block_async(const float* __restrict__ M, int C, int row0, int col0, float* Ms,
+                                                  int tid, int threads) {
+  const int rows = C - row0 < kBlock ? C - row0 : kBlock;
+  const int cols = C - col0 < kBlock ? C - col0 : kBlock;
+  const int units = (cols + 3) / 4;  // 16-byte units per staged row
+  const bool vec = C % 4 == 0 && aligned16(M);
+  for (int o = tid; o < round_up4(rows) * (kBlock / 4); o += threads) {
+    const int r = o >> 4, q = o & 15;
+    if (q >= units) continue;
+    const float* src = M + static_cast<std::int64_t>(row0 + (r < rows ? r : 0)) * C + col0 + 4 * q;
+    if (vec) {
+      copy_async16(Ms + 4 * o, src, r < rows ? 16 : 0);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const bool real = r < rows && 4 * q + e < cols;
+        copy_async4(Ms + 4 * o + e, real ? src + e : M, real ? 4 : 0);
+      }
+    }
+  }
+}
+
 // load_input (common/values.cuh) split in two: the raw bits now, the exact conversion later (which
 // would otherwise wait for each load in turn; so the small-chunk kernels make one global round trip).
 __device__ __forceinline__ std::uint32_t load_input_bits(const void* data, DType dtype, std::int64_t i) {
@@ -206,6 +234,18 @@ __device__ __forceinline__ void lower_diagonal(const float* As, const float* Bs,
   }
 }
 
+// One staged 64-column slice of the lower product for the thread's rows r0 + r of their block:
+// a slice left of the block (left: j = 0 .. 63), or the block's own (j = 0 .. r0 + r).
+__device__ __forceinline__ void lower_block(const float* As, const float* Bs, const float* bt, int r0, bool left,
+                                            float (&a)[kRows], float (&b)[kRows]) {
+  if (left) {
+    lower_rows(As, Bs, bt, r0, kBlock, a, b);
+  } else {
+    lower_rows(As, Bs, bt, r0, r0, a, b);
+    lower_diagonal(As, Bs, bt, r0, a, b);
+  }
+}
+
 // Transposed product: for the thread's rows r0 + r (r < 4)
 //   acc[r] += sum_i M[i][r0 + r] bt[i]
 // over i in [i0, iend) (multiples of 4; every such i is past the rows' diagonal block), i ascending.
@@ -236,6 +276,19 @@ __device__ __forceinline__ void transposed_diagonal(const float* Ms, const float
     const float m[4] = {m4.x, m4.y, m4.z, m4.w};
 #pragma unroll
     for (int r = 0; r <= q; ++r) acc[r] = fmaf(m[r], v[q], acc[r]);
+  }
+}
+
+// One staged block M[it .. it + 63][R0 .. R0 + 63] of the transposed product for the thread's rows
+// R0 + r0 + r, bt = the operand from row it on, iend = round_up4 of the block's rows in the chunk:
+// the block's own (diagonal: it == R0, i = j .. ) or one below it (i = it .. it + iend - 1).
+__device__ __forceinline__ void transposed_block(const float* Ms, const float* bt, int r0, bool diagonal, int iend,
+                                                 float (&acc)[kRows]) {
+  if (diagonal) {
+    transposed_diagonal(Ms, bt, r0, acc);
+    transposed_rows(Ms, bt, r0, r0 + kRows, iend, acc);
+  } else {
+    transposed_rows(Ms, bt, r0, 0, iend, acc);
   }
 }
 

@@ -3,7 +3,9 @@
 // geo.p_first + geo.p_count) (all P, or half of them: step_streams.hpp); chunk-token rows of the
 // step are p*C + i ("step rows", [P*C, hd]).
 //
-//   gather        retrieved[p*C+i] = sum_w k_eff * M0[k_slot], inter[...] = sum_r q_w * M0[q_slot]
+//   gather        retrieved[p*C+i] = sum_w k_eff * M0[k_slot], inter[...] = sum_r q_w * M0[q_slot];
+//                 in a saving call with an fp8 / int4 snapshot also each write entry's row amax over
+//                 M0 per column tile (row_amax_parts below), for the writer's snapshot scales
 //   dual          U = beta (v - retrieved); delta = X U; readings = inter + QX U (rounded to E)
 //   group_writer  each slot group: M[s] = exp(Lambda_s) M0[s] + sum_e wcoef_e delta[i_e], rounded
 //                 to E once; in a saving call also the pre-write row into the snapshot, encoded
@@ -32,12 +34,24 @@ struct StepBuffers {
   float* residual = nullptr;     // [N*C, hd] (saving) or null
   void* snapshot = nullptr;      // [snapshot_rows, row_bytes] snapshot payload rows (saving) or null
   float* snapshot_scales = nullptr;                   // [N*C*W] f32 (saving, fp8 / int4) or null
+  // Saving with an fp8 / int4 snapshot, else null: f32 [P*C, W, row_tiles(hd, vec8)], the step's
+  // scratch (workspace): at [p*C + i][w][s] max |M0| (NaN ignored, from +0) over column tile s of
+  // the row of write entry (token i, lane w) of stream p's chunk (entries with a row only), stored
+  // by the step's gather, read by the step's group writer.
+  float* row_amax_parts = nullptr;
   std::int64_t snapshot_rows = 0;                     // rows the payload holds (saving)
   SnapshotQuant snapshot_mode = SnapshotQuant::none;  // effective mode (saved/layout.hpp)
   bool delta_per_chunk = false;  // delta holds every chunk's rows (saving call)
   bool bf16_bank = false;
   bool vec8 = false;             // hd % 8 == 0 and a 16-byte aligned bank: vector path
 };
+
+// Column tiles of a row of hd columns in the gather, which are the group writer's row pieces:
+// 32*kVec columns each, kVec = 8 on the vector path (vec8), else 1.
+inline std::int64_t row_tiles(std::int64_t hd, bool vec8) {
+  const std::int64_t cols = vec8 ? 256 : 32;
+  return (hd + cols - 1) / cols;
+}
 
 void launch_gather(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
                    cudaStream_t stream);
@@ -48,6 +62,13 @@ struct GatherSide {
   const std::int32_t* slot = nullptr;
   const float* weight = nullptr;
   std::int64_t count = 0;
+};
+
+// Row amaxes the forward's gather takes along for its k side (StepBuffers::row_amax_parts): for
+// each write entry (step row p*C + i, lane w) with a row, max |row| over each column tile s, at
+//   parts[((p*C + i) * W + w) * tiles + s].
+struct GatherAmax {
+  float* parts = nullptr;  // null: no amaxes
 };
 
 // Row dots a weighted gather can take along for its k side (the backward's dc = <delta_i, G[s]>,

@@ -18,8 +18,17 @@
 //   k entries in registers anyway, each entry's dot <x_t, row> over the tile is taken along: the
 //   lane's fmaf chain over its 8 columns, then a transposed warp_sum per window of entries
 //   (common/rows.cuh) - the backward slot kernels' dc in their dot order, so its bits are theirs.
+// Row amaxes (the saving forward with an fp8 / int4 snapshot: GatherAmax, step_kernels.hpp): the
+//   gather loads, tile by tile, the pre-write row M0 of every write entry of the step before the
+//   step's group writer changes it, and the writer needs each written row's amax over M0 for the
+//   row's snapshot scale (docs/spec.md §5 step 1). So each k entry's amax over the tile is taken
+//   along from the row piece in registers: the lane's max of |x| over its kVec columns (NaN
+//   ignored, from +0; columns past hd count 0), then one warp max (snapshot_piece_amax), stored by
+//   the lane holding the entry (where it has a row) at the entry (step row, lane w) and the tile;
+//   group_writer.cu takes the max over a row's tiles. Exact: a max, in any order.
 // Numerics: f32 accumulation; the order above is a function of (W, R, hd) only. Masked entries
-//   (slot -1: padding or an index outside the stream's rows) load nothing and add nothing.
+//   (slot -1: padding or an index outside the stream's rows) load nothing and add nothing (and
+//   store no amax). The row amaxes change no sum: the sums' bits are the same with or without them.
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/dispatch.hpp"
@@ -27,6 +36,7 @@
 #include "cuda/common/launch_bounds.cuh"
 #include "cuda/common/rows.cuh"
 #include "cuda/common/step_kernels.hpp"
+#include "cuda/saved/snapshot_rows.cuh"
 
 namespace sdm::cuda {
 namespace {
@@ -112,12 +122,14 @@ __device__ __forceinline__ void store_window_dots(const float (&dot)[kCount], in
 // and refills each freed register with the row of position base + kWindow + b, so that kWindow
 // row loads stay in flight across windows and sides. kDots and a k window: each row's dot with
 // the lane's x piece too (the fmaf chain over the lane's columns), then store_window_dots.
-template <typename E, int kVec, bool kDots>
+// kAmax and a k window: each row's amax over the tile, stored by the lane holding its entry.
+template <typename E, int kVec, bool kDots, bool kAmax>
 __device__ __forceinline__ void add_window(const E* __restrict__ bank_lane, std::int64_t hd, bool active,
                                            const SideEntries& k_side, const SideEntries& q_side, float side_weight,
                                            bool k_window, int first, int base, int total,
                                            PackedRow<E, kVec> (&rows)[kWindow<E>], float (&acc)[kVec],
-                                           const LaneDots& dots, int lane) {
+                                           const LaneDots& dots, float* __restrict__ amax_parts, int tiles,
+                                           int lane) {
   float dot[kWindow<E>];
 #pragma unroll
   for (int b = 0; b < kWindow<E>; ++b) {
@@ -132,6 +144,17 @@ __device__ __forceinline__ void add_window(const E* __restrict__ bank_lane, std:
       for (int k = 0; k < kVec; ++k) d = fmaf(dots.x[k], x[k], d);
       dot[b] = d;
     }
+    if constexpr (kAmax) {
+      if (k_window) {  // warp-uniform
+        const float tile_amax = snapshot_piece_amax(rows[b]);
+        // Stored by the lane holding the entry (lane first + b: a side has at most 32 entries a
+        // warp), whose write lane is w = warp + 8 lane (load_side); padding and masked entries
+        // (slot -1) store nothing.
+        if (lane == ((first + b) & 31) && k_side.slot >= 0) {
+          amax_parts[static_cast<std::int64_t>(threadIdx.x / 32 + kWarps * lane) * tiles] = tile_amax;
+        }
+      }
+    }
     const int next = base + kWindow<E> + b;
     if (next < total) issue_row<E, kVec>(bank_lane, hd, active, k_side, q_side, next, rows[b]);
   }
@@ -144,11 +167,12 @@ __device__ __forceinline__ void add_window(const E* __restrict__ bank_lane, std:
 // sums[1], each side in that order, in one accumulator (the k sum is stored when the q side
 // starts); padding positions up to the window add w = 0 times a zero row, as every masked entry
 // does. Every lane runs every step (shuffles); only lanes with active columns load rows.
-template <typename E, int kVec, bool kDots>
+template <typename E, int kVec, bool kDots, bool kAmax>
 __device__ __forceinline__ void accumulate_rows(const E* __restrict__ bank_lane, std::int64_t hd, bool active,
                                                 const SideEntries& k_side, const SideEntries& q_side,
                                                 float* __restrict__ k_sum, float* __restrict__ q_sum,
-                                                const LaneDots& dots, int lane) {
+                                                const LaneDots& dots, float* __restrict__ amax_parts, int tiles,
+                                                int lane) {
   constexpr int kRows = kWindow<E>;
   const int total = k_side.padded + q_side.padded;
   PackedRow<E, kVec> rows[kRows];
@@ -161,8 +185,9 @@ __device__ __forceinline__ void accumulate_rows(const E* __restrict__ bank_lane,
 #pragma unroll
       for (int k = 0; k < kVec; ++k) k_sum[k] = acc[k], acc[k] = 0.0f;
     }
-    add_window<E, kVec, kDots>(bank_lane, hd, active, k_side, q_side, in_k ? k_side.weight : q_side.weight, in_k,
-                               in_k ? base : base - k_side.padded, base, total, rows, acc, dots, lane);
+    add_window<E, kVec, kDots, kAmax>(bank_lane, hd, active, k_side, q_side, in_k ? k_side.weight : q_side.weight,
+                                      in_k, in_k ? base : base - k_side.padded, base, total, rows, acc, dots,
+                                      amax_parts, tiles, lane);
   }
   const bool q_summed = k_side.padded < total;
 #pragma unroll
@@ -177,12 +202,15 @@ __device__ __forceinline__ void accumulate_rows(const E* __restrict__ bank_lane,
 // (f32) rows in flight: the register freed by an add is refilled at once with the row kWindow
 // positions ahead, across the k / q boundary. Rows are held as loaded (PackedRow); one
 // accumulator (the k sum goes to shared memory when the q side starts): 62 registers, 4 CTAs per
-// SM, no spills; with row dots (the x piece and a window of dot partials more) 3 CTAs.
-template <typename E, int kVec, bool kDots>
+// SM, no spills; with row dots (the x piece and a window of dot partials more) 3 CTAs. Row amaxes
+// (kAmax) add a store address per lane and a redux per k entry: still 4 CTAs.
+template <typename E, int kVec, bool kDots, bool kAmax>
 __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, kDots ? 3 : 4))
     gather_rows(Geometry geo, const E* __restrict__ bank, GatherSide k, GatherSide q, std::int64_t ti,
-                unsigned tiles, float* __restrict__ k_sums, float* __restrict__ q_sums, GatherDots dots) {
+                unsigned tiles, float* __restrict__ k_sums, float* __restrict__ q_sums, GatherDots dots,
+                GatherAmax amax) {
   static_assert(!kDots || kVec == kLaneCols, "row dots need the tile to be a 256-column step");
+  static_assert(!(kDots && kAmax), "row dots (backward) and row amaxes (saving forward) are never taken together");
   constexpr int kTile = 32 * kVec;
   __shared__ float partial[kWarps][2][kTile];
   wait_for_predecessor();
@@ -201,12 +229,15 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, kDots ? 3
     if (mine < k.count) lane_dots.sorted = dots.sorted[token * k.count + mine];
     lane_dots.plane = dots.planes + tile * dots.stride + token / geo.C * geo.C * k.count;
   }
+  // The row's amaxes, at entry (row, w) and this tile (GatherAmax); the lane adds w * tiles.
+  float* const amax_parts = kAmax ? amax.parts + row * k.count * tiles + tile : nullptr;
   const SideEntries k_side =
       load_side<E>(k.slot + token * k.count, k.weight + token * k.count, static_cast<int>(k.count), warp, lane);
   const SideEntries q_side =
       load_side<E>(q.slot + token * q.count, q.weight + token * q.count, static_cast<int>(q.count), warp, lane);
-  accumulate_rows<E, kVec, kDots>(bank + c0, geo.hd, active, k_side, q_side, &partial[warp][0][lane * kVec],
-                                  &partial[warp][1][lane * kVec], lane_dots, lane);
+  accumulate_rows<E, kVec, kDots, kAmax>(bank + c0, geo.hd, active, k_side, q_side, &partial[warp][0][lane * kVec],
+                                         &partial[warp][1][lane * kVec], lane_dots, amax_parts,
+                                         static_cast<int>(tiles), lane);
   __syncthreads();
   const int sides = q_sums != nullptr ? 2 : 1;
   for (int o = static_cast<int>(threadIdx.x); o < sides * kTile; o += kWarps * 32) {
@@ -220,13 +251,29 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, kDots ? 3
   }
 }
 
-template <typename E, int kVec, bool kDots>
+template <typename E, int kVec, bool kDots, bool kAmax>
 void launch(const Geometry& geo, const void* rows, GatherSide k, GatherSide q, std::int64_t ti, float* k_sums,
-            float* q_sums, GatherDots dots, cudaStream_t stream) {
-  const auto tiles = static_cast<unsigned>((geo.hd + 32 * kVec - 1) / (32 * kVec));
+            float* q_sums, GatherDots dots, GatherAmax amax, cudaStream_t stream) {
+  const auto tiles = static_cast<unsigned>(row_tiles(geo.hd, kVec == 8));
   const dim3 grid(static_cast<unsigned>(geo.p_count * geo.C) * tiles);
-  launch_dependent(gather_rows<E, kVec, kDots>, grid, dim3(kWarps * 32), 0, stream, "gather_rows", geo,
-                   static_cast<const E*>(rows), k, q, ti, tiles, k_sums, q_sums, dots);
+  launch_dependent(gather_rows<E, kVec, kDots, kAmax>, grid, dim3(kWarps * 32), 0, stream, "gather_rows", geo,
+                   static_cast<const E*>(rows), k, q, ti, tiles, k_sums, q_sums, dots, amax);
+}
+
+// The gather on (rows, k, q) taking along the dots or (exclusive) the amaxes that are asked for.
+void gather(const Geometry& geo, const void* rows, bool bf16_rows, bool vec8, GatherSide k, GatherSide q,
+            std::int64_t ti, float* k_sums, float* q_sums, GatherDots dots, GatherAmax amax, cudaStream_t stream) {
+  const bool with_dots = dots.planes != nullptr, with_amax = amax.parts != nullptr;
+  dispatch(
+      [&](auto row, auto vec, auto take_dots, auto take_amax) {
+        constexpr int kVec = decltype(vec)::value;
+        constexpr bool kDots = decltype(take_dots)::value, kAmax = decltype(take_amax)::value;
+        if constexpr ((!kDots || kVec == kLaneCols) && !(kDots && kAmax)) {
+          launch<typename decltype(row)::type, kVec, kDots, kAmax>(geo, rows, k, q, ti, k_sums, q_sums, dots, amax,
+                                                                   stream);
+        }
+      },
+      Rows{bf16_rows}, VecWidth{vec8}, Flag{with_dots}, Flag{with_amax});
 }
 
 }  // namespace
@@ -234,23 +281,17 @@ void launch(const Geometry& geo, const void* rows, GatherSide k, GatherSide q, s
 void launch_weighted_gather(const Geometry& geo, const void* rows, bool bf16_rows, bool vec8, GatherSide k,
                             GatherSide q, std::int64_t ti, float* k_sums, float* q_sums, cudaStream_t stream,
                             GatherDots dots) {
-  const bool with_dots = dots.planes != nullptr;
-  if (with_dots && !vec8) throw RuntimeError("sdm CUDA engine: the gather's row dots need the vector path");
-  dispatch(
-      [&](auto row, auto vec, auto take_dots) {
-        constexpr int kVec = decltype(vec)::value;
-        constexpr bool kDots = decltype(take_dots)::value;
-        if constexpr (!kDots || kVec == kLaneCols) {
-          launch<typename decltype(row)::type, kVec, kDots>(geo, rows, k, q, ti, k_sums, q_sums, dots, stream);
-        }
-      },
-      Rows{bf16_rows}, VecWidth{vec8}, Flag{with_dots});
+  if (dots.planes != nullptr && !vec8) {
+    throw RuntimeError("sdm CUDA engine: the gather's row dots need the vector path");
+  }
+  gather(geo, rows, bf16_rows, vec8, k, q, ti, k_sums, q_sums, dots, GatherAmax{}, stream);
 }
 
 void launch_gather(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
                    cudaStream_t stream) {
-  launch_weighted_gather(geo, sb.bank, sb.bf16_bank, sb.vec8, GatherSide{p1.k_slot, p1.k_eff, geo.W},
-                         GatherSide{p1.q_slot, p1.q_w, geo.R}, ti, sb.retrieved, sb.inter, stream);
+  gather(geo, sb.bank, sb.bf16_bank, sb.vec8, GatherSide{p1.k_slot, p1.k_eff, geo.W},
+         GatherSide{p1.q_slot, p1.q_w, geo.R}, ti, sb.retrieved, sb.inter, GatherDots{},
+         GatherAmax{sb.row_amax_parts}, stream);
 }
 
 }  // namespace sdm::cuda

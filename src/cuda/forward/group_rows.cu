@@ -11,10 +11,12 @@
 //   a fixed order. It writes the ordinal at every start (-1 at every other position, when an
 //   ordinal array is given) and the chunk's count into group_first[n].
 // scan_group_counts: one CTA of kScanThreads turns group_first[0, N) into its exclusive scan in
-//   place, n ascending (tiles of kScanThreads: shuffle scans in the warps, then over the warps'
-//   totals, then the carry of the earlier tiles), and writes the total into group_first[N].
+//   place, n ascending (tiles of kScanThreads, each a cub::BlockScan exclusive sum, plus the carry
+//   of the earlier tiles), and writes the total into group_first[N].
 // Integer work only, no atomics: the same numbers on every run. No host sync, no allocation: it
 // runs inside a captured graph.
+#include <cub/block/block_scan.cuh>
+
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/forward/phase1_kernels.hpp"
 
@@ -52,31 +54,20 @@ __global__ void __launch_bounds__(kNumberThreads)
   if (tid == 0) group_first[n] = carried;
 }
 
-// Inclusive scan of `x` over the warp's lanes (lane ascending).
-__device__ __forceinline__ std::int64_t warp_inclusive_scan(std::int64_t x, int lane) {
-  for (int offset = 1; offset < 32; offset *= 2) {
-    const std::int64_t up = __shfl_up_sync(kFullWarp, x, offset);
-    if (lane >= offset) x += up;
-  }
-  return x;
-}
+using CountScan = cub::BlockScan<std::int64_t, kScanThreads, cub::BLOCK_SCAN_WARP_SCANS>;
 
 __global__ void __launch_bounds__(kScanThreads) scan_group_counts(std::int64_t chunks, std::int64_t* group_first) {
-  __shared__ std::int64_t warp_totals[kScanThreads / 32];
-  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  std::int64_t carried = 0;  // groups of the earlier tiles' chunks
+  __shared__ typename CountScan::TempStorage scan_storage;
+  const int tid = static_cast<int>(threadIdx.x);
+  std::int64_t carried = 0;  // groups of the earlier tiles' chunks (the same in every thread)
   for (std::int64_t tile = 0; tile < chunks; tile += kScanThreads) {
     const std::int64_t n = tile + tid;
     const std::int64_t count = n < chunks ? group_first[n] : 0;
-    const std::int64_t inclusive = warp_inclusive_scan(count, lane);
-    if (lane == 31) warp_totals[warp] = inclusive;
-    __syncthreads();
-    if (warp == 0) warp_totals[lane] = warp_inclusive_scan(warp_totals[lane], lane);
-    __syncthreads();
-    const std::int64_t earlier_warps = warp > 0 ? warp_totals[warp - 1] : 0;
-    if (n < chunks) group_first[n] = carried + earlier_warps + inclusive - count;
-    carried += warp_totals[kScanThreads / 32 - 1];
-    __syncthreads();  // warp_totals is rewritten by the next tile
+    std::int64_t before = 0, tile_total = 0;
+    CountScan(scan_storage).ExclusiveSum(count, before, tile_total);
+    if (n < chunks) group_first[n] = carried + before;
+    carried += tile_total;
+    __syncthreads();  // scan_storage is reused by the next tile
   }
   if (tid == 0) group_first[chunks] = carried;
 }

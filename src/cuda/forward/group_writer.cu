@@ -3,7 +3,8 @@
 // into the snapshot (docs/spec.md §5).
 //
 // Inputs:  Phase 1's sorted keys, wcoef, gdecay; delta f32 (step rows, or chunk-token rows in a
-//          saving call); the bank, which still holds M0 for this step's written rows.
+//          saving call); the bank, which still holds M0 for this step's written rows; fp8 / int4:
+//          the step gather's row amaxes per column tile (StepBuffers::row_amax_parts).
 // Outputs: the bank rows written in the step's chunks, in place; in a saving call also the
 //          pre-write row of each group into snapshot row e = group_first[n] + group_ordinal at the
 //          group's first sorted position (saved/group_rows.cuh, core/snapshot_row_rule.hpp),
@@ -14,18 +15,30 @@
 //          Snapshot: none M0[s] bit for bit; bf16 rnd_bf16(M0[s]); fp8 / int4 the shared quantiser
 //          core/snapshot_quant.hpp (scale from the row's amax, codes from the fast quotient on bf16
 //          rows, the IEEE division on f32 rows): the bytes and scale core::quantize_row gives.
+//          amax(M0[s]) = max over the row's tiles of the gather's tile amaxes, read at the warp's
+//          own entry (every entry of a group names the same row s, so any of them gives these).
 // Parallel decomposition: one warp per sorted write position of the step (a 1-D grid of P blocks
 //   of ceil(C*W / kWarps) CTAs). The row is cut into pieces of 32*kVec columns (lane l owns columns
 //   l*kVec of each, 16-byte accesses when kVec == 8); a group of g entries in the chunk shares
 //   them among its first w = min(g, pieces, split limit) warps: the warp at the group's j-th
 //   position (j < w) owns pieces j, j + w, j + 2w, ... and walks the whole group for them; the
-//   group's other warps exit at once. The quantised snapshot modes keep w = 1 (the scale needs the
-//   whole pre-write row, which the other warps would be overwriting).
+//   group's other warps exit at once. In every snapshot mode: an fp8 / int4 scale needs the amax of
+//   the whole pre-write row, which the other warps are overwriting, so no warp takes it from the
+//   bank; each of the w warps reduces the gather's tile amaxes of the row (hd / (32*kVec) floats),
+//   which the gather stored from the same M0 (it runs before the writer in the step's stream order,
+//   and no kernel between them writes the bank: step_kernels.hpp), and encodes its own pieces with
+//   that scale; the warp at j = 0 stores it. A piece starts at an even column, so an int4 byte
+//   (columns 2k, 2k + 1) never spans two warps' pieces.
 // Numerics: per element, f32 in group order (ascending token) starting from exp(Lambda) M0, one
 //   rounding to E per chunk, whichever warp owns the element: the bits do not depend on w. The
 //   update always uses the exact M0, so readings and the final bank do not depend on the snapshot
 //   mode. Each element has a single writer, which reads it before writing it: the in-place update
-//   is safe and deterministic; padding and masked entries (local slot == sps) form no group.
+//   is safe and deterministic; padding and masked entries (local slot == sps) form no group. The
+//   snapshot: the scale is a function of amax(M0[s]) alone, and a max of |values| (NaN ignored,
+//   from +0) is exact in any grouping and order, so tile amaxes reduced by any warp give
+//   core::quantize_row's amax, scale and codes: the snapshot bytes and scales (hence the restored
+//   rows and every gradient) do not depend on w, nor on how the amax is split into parts (before
+//   the split, w = 1 took it from the held pieces or a first read of the row: the same values).
 #include <atomic>
 #include <type_traits>
 
@@ -129,16 +142,17 @@ __device__ __forceinline__ int position_in_group(const std::uint64_t* __restrict
 // group fits in one such batch. The first batch's keys and coefficients, the previous key and the
 // decay are loaded in one round trip before the warp knows whether it writes, and the first
 // entry's delta pieces are prefetched into L1 while the row's loads fly. The only writer of a
-// one-entry group (or in a quantised mode) processes the row in blocks of kHeld pieces (kVec 8:
-// 4 pieces of 256 columns; kVec 1: 8 of 32): a block's row pieces are all loaded first (loads in
-// flight together) and kept as loaded (PackedRow) for the snapshot and the update, then for each
-// entry all of the block's delta pieces are loaded together. In a longer group each of the w
-// warps takes its pieces (j, j + w, ...) one at a time and the entries kEntriesAtOnce at a time
-// (their delta loads in flight together), so the chain of dependent loads per warp is
-// (pieces / w) * (entries / kEntriesAtOnce) long instead of blocks * entries. fp8 / int4 take the row's amax from
-// the held pieces (lane maxima, then a warp max: exact, any order) when the row is one block (hd <=
-// 1024 resp. 256), else from a first read of the row; lane 0 stores the scale. int4 with kVec == 1
-// pairs the adjacent columns of lanes 2j, 2j+1 by a shuffle.
+// one-entry group processes the row in blocks of kHeld pieces (kVec 8: 4 pieces of 256 columns;
+// kVec 1: 8 of 32): a block's row pieces are all loaded first (loads in flight together) and kept
+// as loaded (PackedRow) for the snapshot and the update, then for each entry all of the block's
+// delta pieces are loaded together. In a longer group each of the w warps takes its pieces (j,
+// j + w, ...) one at a time and the entries kEntriesAtOnce at a time (their delta loads in flight
+// together), so the chain of dependent loads per warp is (pieces / w) * (entries / kEntriesAtOnce)
+// long instead of blocks * entries. fp8 / int4: in each block or piece step, once its row loads
+// are issued, the warp reads the row's tile amaxes (lane l tiles l, l + 32, ...: one load a lane
+// at hd <= 8192 resp. 1024), so they fly with the row's loads, and takes their warp max and the
+// scale (snapshot_scale_of_parts); lane 0 of the warp holding piece 0 stores the scale. int4 with
+// kVec == 1 pairs the adjacent columns of lanes 2j, 2j+1 by a shuffle.
 template <typename E, int kVec, SnapshotQuant kMode>
 __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, kMinBlocks))
     write_groups(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti, std::int64_t ahead, int split_limit) {
@@ -165,12 +179,13 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, kMinBlock
   const float decay = p1.gdecay[n * CW + q];
   prefetch_later_row<E>(geo, p1, sb, ti, static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32 + ahead,
                         ctas_per_stream, lane);
-  const std::int64_t local = geo.keys.local_slot(__shfl_sync(0xffffffffu, my_key, 0));
+  const std::uint64_t key = __shfl_sync(0xffffffffu, my_key, 0);  // the warp's entry
+  const std::int64_t local = geo.keys.local_slot(key);
   if (local == geo.sps) return;
 
   const std::int64_t hd = geo.hd;
   const int pieces = static_cast<int>((hd + kPiece - 1) / kPiece);
-  const int most = kQuantised ? 1 : min(min(pieces, split_limit), 32);  // warps that may share the row
+  const int most = min(min(pieces, split_limit), 32);  // warps that may share the row
   int j = 0;  // this warp's position in its group
   if (q > 0 && geo.keys.local_slot(prev_key) == local) {
     if (most == 1) return;
@@ -220,10 +235,11 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, kMinBlock
     }
   };
 
-  const bool one_block = w == 1 && pieces <= kHeld;  // the whole row held at once
-  SnapshotScale quant;
+  // fp8 / int4: the gather's tile amaxes of the row (step_kernels.hpp), each warp reading those at
+  // its own entry (token i, lane w): every entry of the group names the row.
+  const float* row_amaxes = nullptr;
   if constexpr (kQuantised) {
-    if (!one_block) quant = snapshot_row_scale<kMode, kVec>(row, hd, lane);
+    row_amaxes = sb.row_amax_parts + ((p * geo.C + geo.keys.token(key)) * geo.W + geo.keys.lane(key)) * pieces;
   }
   // Writes kN pieces, piece s from column first(s) (< 2^31: hd is), the group's entries kE at a
   // time: piece s is the warp's when first(s) < hd, this lane's when first(s) + lane kVec < hd too;
@@ -243,19 +259,15 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, kMinBlock
     for (int s = 0; s < kN; ++s) {
       if (first(s) + lane_col < hd32) prefetch_l1(delta + offset0 + first(s) + lane_col);
     }
+    // fp8 / int4: the row's scale, its amaxes loaded while the row's loads fly (a warp with several
+    // blocks or pieces takes the same scale again in each: a few L1 hits instead of two registers
+    // held across the steps).
+    SnapshotScale quant;
     if constexpr (kQuantised) {
-      if (one_block) {
-        float amax = 0.0f;
-#pragma unroll
-        for (int s = 0; s < kN; ++s) {
-          float x[kVec];
-          unpack(held[s], x);
-#pragma unroll
-          for (int k = 0; k < kVec; ++k) amax = snapshot_amax_update(amax, x[k]);  // inactive: 0
-        }
-        quant = snapshot_scale_of<kMode>(amax);
+      if (stores_snapshot) {
+        quant = snapshot_scale_of_parts<kMode>(row_amaxes, pieces, lane);
+        if (first(0) == 0 && lane == 0) sb.snapshot_scales[e] = quant.scale;
       }
-      if (stores_snapshot && first(0) == 0 && lane == 0) sb.snapshot_scales[e] = quant.scale;
     }
     if (snapshot != nullptr) {
 #pragma unroll
@@ -312,9 +324,9 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kWarps * 32, kMinBlock
     }
   };
   using One = std::integral_constant<int, 1>;
-  if (kQuantised || (j == 0 && here.count == 1)) {
-    // A group of one entry (nearly all at low reuse), or a quantised mode: the group's only
-    // writer, the row in blocks of kHeld consecutive pieces.
+  if (j == 0 && here.count == 1) {
+    // A group of one entry (nearly all at low reuse): the group's only writer, the row in blocks
+    // of kHeld consecutive pieces.
     for (int b = 0; b < hd32; b += kHeld * kPiece) {
       write_pieces(std::integral_constant<int, kHeld>{}, One{}, [&](int s) { return b + s * kPiece; });
     }

@@ -4,8 +4,11 @@
 //   QX = tril(QK) X              f32 [N, C, C], zeros above the diagonal
 // One CTA per chunk, one warp per column k, lanes over rows: right-looking forward substitution
 // fused with the QX product (solve_column); every sum from +0 over j ascending (fmaf), bitwise the
-// textbook left-looking column solve. C <= 64: the four matrices staged in shared memory; larger C:
-// the same code on global memory.
+// textbook left-looking column solve. C <= 128: the lower triangles of the four matrices staged in
+// shared memory, packed (4 C (C + 1) / 2 floats: 132 KiB at C = 128); larger C: the same code on
+// global memory. Where the operands lie changes no sum, so every path gives the same bits.
+#include <type_traits>
+
 #include "core/validate.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_limits.hpp"
@@ -17,8 +20,23 @@ namespace {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kSolveWarps = 16;       // columns in flight per chunk
-constexpr int kStagedMaxChunk = 64;   // C up to this: A, QK, X, QX of the chunk in shared memory
+constexpr int kStagedMaxChunk = 128;  // C up to this: A, QK, X, QX of the chunk in shared memory
 constexpr int kStageBatch = 8;        // elements per thread and matrix loaded at once when staging
+
+// Where element (i, j), j <= i, of a chunk matrix lies. Dense: row-major with row stride ld (global
+// memory; the solve stores +0 above the diagonal itself). Packed: the lower triangle row by row,
+// row i from i (i + 1) / 2; the rows 32 m + l (l < 32) of one column fall in 32 distinct banks
+// (the triangular numbers mod 32 of 32 consecutive rows are a permutation of 0 .. 31).
+struct Dense {
+  float* p;
+  int ld;
+  __device__ __forceinline__ float* row(int i) const { return p + i * ld; }
+};
+struct Packed {
+  float* p;
+  __device__ __forceinline__ float* row(int i) const { return p + i * (i + 1) / 2; }
+};
+__host__ __device__ constexpr int packed_floats(int C) { return C * (C + 1) / 2; }
 
 // Column k of X and QX for one chunk, by one warp; lane l owns rows l, l + 32, ... (kRows of them,
 // 32 * kRows >= C). Right-looking forward substitution: at step j = k, k+1, ..., the owner of row
@@ -26,11 +44,12 @@ constexpr int kStageBatch = 8;        // elements per thread and matrix loaded a
 // by a shuffle, and every row i > j adds s_i = fmaf(A[i, j], x_j, s_i) and every row i >= j adds
 // q_i = fmaf(QK[i, j], x_j, q_i). So s_i = sum_{j in [k, i)} and q_i = QX[i, k] = sum_{j in [k, i]},
 // each from +0 in j ascending order: the sums of the textbook left-looking column solve, bit for
-// bit. A, QK: row stride lda; X, QX: row stride ldx (shared or global memory).
-template <int kRows>
-__device__ __forceinline__ void solve_column(const float* A, const float* QK, int lda, float* X, float* QX, int ldx,
-                                             int C, int k, int lane, const float (&beta)[kRows],
-                                             const bool (&valid)[kRows]) {
+// bit. Only elements on or below the diagonal are read; X and QX are stored on and below it, and
+// above it too when kDense (+0, the value the left-looking solve gives there).
+template <int kRows, typename Layout>
+__device__ __forceinline__ void solve_column(Layout A, Layout QK, Layout X, Layout QX, int C, int k, int lane,
+                                             const float (&beta)[kRows], const bool (&valid)[kRows]) {
+  constexpr bool kDense = std::is_same_v<Layout, Dense>;
   float s[kRows], q[kRows];
 #pragma unroll
   for (int m = 0; m < kRows; ++m) s[m] = 0.0f, q[m] = 0.0f;
@@ -43,15 +62,15 @@ __device__ __forceinline__ void solve_column(const float* A, const float* QK, in
       const float own = own_row == k ? 1.0f : (valid[mj] ? -(beta[mj] * s[mj]) : 0.0f);
       const float x = __shfl_sync(kFullMask, own, jj);
       if (lane >= jj && own_row < C) {
-        if (lane > jj) s[mj] = fmaf(A[own_row * lda + j], x, s[mj]);
-        q[mj] = fmaf(QK[own_row * lda + j], x, q[mj]);
+        if (lane > jj) s[mj] = fmaf(A.row(own_row)[j], x, s[mj]);
+        q[mj] = fmaf(QK.row(own_row)[j], x, q[mj]);
       }
 #pragma unroll
       for (int m = mj + 1; m < kRows; ++m) {  // rows all > j
         const int i = 32 * m + lane;
         if (i < C) {
-          s[m] = fmaf(A[i * lda + j], x, s[m]);
-          q[m] = fmaf(QK[i * lda + j], x, q[m]);
+          s[m] = fmaf(A.row(i)[j], x, s[m]);
+          q[m] = fmaf(QK.row(i)[j], x, q[m]);
         }
       }
     }
@@ -60,8 +79,12 @@ __device__ __forceinline__ void solve_column(const float* A, const float* QK, in
   for (int m = 0; m < kRows; ++m) {
     const int i = 32 * m + lane;
     if (i >= C) break;
-    X[i * ldx + k] = i < k ? 0.0f : i == k ? 1.0f : (valid[m] ? -(beta[m] * s[m]) : 0.0f);
-    QX[i * ldx + k] = q[m];
+    if (i < k) {
+      if constexpr (kDense) X.row(i)[k] = 0.0f, QX.row(i)[k] = q[m];
+      continue;
+    }
+    X.row(i)[k] = i == k ? 1.0f : (valid[m] ? -(beta[m] * s[m]) : 0.0f);
+    QX.row(i)[k] = q[m];
   }
 }
 
@@ -70,12 +93,13 @@ static_assert(8 * 32 >= core::kMaxChunk, "solve's global-memory instantiation co
 // solve: one CTA per chunk, one warp per column k (zig-zag over 16 warps), lanes over
 // rows: right-looking forward substitution for column k of X = (I + diag(beta)
 // A)^-1 fused with QX = tril(QK) X (solve_column); every sum from +0 over j
-// ascending, bitwise the left-looking column solve. C <= 64: A, QK, X, QX staged
-// in shared memory (odd row stride), X / QX stored coalesced; larger C: the same
-// code on global memory.
+// ascending, bitwise the left-looking column solve. kStaged (C <= 128): the lower
+// triangles of A and QK staged packed in shared memory (only they are loaded), X and
+// QX solved there, then stored dense and coalesced with +0 above the diagonal; else
+// the same code on global memory.
 template <int kRows, bool kStaged>
 __global__ void __launch_bounds__(kSolveWarps * 32) solve(Geometry geo, Inputs in, Phase1Buffers buf) {
-  extern __shared__ float solve_tiles[];  // kStaged: A, QK, X, QX, each [C][C | 1]
+  extern __shared__ float solve_tiles[];  // kStaged: A, QK, X, QX, each packed_floats(C)
   const int C = static_cast<int>(geo.C);
   const std::int64_t n = blockIdx.x, cc = static_cast<std::int64_t>(C) * C;
   const std::int64_t p = n % geo.P, t0 = (n / geo.P) * C;
@@ -89,55 +113,57 @@ __global__ void __launch_bounds__(kSolveWarps * 32) solve(Geometry geo, Inputs i
     valid[m] = i < C && t0 + i < geo.T;
     beta[m] = valid[m] ? load_input(in.beta, in.beta_dtype, p * geo.T + t0 + i) : 0.0f;
   }
-  const float* A = buf.A + n * cc;
-  const float* QK = buf.QK + n * cc;
-  float* X = buf.X + n * cc;
-  float* QX = buf.QX + n * cc;
-  int ld = C;
-  if constexpr (kStaged) {  // odd row stride: a warp's 32 rows of one column hit 32 banks
-    ld = C | 1;
-    float* As = solve_tiles;
-    float* QKs = As + C * ld;
-    // All of a thread's loads (kStageBatch per matrix) are issued before its first shared store.
+  float* Ag = buf.A + n * cc;
+  float* QKg = buf.QK + n * cc;
+  float* Xg = buf.X + n * cc;
+  float* QXg = buf.QX + n * cc;
+  // Columns zig-zag over the warps (round r: warp w takes r*warps + w, or r*warps + warps-1-w when
+  // r is odd) so that the long (left) and short (right) columns even out.
+  const auto solve_columns = [&](auto A, auto QK, auto X, auto QX) {
+    for (int round = 0; round * warps < C; ++round) {
+      const int k = round * warps + (round % 2 == 0 ? warp : warps - 1 - warp);
+      if (k < C) solve_column<kRows>(A, QK, X, QX, C, k, lane, beta, valid);
+    }
+  };
+  if constexpr (kStaged) {
+    const int tri = packed_floats(C);
+    const Packed A{solve_tiles}, QK{solve_tiles + tri}, X{solve_tiles + 2 * tri}, QX{solve_tiles + 3 * tri};
+    // All of a thread's loads (kStageBatch per matrix) are issued before its first shared store;
+    // elements above the diagonal are neither loaded nor stored.
     const int threads = static_cast<int>(blockDim.x);
     for (int o0 = static_cast<int>(threadIdx.x); o0 < C * C; o0 += kStageBatch * threads) {
       float a[kStageBatch], qk[kStageBatch];
 #pragma unroll
       for (int b = 0; b < kStageBatch; ++b) {
         const int o = o0 + b * threads;
-        a[b] = o < C * C ? A[o] : 0.0f;
-        qk[b] = o < C * C ? QK[o] : 0.0f;
+        const bool lower = o < C * C && o % C <= o / C;
+        a[b] = lower ? Ag[o] : 0.0f;
+        qk[b] = lower ? QKg[o] : 0.0f;
       }
 #pragma unroll
       for (int b = 0; b < kStageBatch; ++b) {
-        const int o = o0 + b * threads;
-        if (o < C * C) As[o / C * ld + o % C] = a[b], QKs[o / C * ld + o % C] = qk[b];
+        const int o = o0 + b * threads, i = o / C, j = o % C;
+        if (o < C * C && j <= i) A.row(i)[j] = a[b], QK.row(i)[j] = qk[b];
       }
     }
     __syncthreads();
-    A = As, QK = QKs, X = QKs + C * ld, QX = X + C * ld;
-  }
-  // Columns zig-zag over the warps (round r: warp w takes r*warps + w, or r*warps + warps-1-w when
-  // r is odd) so that the long (left) and short (right) columns even out.
-  for (int round = 0; round * warps < C; ++round) {
-    const int k = round * warps + (round % 2 == 0 ? warp : warps - 1 - warp);
-    if (k < C) solve_column<kRows>(A, QK, ld, X, QX, ld, C, k, lane, beta, valid);
-  }
-  if constexpr (kStaged) {
+    solve_columns(A, QK, X, QX);
     __syncthreads();
-    float* Xg = buf.X + n * cc;
-    float* QXg = buf.QX + n * cc;
-    for (int o = static_cast<int>(threadIdx.x); o < C * C; o += static_cast<int>(blockDim.x)) {
-      Xg[o] = X[o / C * ld + o % C];
-      QXg[o] = QX[o / C * ld + o % C];
+    for (int o = static_cast<int>(threadIdx.x); o < C * C; o += threads) {
+      const int i = o / C, j = o % C;
+      Xg[o] = j <= i ? X.row(i)[j] : 0.0f;
+      QXg[o] = j <= i ? QX.row(i)[j] : 0.0f;
     }
+  } else {
+    solve_columns(Dense{Ag, C}, Dense{QKg, C}, Dense{Xg, C}, Dense{QXg, C});
   }
 }
 
 template <int kRows, bool kStaged>
 void launch_solve_with(const Geometry& geo, const Inputs& in, const Phase1Buffers& buf, cudaStream_t stream) {
   const auto kernel = solve<kRows, kStaged>;
-  const std::size_t smem = kStaged ? 4 * static_cast<std::size_t>(geo.C * (geo.C | 1)) * sizeof(float) : 0;
+  const std::size_t tri = static_cast<std::size_t>(packed_floats(static_cast<int>(geo.C)));
+  const std::size_t smem = kStaged ? 4 * tri * sizeof(float) : 0;
   allow_dynamic_shared_memory(kernel, smem, "cudaFuncSetAttribute (solve shared memory)");
   const unsigned threads = 32u * static_cast<unsigned>(geo.C < kSolveWarps ? geo.C : kSolveWarps);
   kernel<<<static_cast<unsigned>(geo.N), threads, smem, stream>>>(geo, in, buf);
@@ -147,7 +173,8 @@ void launch_solve_with(const Geometry& geo, const Inputs& in, const Phase1Buffer
 }  // namespace
 
 void launch_solve(const Geometry& geo, const Inputs& in, const Phase1Buffers& buf, cudaStream_t stream) {
-  if (geo.C <= kStagedMaxChunk) launch_solve_with<2, true>(geo, in, buf, stream);
+  if (geo.C <= 64) launch_solve_with<2, true>(geo, in, buf, stream);
+  else if (geo.C <= kStagedMaxChunk) launch_solve_with<4, true>(geo, in, buf, stream);
   else launch_solve_with<8, false>(geo, in, buf, stream);
 }
 

@@ -13,7 +13,9 @@
 // joined back (step_streams.hpp). No host sync follows the optional check, so the whole call can
 // be captured in a CUDA graph (then on one stream); while the stream is capturing, the device
 // index check is skipped (docs/spec.md §8) and out-of-range entries are masked.
-// Scratch comes from one stream-ordered allocation (workspace.hpp).
+// Scratch comes from one stream-ordered allocation (workspace.hpp); a saving call with an fp8 /
+// int4 snapshot adds the gather's row amaxes, 4 bytes per write entry of one step and column tile
+// of 32*kVec columns (StepBuffers::row_amax_parts).
 #include <cstdint>
 
 #include "core/snapshot_row_rule.hpp"
@@ -78,10 +80,17 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
   }
   plan_phase1_forward_only(geo, ws, p1);
   StepBuffers sb;
+  // Vector access to the bank rows, and in a saving call to the snapshot and delta rows, needs a
+  // 16-byte aligned bank and saved buffer (saved/layout.hpp).
+  sb.vec8 = geo.hd % 8 == 0 && aligned16(args.memory.data) && (saved == nullptr || aligned16(saved->data));
   const std::int64_t step_elems = geo.P * geo.C * geo.hd;
   ws.plan(&sb.retrieved, step_elems);
   ws.plan(&sb.inter, step_elems);
   if (saved == nullptr) ws.plan(&sb.delta, step_elems);
+  // fp8 / int4 snapshot: the gather's row amaxes for the writer's scales, one step's worth.
+  if (saved != nullptr && layout.has_scales) {
+    ws.plan(&sb.row_amax_parts, geo.P * geo.C * geo.W * row_tiles(geo.hd, sb.vec8));
+  }
   // A validated saving call with fewer rows than the worst case counts its write groups first and
   // refuses a too-small `saved` in the index check's sync, before any write (group_count.hpp).
   const bool count_first = saved != nullptr && call.checking() && plan.snapshot_rows < geo.write_entries();
@@ -97,7 +106,6 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
   sb.bank = args.memory.data;
   sb.readings = readings.data;
   sb.bf16_bank = shape.bank == DType::bf16;
-  sb.vec8 = geo.hd % 8 == 0 && aligned16(args.memory.data);
   if (saved != nullptr) {
     sb.delta = reinterpret_cast<float*>(saved_base + layout.delta);
     sb.residual = reinterpret_cast<float*>(saved_base + layout.residual);
@@ -106,8 +114,6 @@ void forward(const WriteReadArgs& args, const TensorRef& readings, const TensorR
     sb.snapshot_mode = layout.mode;
     sb.snapshot_rows = static_cast<std::int64_t>(layout.rows);
     sb.delta_per_chunk = true;
-    // Vector access to the snapshot and delta rows needs an aligned saved buffer (saved/layout.hpp).
-    sb.vec8 = sb.vec8 && aligned16(saved->data);
   }
 
   run_phase1(geo, in, sb.bf16_bank, p1, stream);

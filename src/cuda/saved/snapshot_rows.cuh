@@ -286,51 +286,90 @@ __device__ __forceinline__ void restore_snapshot_piece(const SnapshotRows& s, st
 
 // ---- encoding (the saving forward) ----------------------------------------------------------
 // Encoding (the saving forward's writer, group_writer.cu) follows the writer's ownership instead:
-// lane l owns the kVec columns c0 = 32 kVec s + kVec l .. c0 + kVec - 1 (kVec 8 or 1). The byte
-// layout of a row does not depend on who writes it, so any ownership decodes the same. fp8 / int4
-// first need the row's scale: each lane takes the amax of its own columns (from the row pieces
-// the writer holds in registers, or by snapshot_row_scale reading the row), then
-// snapshot_scale_of takes a warp max; a max is exact, so the order changes nothing and the scale
-// equals core::quantize_row's. encode_snapshot_piece then stores one piece, given as loaded
-// (PackedRow): kVec 8 -> 16 / 32 bytes (none: the loaded bits unchanged; bf16), 8 bytes at c0
-// (fp8), 4 bytes at c0 / 2 (int4); kVec 1 -> one
-// element, one byte (fp8), or for int4 the even lane stores the byte of columns (c0, c0 + 1) with
-// the odd neighbour's nibble fetched by a shuffle (odd hd: the last low nibble is 0).
+// lane l owns the kVec columns c0 = 32 kVec s + kVec l .. c0 + kVec - 1 (kVec 8 or 1) of piece s.
+// The byte layout of a row does not depend on who writes it, so any ownership decodes the same.
+// fp8 / int4 first need the row's scale, from the row's amax over its pre-write values: the
+// forward's gather, which loads every written row piece by piece before the step's writer runs,
+// takes each piece's amax (snapshot_piece_amax: the lane's columns, then a warp max) and the writer
+// takes the max of a row's piece amaxes (snapshot_scale_of_parts). A max is exact and its order
+// free, so that amax, and the scale from it, are core::quantize_row's whoever took which part.
+// encode_snapshot_piece then stores one piece, given as loaded (PackedRow): kVec 8 -> 16 / 32 bytes
+// (none: the loaded bits unchanged; bf16), 8 bytes at c0 (fp8), 4 bytes at c0 / 2 (int4); kVec 1
+// -> one element, one byte (fp8), or for int4 the even lane stores the byte of columns (c0, c0 + 1)
+// with the odd neighbour's nibble fetched by a shuffle (odd hd: the last low nibble is 0). A piece
+// starts at an even column and ends at an even column or at hd, so no int4 byte spans two pieces:
+// the pieces of a row can be encoded by different warps.
 
-// The row's scale in mode kMode (fp8 / int4) from each lane's partial amax (snapshot_amax_update
-// over the lane's columns, from +0): a warp max (exact in any order), then core::quant_scale.
-// Called by all 32 lanes of a warp; every lane gets it.
-template <SnapshotQuant kMode>
-__device__ __forceinline__ SnapshotScale snapshot_scale_of(float lane_amax) {
-  static_assert(kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4, "quantised modes only");
+// The max of the 32 lanes' amax values (each from snapshot_amax_update, so in [+0, +inf], never a
+// NaN): such floats order as their bit patterns do as unsigned integers, so one redux.sync max on
+// the bits (sm_80+; a shuffle butterfly before) gives the exact max. Called by all 32 lanes; every
+// lane gets it.
+__device__ __forceinline__ float warp_amax(float lane_amax) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   float amax = lane_amax;
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) {
     amax = snapshot_amax_update(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
   }
+  return amax;
+#else
+  return __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(lane_amax)));
+#endif
+}
+
+// The amax of one piece of a row, x = the lane's kVec elements of it as loaded (load_packed; all
+// zero for columns past hd or a lane without columns: 0 leaves a max from +0 as it is), from their
+// bits: an element's magnitude bits (sign cleared; bf16: the top half of an f32) are the f32 bits of
+// |x|, which order as the values do; a NaN's, above the infinity's, count 0 (ignored). So the lane's
+// max is bitwise the max of snapshot_amax_update over its values, in integer min / max
+// instructions (bf16: two elements a 16x2 operation) and fewer registers than on unpacked floats;
+// then warp_amax. Called by all 32 lanes; every lane gets it.
+template <typename E, int kVec>
+__device__ __forceinline__ float snapshot_piece_amax(const PackedRow<E, kVec>& x) {
+  std::uint32_t top = 0u;  // the lane's max, as f32 bits
+  if constexpr (sizeof(E) == 2 && kVec == 8) {
+    std::uint32_t m = 0u;  // two bf16 magnitudes
+#pragma unroll
+    for (int k = 0; k < PackedRow<E, kVec>::kWords; ++k) {
+      const std::uint32_t magnitude = x.w[k] & 0x7fff7fffu;
+      m = __vmaxu2(m, magnitude & ~__vcmpgtu2(magnitude, 0x7f807f80u));
+    }
+    top = max(m & 0xffffu, m >> 16) << 16;
+  } else {
+    constexpr std::uint32_t kMagnitude = sizeof(E) == 2 ? 0x7fffu : 0x7fffffffu;
+    constexpr std::uint32_t kInf = sizeof(E) == 2 ? 0x7f80u : 0x7f800000u;
+#pragma unroll
+    for (int k = 0; k < PackedRow<E, kVec>::kWords; ++k) {
+      const std::uint32_t magnitude = x.w[k] & kMagnitude;
+      top = max(top, magnitude > kInf ? 0u : magnitude);
+    }
+    if constexpr (sizeof(E) == 2) top <<= 16;
+  }
+  return warp_amax(__uint_as_float(top));
+}
+
+// The row's scale in mode kMode (fp8 / int4) from the lanes' partial amaxes (each a max of
+// |values| of the row from +0): their warp max, then core::quant_scale. Called by all 32 lanes of
+// a warp; every lane gets it.
+template <SnapshotQuant kMode>
+__device__ __forceinline__ SnapshotScale snapshot_scale_of(float lane_amax) {
+  static_assert(kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4, "quantised modes only");
+  const float amax = warp_amax(lane_amax);
   SnapshotScale s;
   s.scale = core::quant_scale(amax, core::quant_qmax(kMode));
   s.reciprocal = core::quant_reciprocal(s.scale);
   return s;
 }
 
-// The scale of the bank row `row` (hd elements of E) in mode kMode, reading the row: for rows the
-// writer does not hold in registers. Called by all 32 lanes of a warp; every lane gets it. For
-// none / bf16 it reads nothing and returns zeros.
-template <SnapshotQuant kMode, int kVec, typename E>
-__device__ __forceinline__ SnapshotScale snapshot_row_scale(const E* row, std::int64_t hd, int lane) {
-  if constexpr (kMode != SnapshotQuant::fp8 && kMode != SnapshotQuant::int4) {
-    return {};
-  } else {
-    float amax = 0.0f;
-    for (std::int64_t c0 = static_cast<std::int64_t>(lane) * kVec; c0 < hd; c0 += 32 * kVec) {
-      float x[kVec];
-      load_row<kVec>(row + c0, x);
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) amax = snapshot_amax_update(amax, x[k]);
-    }
-    return snapshot_scale_of<kMode>(amax);
-  }
+// The row's scale in mode kMode (fp8 / int4) from the amaxes of its `pieces` pieces (parts[0 ..
+// pieces), snapshot_piece_amax's): lane l takes the max of parts l, l + 32, ..., then
+// snapshot_scale_of. Called by all 32 lanes of a warp; every lane gets it.
+template <SnapshotQuant kMode>
+__device__ __forceinline__ SnapshotScale snapshot_scale_of_parts(const float* parts, int pieces, int lane) {
+  float amax = 0.0f;
+#pragma unroll 1
+  for (int s = lane; s < pieces; s += 32) amax = snapshot_amax_update(amax, parts[s]);  // one pass at hd <= 8192
+  return snapshot_scale_of<kMode>(amax);
 }
 
 // Stores the piece x (columns c0 .. c0 + kVec - 1 of a bank row of E, as loaded by load_packed)
