@@ -52,7 +52,7 @@ struct alignas(16) StageLists {
   std::uint32_t run_id[KMAX];
   float fac_val[KMAX];
   std::uint32_t fac_col[KMAX];
-  std::uint64_t kept[KMAX + 1];  // score_key << 16 | payload of the kept candidates, in pick order;
+  std::uint64_t kept[KMAX + 1];  // score_key << 32 | payload of the kept candidates, in pick order;
                                 // [KMAX]: where the dropped ones write (no branch)
 };
 
@@ -317,7 +317,7 @@ __device__ void store_by_id(const StageLists<KMAX>& s, int c, std::uint32_t widt
     const int g = lane * M + r;
     key[r] = ~Key{0};
     if (g < c) {
-      const auto pay = static_cast<std::uint32_t>(s.kept[g] & 0xffffu);
+      const auto pay = static_cast<std::uint32_t>(s.kept[g]);
       const std::uint32_t i = pay & 0xffu, j = (pay >> 8) - i;
       const std::uint32_t id = s.run_id[i] * width + s.fac_col[j];
       key[r] = static_cast<Key>(id) << 8 | static_cast<Key>(g);
@@ -329,7 +329,7 @@ __device__ void store_by_id(const StageLists<KMAX>& s, int c, std::uint32_t widt
     const int g = lane * M + r;
     if (g < c) {
       const auto at = static_cast<int>(key[r] & 0xffu);
-      const auto pay = static_cast<std::uint32_t>(s.kept[at] & 0xffffu);
+      const auto pay = static_cast<std::uint32_t>(s.kept[at]);
       const std::uint32_t i = pay & 0xffu, j = (pay >> 8) - i;
       out_slots[g] = static_cast<std::int64_t>(key[r] >> 8);
       out_values[g] = S::store(__fadd_rn(s.run_val[i], s.fac_val[j]));
@@ -352,7 +352,7 @@ __device__ void next_running(StageLists<KMAX>& s, int c, std::uint32_t width, in
   std::uint32_t id[M];
 #pragma unroll
   for (int r = 0; r < M; ++r) {
-    const auto pay = static_cast<std::uint32_t>(key[r] & 0xffffu);
+    const auto pay = static_cast<std::uint32_t>(key[r]);
     const std::uint32_t i = pay & 0xffu, j = (pay >> 8) - i;
     if (lane * M + r < c) {
       val[r] = S::round(__fadd_rn(s.run_val[i], s.fac_val[j]));
@@ -410,13 +410,18 @@ __device__ void pair_stage(StageLists<KMAX>& s, int n, int m, int c, std::uint32
     for (int q = 0; q < C; ++q) tie[q] = sk[q] == cut.key ? pay[q] + 1u : 0u;
     tie_code = nth_largest_tie(tie, static_cast<unsigned>(c) - cut.above);
   }
+  // The same test on (key, payload) as one 64-bit number, key in the high word (a register pair: no
+  // shifts, no branch): >= (cut.key, tie_code - 1). pay < 2^16, so payload + 1 >= tie_code is
+  // payload >= tie_code - 1 for tie_code >= 1, and both hold for every payload when tie_code = 0.
+  const std::uint64_t least = static_cast<std::uint64_t>(cut.key) << 32 | (max(tie_code, 1u) - 1u);
   int base = 0;
   const unsigned below = (1u << lane) - 1u;
 #pragma unroll
   for (int q = 0; q < C; ++q) {
-    const bool keep = sk[q] > cut.key || (sk[q] == cut.key && pay[q] + 1u >= tie_code);
+    const std::uint64_t kept = static_cast<std::uint64_t>(sk[q]) << 32 | pay[q];
+    const bool keep = kept >= least;
     const unsigned ballot = __ballot_sync(kFullMask, keep);
-    s.kept[keep ? base + __popc(ballot & below) : KMAX] = static_cast<std::uint64_t>(sk[q]) << 16 | pay[q];
+    s.kept[keep ? base + __popc(ballot & below) : KMAX] = kept;
     base += __popc(ballot);
   }
   __syncwarp();
