@@ -5,6 +5,6 @@
 namespace sdm::testing {
 
 void test_entry_key_shapes();          // lanes 1..256, every chunk size class, repeats, both index dtypes
-void test_entry_key_engine_configs();  // readme and flagship
+void test_entry_key_engine_configs();  // readme, flagship at C 64 and 128
 
 }  // namespace sdm::testing

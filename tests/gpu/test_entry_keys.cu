@@ -7,7 +7,8 @@
 // int32 and int64 indices; the sorted keys must equal a host stable sort of those keys on their
 // chunk and slot bits. Outputs are filled with 0xab first, so an unwritten entry shows up.
 // Cases: entry_key_oracle.hpp's shapes (int32 and int64 indices alternately), indices outside the
-// stream's rows, negative and far; and the readme and flagship configurations (W = 64 and 128).
+// stream's rows, negative and far; and the readme and flagship configurations (W = 64 and 128;
+// flagship at C 64 and 128).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -128,8 +129,9 @@ namespace sdm::testing {
 void test_entry_key_shapes() { run_cases(entry_key_shapes(), 20240701); }
 
 void test_entry_key_engine_configs() {
-  run_cases({{2, 8192, 64, 64, 64, 36864},     // readme
-             {8, 4096, 64, 128, 128, 65536}},  // flagship
+  run_cases({{2, 8192, 64, 64, 64, 36864},      // readme
+             {8, 4096, 64, 128, 128, 65536},    // flagship
+             {8, 4096, 128, 128, 128, 65536}},  // flagship C 128: 16384 keys a chunk (the 16384 tile)
             20240702);
 }
 

@@ -23,8 +23,10 @@ struct ChunkSort {
   std::size_t temp_bytes = 0;   // device temporary storage sort_chunk_keys needs (0 for block sorts)
 };
 
-// Picks the per-chunk block sort when a chunk fits one CTA's tile (per_chunk <= kMaxChunkSortTile),
-// otherwise cub's device-wide radix sort on [begin_bit, total_bits). Requires 0 <= begin_bit <=
+// Picks the per-chunk block sort when a chunk fits one CTA's tile (per_chunk <= kMaxChunkSortTile)
+// and the current device lets a CTA hold the tile's shared memory (only the 64-bit sort of the
+// 16384-key tile, 132 KiB, exceeds some devices' opt-in limit), otherwise cub's device-wide radix
+// sort on [begin_bit, total_bits). Plan on the device that sorts. Requires 0 <= begin_bit <=
 // slot_end_bit <= total_bits <= 64 (throws sdm::RuntimeError otherwise).
 ChunkSort plan_chunk_sort(std::int64_t chunks, std::int64_t per_chunk, int begin_bit, int slot_end_bit,
                           int total_bits);
@@ -34,6 +36,6 @@ ChunkSort plan_chunk_sort(std::int64_t chunks, std::int64_t per_chunk, int begin
 void sort_chunk_keys(const ChunkSort& plan, const std::uint64_t* in, std::uint64_t* out, void* temp,
                      cudaStream_t stream);
 
-constexpr std::int64_t kMaxChunkSortTile = 8192;
+constexpr std::int64_t kMaxChunkSortTile = 16384;
 
 }  // namespace sdm::cuda
