@@ -121,32 +121,8 @@ __device__ __forceinline__ void copy_async4(float* dst, const float* src, int sr
 // Waits for this thread's cp.async copies (a __syncthreads must follow before others read them).
 __device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// stage_block(M, C, 0, 0, Ms, ..) for C <= 64, as cp.async copies in flight (same values, same
-// zero padding: rows C .. round_up4(C) - 1 and the columns C .. round_up4(C) - 1 of the last unit).
-// The caller runs wait_copies() and __syncthreads() before reading Ms.
-__device__ __forceinline__ void stage_chunk_async(const float* __restrict__ M, int C, float* Ms, int tid,
-                                                  int threads) {
-  const int units = (C + 3) / 4;
-  const bool vec = C % 4 == 0 && aligned16(M);
-  for (int o = tid; o < round_up4(C) * (kBlock / 4); o += threads) {
-    const int r = o >> 4, q = o & 15;
-    if (q >= units) continue;
-    const float* src = M + static_cast<std::int64_t>(r < C ? r : 0) * C + 4 * q;
-    if (vec) {
-      copy_async16(Ms + 4 * o, src, r < C ? 16 : 0);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const bool real = r < C && 4 * q + e < C;
-        copy_async4(Ms + 4 * o + e, real ? src + e : M, real ? 4 : 0);
-      }
-    }
-  }
-}
-
 // stage_block(M, C, row0, col0, Ms, ..) as cp.async copies in flight: the same values, the same zero
-// padding (stage_chunk_async is this at row0 = col0 = 0 for C <= 64). The caller waits for the
-// copies and runs __syncthreads() before reading Ms.
+// padding. The caller waits for the copies and runs __syncthreads() before reading Ms.
 __device__ __forceinline__ void stage_block_async(const float* __restrict__ M, int C, int row0, int col0, float* Ms,
                                                   int tid, int threads) {
   const int rows = C - row0 < kBlock ? C - row0 : kBlock;
@@ -167,6 +143,14 @@ __device__ __forceinline__ void stage_block_async(const float* __restrict__ M, i
       }
     }
   }
+}
+
+// stage_block_async at row0 = col0 = 0 for C <= 64: the whole chunk (rows C .. round_up4(C) - 1 and the
+// columns C .. round_up4(C) - 1 of the last unit zero). The caller runs wait_copies() and
+// __syncthreads() before reading Ms.
+__device__ __forceinline__ void stage_chunk_async(const float* __restrict__ M, int C, float* Ms, int tid,
+                                                  int threads) {
+  stage_block_async(M, C, 0, 0, Ms, tid, threads);
 }
 
 // load_input (common/values.cuh) split in two: the raw bits now, the exact conversion later (which
