@@ -130,7 +130,7 @@ void test_chunked_vs_reference() {
       {spec(2, 300, 4, 4, 72, 8, 4, bf16, i32, 25), 256},    // vector path, groups of ~128 entries
       {spec(1, 64, 8, 8, 1024, 16, 1, f32, i32, 26), 64},    // groups of ~32 entries, hd 1024
       {spec(2, 230, 5, 3, 13, 24, 1, f32, i32, 27), 100},    // 64 < C <= 128: the packed solve, 4 rows a lane
-      {spec(2, 300, 6, 4, 72, 96, 2, bf16, i64, 28), 128},   // C = 128, T % C != 0
+      {spec(2, 300, 6, 4, 72, 96, 6, bf16, i64, 28), 128},   // C = 128, T % C != 0, G = W
       {spec(1, 150, 3, 5, 9, 12, 1, f32, i32, 29), 129},     // C = 129: the solve on global memory
   };
   for (const Case& c : cases) chunked_vs_reference(c.spec, c.C);
