@@ -1,7 +1,7 @@
 // test_product_key_topk.cpp - the CUDA product-key top-k against the CPU kernels, bit for bit:
 // slots, values (any NaN equals any NaN: IEEE leaves the NaN an addition returns to the
-// hardware) and the backward's gradient rows, on awkward factor lists, k, dtypes, tie-heavy and
-// special-value scores and strided rows; two CUDA runs of each case bitwise equal; and the backward
+// hardware) and the backward's gradient rows, on awkward factor lists, k, dtypes, tie-heavy,
+// special-value and crowded f32 scores and strided rows; two CUDA runs of each case bitwise equal; and the backward
 // over slots with entries outside [0, prod(dims)) (they contribute nothing) against the CPU's.
 // Prints one line per case and "sdm_gpu_topk_tests: N checks, F failed" last; exit status 1 on a
 // failure, 0 (with a message) where no CUDA device exists.
@@ -145,6 +145,24 @@ std::vector<TopkCase> cases() {
         c.seed = seed++;
         all.push_back(c);
       }
+    }
+  }
+  // f32 scores that the register forward's 32-bit factor keys (the score's upper bits, then the
+  // column) misrank, which its checks must send to the 64-bit re-rank: crowded into a few buckets,
+  // and one bucket split at the m-th column (k below the widths, so that the m-th column is in the
+  // output); the half-warp ranks (with and without the halving folds) and whole-warp ones, every KMAX.
+  const std::vector<std::pair<std::vector<std::int64_t>, std::int64_t>> f32_shapes = {
+      {{256, 256}, 64}, {{256, 256}, 128}, {{512, 512}, 64}, {{200, 150}, 50}, {{64, 64, 64}, 40}, {{33, 500}, 20},
+      {{100, 31, 7}, 6}, {{16, 16}, 10}, {{512, 300}, 128}};
+  for (const auto& [dims, k] : f32_shapes) {
+    for (const ScoreKind kind : {ScoreKind::crowded, ScoreKind::bucket_edge}) {
+      TopkCase c;
+      c.dims = dims;
+      c.k = k;
+      c.rows = 67;
+      c.kind = kind;
+      c.seed = seed++;
+      all.push_back(c);
     }
   }
   // Strided rows: 16-byte aligned factors (the register kernel's vector loads) and unaligned ones.

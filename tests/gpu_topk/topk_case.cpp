@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -36,8 +37,9 @@ void store(std::vector<unsigned char>& bytes, DType dtype, std::size_t i, double
 
 double draw(ScoreKind kind, std::mt19937_64& rng) {
   std::normal_distribution<double> normal;
-  std::uniform_int_distribution<int> half_steps(-3, 3), pick(0, 9);
-  if (kind == ScoreKind::randn) return normal(rng);
+  std::uniform_int_distribution<int> half_steps(-3, 3), pick(0, 9), ulps(0, 4095);
+  if (kind == ScoreKind::randn || kind == ScoreKind::bucket_edge) return normal(rng);
+  if (kind == ScoreKind::crowded) return (pick(rng) < 8 ? 1.0 : -1.0) * (1.0 + std::ldexp(ulps(rng), -23));
   const double tie = half_steps(rng) / 2.0;
   if (kind == ScoreKind::ties) return tie;
   switch (pick(rng)) {
@@ -50,6 +52,34 @@ double draw(ScoreKind kind, std::mt19937_64& rng) {
   }
 }
 
+// ScoreKind::bucket_edge's scores of one row (factors of widths dims side by side): factor
+// `edge` holds m - 1 distinct large scores, then at its m-th best column the smaller of two columns
+// holding +-0.75 and its f32 neighbour away from 0 (ranked by the scores' upper bits and then the
+// column, the other one would be m-th), the rest below (m = min(k, width)); every other factor has
+// one score far above its others, so the k best slots use the edge factor's top m columns.
+void bucket_edge_row(std::vector<double>& row, const std::vector<std::int64_t>& dims, std::int64_t k, std::size_t edge,
+                     std::mt19937_64& rng) {
+  std::int64_t at = 0;
+  for (std::size_t f = 0; f < dims.size(); ++f) {
+    const std::int64_t width = dims[f], m = f == edge ? std::min(k, width) : 1;
+    std::vector<std::int64_t> order(static_cast<std::size_t>(width));
+    for (std::int64_t c = 0; c < width; ++c) order[static_cast<std::size_t>(c)] = at + c;
+    std::shuffle(order.begin(), order.end(), rng);
+    auto x = [&](std::int64_t t) -> double& { return row[static_cast<std::size_t>(order[static_cast<std::size_t>(t)])]; };
+    for (std::int64_t t = 0; t < width; ++t) x(t) = t < m - 1 || f != edge ? 1000.0 - 4.0 * static_cast<double>(t) : -1000.0 - static_cast<double>(t);
+    if (f != edge) {
+      for (std::int64_t t = 1; t < width; ++t) x(t) = -1000.0 - static_cast<double>(t);
+    } else if (width > m) {  // the pair: +0.75 and its successor, or -0.75 and its predecessor
+      const double near = 0.75, far = static_cast<double>(std::nextafter(0.75f, 1.0f));
+      const bool positive = (rng() & 1u) != 0;
+      const auto a = order[static_cast<std::size_t>(m - 1)], b = order[static_cast<std::size_t>(m)];
+      row[static_cast<std::size_t>(std::min(a, b))] = positive ? far : -near;
+      row[static_cast<std::size_t>(std::max(a, b))] = positive ? near : -far;
+    }
+    at += width;
+  }
+}
+
 }  // namespace
 
 std::string TopkCase::name() const {
@@ -58,7 +88,7 @@ std::string TopkCase::name() const {
     if (f > 0) s += ",";
     s += std::to_string(dims[f]);
   }
-  const char* kinds[] = {"randn", "ties", "special"};
+  const char* kinds[] = {"randn", "ties", "special", "crowded", "bucket_edge"};
   s += "] k " + std::to_string(k);
   s += " rows " + std::to_string(rows);
   s += " ";
@@ -82,7 +112,12 @@ TopkBuffers::TopkBuffers(const TopkCase& c) {
   const std::size_t elem = dtype_size(c.dtype);
   std::mt19937_64 rng(c.seed);
   raw.assign(static_cast<std::size_t>(c.rows * stride) * elem, 0);
-  for (std::size_t i = 0; i < static_cast<std::size_t>(c.rows * stride); ++i) store(raw, c.dtype, i, draw(c.kind, rng));
+  for (std::int64_t r = 0; r < c.rows; ++r) {
+    std::vector<double> row(static_cast<std::size_t>(stride));
+    for (auto& v : row) v = draw(c.kind, rng);
+    if (c.kind == ScoreKind::bucket_edge) bucket_edge_row(row, c.dims, c.k, static_cast<std::size_t>(r) % c.dims.size(), rng);
+    for (std::int64_t i = 0; i < stride; ++i) store(raw, c.dtype, static_cast<std::size_t>(r * stride + i), row[static_cast<std::size_t>(i)]);
+  }
   const auto grads = static_cast<std::size_t>(c.rows * plan.selected);
   grad_values.assign(grads * elem, 0);
   std::normal_distribution<double> normal;

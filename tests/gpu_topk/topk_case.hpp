@@ -11,8 +11,12 @@
 namespace sdm::testing {
 
 // "randn": normal scores; "ties": multiples of 1/2 in [-1.5, 1.5] (exact ties everywhere);
-// "special": ties plus -0, +0, NaN, -inf and some +inf.
-enum class ScoreKind { randn, ties, special };
+// "special": ties plus -0, +0, NaN, -inf and some +inf; "crowded": +-(1 + n 2^-23), n < 4096 (f32
+// scores that differ in their last 12 bits only, some equal); "bucket_edge": in row r, factor
+// r % F holds m - 1 distinct large scores, then +-0.75 and its f32 neighbour away from 0 (the
+// better one at the smaller column), the rest below (m = min(k, width)), and every other factor
+// one score far above its others.
+enum class ScoreKind { randn, ties, special, crowded, bucket_edge };
 
 struct TopkCase {
   std::vector<std::int64_t> dims;

@@ -28,16 +28,13 @@ struct RegisterForwardParams {
   std::uint32_t dims[kMaxProductKeyFactors];
 };
 
-// CTAs per SM the register budget must allow: 4 (64 registers) with 32-bit factor keys, 3 with
-// 64-bit ones (f32 / f16). Measured on the H200: 1-4 % faster than the unconstrained allocation
-// (docs/performance.md, "Product-key top-k v3").
-template <typename S>
-constexpr int min_blocks() {
-  return sizeof(typename S::Key) == 4 ? 4 : 3;
-}
+// CTAs per SM the register budget must allow: 4 (64 registers; every dtype's factor keys are 32-bit,
+// f32's 64-bit re-rank is out of line). Measured on the H200 with 32-bit keys: 1-4 % faster than
+// the unconstrained allocation (docs/performance.md, "Product-key top-k v3").
+constexpr int kMinBlocks = 4;
 
 template <typename S, int KMAX>
-__global__ void __launch_bounds__(32 * kRowsPerBlock, min_blocks<S>()) register_forward_kernel(RegisterForwardParams p) {
+__global__ void __launch_bounds__(32 * kRowsPerBlock, kMinBlocks) register_forward_kernel(RegisterForwardParams p) {
   __shared__ topk::StageLists<KMAX> lists[kRowsPerBlock];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + warp;
