@@ -26,6 +26,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_limits.hpp"
 #include "cuda/common/launch_bounds.cuh"
 #include "sdm/error.hpp"
 
@@ -146,10 +147,7 @@ template <int kThreads, int kItems, bool kNarrow>
 void launch_sort(const ChunkSort& plan, const std::uint64_t* in, std::uint64_t* out, cudaStream_t stream) {
   const auto kernel = sort_chunk_tiles<kThreads, kItems, kNarrow>;
   constexpr std::size_t smem = kTileBytes<kThreads, kItems, kNarrow>;
-  if constexpr (smem > 48 * 1024) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-               "cudaFuncSetAttribute (sort_chunk_tiles shared memory)");
-  }
+  allow_dynamic_shared_memory(kernel, smem, "cudaFuncSetAttribute (sort_chunk_tiles shared memory)");
   kernel<<<static_cast<unsigned>(plan.chunks), kThreads, smem, stream>>>(
       in, out, static_cast<int>(plan.per_chunk), plan.begin_bit, plan.slot_end_bit);
   check_launch("sort_chunk_tiles");
@@ -179,12 +177,7 @@ bool tile_fits_device(int tile, int slot_bits) {
   const std::size_t bytes = with_tile(tile, [narrow = narrow_tile(tile, slot_bits)]<int kThreads, int kItems>() {
     return narrow ? kTileBytes<kThreads, kItems, true> : kTileBytes<kThreads, kItems, false>;
   });
-  if (bytes <= 48 * 1024) return true;
-  int device = 0, limit = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-             "cudaDeviceGetAttribute (shared memory per block, opt-in)");
-  return bytes <= static_cast<std::size_t>(limit);
+  return bytes <= 48 * 1024 || bytes <= shared_memory_optin();
 }
 
 }  // namespace
