@@ -2,7 +2,9 @@
 // slots, values (any NaN equals any NaN: IEEE leaves the NaN an addition returns to the
 // hardware) and the backward's gradient rows, on awkward factor lists, k, dtypes, tie-heavy,
 // special-value and crowded f32 scores and strided rows; two CUDA runs of each case bitwise equal; and the backward
-// over slots with entries outside [0, prod(dims)) (they contribute nothing) against the CPU's.
+// over slots with entries outside [0, prod(dims)) (they contribute nothing) against the CPU's. The
+// backward runs in every variant of the register kernel (register_backward.hpp), on rows enough
+// for its prefetching warps to walk more than one row each.
 // Prints one line per case and "sdm_gpu_topk_tests: N checks, F failed" last; exit status 1 on a
 // failure, 0 (with a message) where no CUDA device exists.
 #include <cuda_runtime.h>
@@ -11,11 +13,13 @@
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/float_convert.hpp"
 #include "cpu/topk/product_key_topk.hpp"
 #include "cuda/topk/product_key_topk.hpp"
+#include "cuda/topk/register_backward.hpp"
 #include "topk_case.hpp"
 
 namespace sdm::testing {
@@ -101,6 +105,16 @@ void run_case(const TopkCase& c) {
     }
   }
 
+  // Every register backward variant over the forward's slots (the general kernel ignores them).
+  const int initial_variant = cuda::register_backward_variant();
+  for (int v = 0; v < cuda::kRegisterBackwardVariants; ++v) {
+    cuda::set_register_backward_variant(v);
+    cuda::product_key_topk_backward(plan, slots, buffers.grad_values_ref(true), grad_raw, nullptr);
+    sync(c.name().c_str());
+    expect(to_host(buffers.device_grad_raw, cpu_grad.size()) == cpu_grad,
+           c.name() + ": backward variant " + std::to_string(v) + ": gradient equals the CPU's");
+  }
+
   // Every 5th entry moved outside the slots (below 0, at prod(dims), far above), the rest kept.
   std::vector<std::int64_t> bad_slots = cpu_slots;
   const std::int64_t outside[] = {-1, plan.slots, std::int64_t{1} << 40, -(std::int64_t{1} << 40)};
@@ -110,10 +124,14 @@ void run_case(const TopkCase& c) {
   }
   cpu::product_key_topk_backward(plan, buffers.matrix_ref(bad_slots.data(), DType::i64, plan.selected, false),
                                  buffers.grad_values_ref(false), buffers.matrix_ref(cpu_grad.data(), c.dtype, plan.width, false), 0);
-  cuda::product_key_topk_backward(plan, slots, buffers.grad_values_ref(true), grad_raw, nullptr);
-  sync(c.name().c_str());
-  expect(to_host(buffers.device_grad_raw, cpu_grad.size()) == cpu_grad,
-         c.name() + ": gradient over slots outside the product equals the CPU's");
+  for (int v = 0; v < cuda::kRegisterBackwardVariants; ++v) {
+    cuda::set_register_backward_variant(v);
+    cuda::product_key_topk_backward(plan, slots, buffers.grad_values_ref(true), grad_raw, nullptr);
+    sync(c.name().c_str());
+    expect(to_host(buffers.device_grad_raw, cpu_grad.size()) == cpu_grad,
+           c.name() + ": backward variant " + std::to_string(v) + ": gradient over slots outside the product equals the CPU's");
+  }
+  cuda::set_register_backward_variant(initial_variant);
 }
 
 std::vector<TopkCase> cases() {
@@ -181,6 +199,24 @@ std::vector<TopkCase> cases() {
     strided.dtype = s.dtype;
     strided.seed = seed++;
     all.push_back(strided);
+  }
+  // Rows past the device's resident warps (an H100 or H200 holds at most 132 x 64 = 8448 warps):
+  // the backward's prefetching warps walk several rows each; every row path (sort, sorted,
+  // columns), KMAX 32 / 64 / 128, an unaligned width and one past the shared rows' 1024.
+  struct Tall { std::vector<std::int64_t> dims; std::int64_t k; DType dtype; ScoreKind kind; };
+  const Tall tall_cases[] = {{{16, 16}, 64, DType::bf16, ScoreKind::ties},
+                             {{64, 64, 64}, 100, DType::f32, ScoreKind::special},
+                             {{300, 201}, 30, DType::f16, ScoreKind::ties},
+                             {{513, 512}, 40, DType::bf16, ScoreKind::randn}};
+  for (const auto& t : tall_cases) {
+    TopkCase tall;
+    tall.dims = t.dims;
+    tall.k = t.k;
+    tall.rows = 20000;
+    tall.dtype = t.dtype;
+    tall.kind = t.kind;
+    tall.seed = seed++;
+    all.push_back(tall);
   }
   return all;
 }
