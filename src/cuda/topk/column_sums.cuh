@@ -6,9 +6,12 @@
 //   slot has digit col in factor f, in increasing e (float32, from +0, __fadd_rn), stored once;
 //   every other column +0. Entries whose slot lies outside [0, prod(dims)) contribute nothing.
 // Decomposition: one warp per row; a shared float row of the row's width starts at +0. The entries
-//   go 32 at a time (entry 32 b + l on lane l, batch b: row_entries.cuh, by batch). Per batch and factor, the lanes whose
-//   entries fall in one column find each other (__match_any_sync); the lowest of them adds their
-//   gradients to the column in lane order, that is in entry order. Columns of one batch and factor
+//   go 32 at a time (entry 32 b + l on lane l, batch b: row_entries.cuh, by batch). Per batch and
+//   factor, the lanes whose entries fall in one column find each other: by __match_any_sync, or
+//   (kClaims, width <= kClaimsWidth) each sets its bit in the column's shared word (an integer
+//   atomicOr), reads the word back after a __syncwarp, and the column's lowest lane clears it
+//   after use (every word is 0 between rows: zeroed once a kernel, clean after each batch). The
+//   lowest of them adds their gradients to the column in lane order, that is in entry order. Columns of one batch and factor
 //   are disjoint, factors own disjoint columns, and batches follow each other (__syncwarp), so
 //   each column's chain runs over its entries in increasing e. Then the row is rounded to the score
 //   dtype and stored once (16 bytes a lane where the row is aligned, row_stores.cuh): no zeroing
@@ -25,17 +28,30 @@
 
 namespace sdm::cuda::topk {
 
-// A warp's shared floats for column_sums_row: the row's sums (room for the width rounded up to 4,
-// so that every warp's part stays 16-byte aligned), then the current batch's gradients (32).
-__host__ __device__ constexpr std::int64_t column_floats(std::int64_t width) { return (width + 3) / 4 * 4 + 32; }
+constexpr std::int64_t kClaimsWidth = 512;  // kClaims: sums and words 4 KiB a warp
+
+// A warp's shared 4-byte words for column_sums_row: the row's sums (room for the width rounded up
+// to 4, so that every warp's part stays 16-byte aligned), kClaims: the columns' lane words (as
+// many), then the current batch's gradients (32).
+template <bool kClaims>
+__host__ __device__ constexpr std::int64_t column_floats(std::int64_t width) {
+  return (kClaims ? 2 : 1) * ((width + 3) / 4 * 4) + 32;
+}
+
+// kClaims: sets the warp's lane words to 0, once a kernel (column_sums_row leaves them 0).
+__device__ __forceinline__ void clear_claims(float* shared, std::int64_t width, int lane) {
+  auto* const claims = reinterpret_cast<unsigned*>(shared + (width + 3) / 4 * 4);
+  for (std::int64_t c = 4 * lane; c < width; c += 4 * 32) *reinterpret_cast<uint4*>(claims + c) = make_uint4(0u, 0u, 0u, 0u);
+}
 
 // `in`: the row's entries by batch (row_entries.cuh); `shared`: the warp's column_floats.
-template <typename S, int KMAX>
+template <typename S, int KMAX, bool kClaims>
 __device__ void column_sums_row(const ScatterRow& p, const RowEntries<KMAX / 32>& in, typename S::Storage* out,
                                 float* shared, int lane) {
   constexpr int M = KMAX / 32;
   float* const column_sum = shared;
-  float* const batch_grad = shared + column_floats(p.width) - 32;
+  auto* const claims = reinterpret_cast<unsigned*>(shared + (p.width + 3) / 4 * 4);  // kClaims
+  float* const batch_grad = shared + column_floats<kClaims>(p.width) - 32;
   zero_shared_row(column_sum, p.width, lane);
 #pragma unroll
   for (int b = 0; b < M; ++b) {
@@ -52,14 +68,26 @@ __device__ void column_sums_row(const ScatterRow& p, const RowEntries<KMAX / 32>
       const std::uint32_t digit = rest - q * w;
       rest = q;
       const std::uint32_t column = valid ? offset + digit : 0xffffffffu;
-      const unsigned peers = __match_any_sync(kFullMask, column);
-      if (valid && (peers & ((1u << lane) - 1u)) == 0u) {  // the column's lowest lane
+      unsigned peers;
+      if constexpr (kClaims) {
+        if (valid) atomicOr(claims + column, 1u << lane);
+        __syncwarp();  // every bit of this batch and factor set (other factors: other columns)
+        peers = valid ? claims[column] : 0u;
+      } else {
+        peers = __match_any_sync(kFullMask, column);
+      }
+      const bool head = valid && (peers & ((1u << lane) - 1u)) == 0u;  // the column's lowest lane
+      if (head) {
         float sum = column_sum[column];
         for (unsigned t = peers; t != 0u; t &= t - 1u) sum = __fadd_rn(sum, batch_grad[__ffs(static_cast<int>(t)) - 1]);
         column_sum[column] = sum;
       }
+      if constexpr (kClaims) {
+        __syncwarp();  // every lane has read its word
+        if (head) claims[column] = 0u;  // set again only after the batch's __syncwarp
+      }
     }
-    __syncwarp();  // the sums before the next batch's gradients overwrite batch_grad
+    __syncwarp();  // the sums (and cleared words) before the next batch's gradients overwrite batch_grad
   }
   store_row<S>(column_sum, out, p.width, lane);
 }

@@ -1,20 +1,25 @@
 // register_backward.cu - the product-key top-k backward for kk <= 128: the kernel and its launcher.
-// A row takes one of three paths, all giving the CPU kernel's bits (the same chains):
+// A row takes one of four paths, all giving the CPU kernel's bits (the same chains):
 //   sort     keys sorted in registers, global row zeroed, each column's sum stored where it is
 //            (register_scatter.cuh)
 //   sorted   the same sort, the sums into a shared float row, stored once (register_scatter.cuh,
 //            kSharedRow; width <= kSharedRowWidth)
 //   columns  the columns summed in a shared float row batch by batch (__match_any_sync), stored
 //            once (column_sums.cuh; width <= kSharedRowWidth)
+//   claims   the same, a column's lanes found by integer atomicOr on a shared word a column
+//            instead of __match_any_sync (column_sums.cuh, kClaims; width <= kClaimsWidth)
 // Variants (register_backward_variant(), SDM_TOPK_BWD_VARIANT):
 //   0  columns at 65..128 entries (width <= 1024), else sort: measured on the H200 (stop 38) the
 //      column sums are 15-20 % faster at k 128 and 5-17 % slower at k 64 (then with a 4.1 KiB
 //      shared row a warp whatever the width; now sized to the width)
 //   1  columns wherever width <= 1024, else sort
 //   2  sorted wherever width <= 1024, else sort
-//   3, 4, 5  as 0, 1, 2, with prefetching warps: a grid of at most the resident CTAs, each warp
+//   3  claims wherever width <= 512, else as 1
+//   4, 5, 6, 7  as 0, 1, 2, 3, with prefetching warps: a grid of at most the resident CTAs, each warp
 //      walking rows at a stride of the grid's warps and loading its next row's entries
 //      (row_entries.cuh) before it works on this one (the loads' latency under the work).
+// Every kernel but the plain sort's (the one main ran) is bounded to 32 registers a thread
+// (__launch_bounds__ 8 CTAs an SM: 64 warps; no spills, checked by cuobjdump -res-usage).
 //
 // Grid: one warp per row, 8 rows per 256-thread CTA; instantiated per score dtype, per KMAX in
 // {32, 64, 128} (kk <= KMAX), per path and loop. Dynamic shared memory per warp: warp_floats.
@@ -47,12 +52,12 @@ struct RegisterBackwardParams {
   std::uint64_t magic[kMaxProductKeyFactors];  // topk::division_magic(dims[f])
 };
 
-enum class RowPath { sort, sorted, columns };
+enum class RowPath { sort, sorted, columns, claims };
 
 // A warp's shared floats (a multiple of 4: every warp's part 16-byte aligned).
 template <RowPath P, int KMAX>
 __host__ __device__ constexpr std::int64_t warp_floats(std::int64_t width) {
-  if constexpr (P == RowPath::columns) return topk::column_floats(width);
+  if constexpr (P == RowPath::columns || P == RowPath::claims) return topk::column_floats<P == RowPath::claims>(width);
   else return topk::scatter_floats<KMAX, P == RowPath::sorted>(width);
 }
 
@@ -61,12 +66,13 @@ __device__ __forceinline__ void load_row(const RegisterBackwardParams& p, std::i
                                          topk::RowEntries<KMAX / 32>& x) {
   const std::int64_t* ids = p.slots + row * p.selected;
   const auto* grad = static_cast<const typename S::Storage*>(p.grad_values) + row * p.selected;
-  if constexpr (P == RowPath::columns) topk::load_by_batch<S>(ids, grad, p.selected, lane, x);
+  if constexpr (P == RowPath::columns || P == RowPath::claims) topk::load_by_batch<S>(ids, grad, p.selected, lane, x);
   else topk::load_by_lane<S>(ids, grad, p.selected, lane, x);
 }
 
 template <typename S, int KMAX, RowPath P, bool kPrefetch>
-__global__ void __launch_bounds__(32 * kRowsPerBlock) register_backward_kernel(RegisterBackwardParams p) {
+__global__ void __launch_bounds__(32 * kRowsPerBlock, kPrefetch || P != RowPath::sort ? 8 : 0)
+    register_backward_kernel(RegisterBackwardParams p) {
   extern __shared__ float4 shared_words[];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   float* const shared = reinterpret_cast<float*>(shared_words) + warp * warp_floats<P, KMAX>(p.width);
@@ -74,13 +80,16 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock) register_backward_kernel(R
   std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + warp;
   if (row >= p.rows) return;
   const topk::ScatterRow shape{p.dims, p.magic, p.factors, p.selected, p.width, p.num_slots};
+  if constexpr (P == RowPath::claims) topk::clear_claims(shared, p.width, lane);
   topk::RowEntries<KMAX / 32> here, ahead{};
   load_row<S, KMAX, P>(p, row, lane, here);
   for (;;) {
     const bool more = kPrefetch && row + stride < p.rows;  // the same for the whole warp
     if (more) load_row<S, KMAX, P>(p, row + stride, lane, ahead);
     auto* out = static_cast<typename S::Storage*>(p.grad_raw) + row * p.width;
-    if constexpr (P == RowPath::columns) topk::column_sums_row<S, KMAX>(shape, here, out, shared, lane);
+    if constexpr (P == RowPath::columns || P == RowPath::claims) {
+      topk::column_sums_row<S, KMAX, P == RowPath::claims>(shape, here, out, shared, lane);
+    }
     else topk::scatter_row<S, KMAX, P == RowPath::sorted>(shape, here, out, shared, lane);
     if (!more) return;
     __syncwarp();  // this row's reads of the warp's shared floats before the next row's writes
@@ -117,7 +126,8 @@ void launch_kernel(const RegisterBackwardParams& p, cudaStream_t stream) {
 template <typename S, int KMAX, bool kPrefetch>
 void launch_path(const RegisterBackwardParams& p, int path_rule, cudaStream_t stream) {
   const bool narrow = p.width <= topk::kSharedRowWidth;
-  if (narrow && (path_rule == 1 || (path_rule == 0 && KMAX == 128))) {
+  if (path_rule == 3 && p.width <= topk::kClaimsWidth) return launch_kernel<S, KMAX, RowPath::claims, kPrefetch>(p, stream);
+  if (narrow && (path_rule == 1 || path_rule == 3 || (path_rule == 0 && KMAX == 128))) {
     return launch_kernel<S, KMAX, RowPath::columns, kPrefetch>(p, stream);
   }
   if (narrow && path_rule == 2) return launch_kernel<S, KMAX, RowPath::sorted, kPrefetch>(p, stream);
@@ -127,7 +137,7 @@ void launch_path(const RegisterBackwardParams& p, int path_rule, cudaStream_t st
 template <typename S, int KMAX>
 void launch_variant(const RegisterBackwardParams& p, cudaStream_t stream) {
   const int variant = register_backward_variant();
-  if (variant >= 3) return launch_path<S, KMAX, true>(p, variant - 3, stream);
+  if (variant >= 4) return launch_path<S, KMAX, true>(p, variant - 4, stream);
   launch_path<S, KMAX, false>(p, variant, stream);
 }
 

@@ -16,7 +16,7 @@ void register_backward(const core::ProductKeyPlan& plan, const TensorRef& slots,
 // Which row path and loop register_backward runs (register_backward.cu lists them); every variant
 // gives the same bits, so the choice decides only the speed. SDM_TOPK_BWD_VARIANT=n in the
 // environment sets the default (0); tests and benchmarks set each in turn.
-inline constexpr int kRegisterBackwardVariants = 6;
+inline constexpr int kRegisterBackwardVariants = 8;
 int register_backward_variant();
 void set_register_backward_variant(int variant);  // outside [0, kRegisterBackwardVariants): 0
 
