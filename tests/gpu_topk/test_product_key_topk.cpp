@@ -6,7 +6,8 @@
 // backward runs in every variant of the register kernel (register_backward.hpp), on rows enough
 // for its prefetching warps to walk more than one row each.
 // Prints one line per case and "sdm_gpu_topk_tests: N checks, F failed" last; exit status 1 on a
-// failure, 0 (with a message) where no CUDA device exists.
+// failure, 0 (with a message) where no CUDA device exists. --fail-fast: stops after the first
+// failing case (for mutants, which must fail).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -150,6 +151,25 @@ std::vector<TopkCase> cases() {
       {{200, 150}, 50}, {{256, 130}, 33},
   };
   std::vector<TopkCase> all;
+  // First (so that a mutant of the prefetching warps fails fast): rows past the device's resident
+  // warps (an H100 or H200 holds at most 132 x 64 = 8448), so that the backward's prefetching
+  // warps walk several rows each; every row path (sort, sorted, columns, claims), KMAX 32 / 64 /
+  // 128, an unaligned width and one past the shared rows' 1024.
+  struct Tall { std::vector<std::int64_t> dims; std::int64_t k; DType dtype; ScoreKind kind; };
+  const Tall tall_cases[] = {{{16, 16}, 64, DType::bf16, ScoreKind::ties},
+                             {{64, 64, 64}, 100, DType::f32, ScoreKind::special},
+                             {{300, 201}, 30, DType::f16, ScoreKind::ties},
+                             {{513, 512}, 40, DType::bf16, ScoreKind::randn}};
+  for (const auto& t : tall_cases) {
+    TopkCase tall;
+    tall.dims = t.dims;
+    tall.k = t.k;
+    tall.rows = 20000;
+    tall.dtype = t.dtype;
+    tall.kind = t.kind;
+    tall.seed = 1000 + static_cast<std::uint64_t>(all.size());
+    all.push_back(tall);
+  }
   std::uint64_t seed = 1;
   for (const auto& [dims, k] : shapes) {
     for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
@@ -200,31 +220,14 @@ std::vector<TopkCase> cases() {
     strided.seed = seed++;
     all.push_back(strided);
   }
-  // Rows past the device's resident warps (an H100 or H200 holds at most 132 x 64 = 8448 warps):
-  // the backward's prefetching warps walk several rows each; every row path (sort, sorted,
-  // columns), KMAX 32 / 64 / 128, an unaligned width and one past the shared rows' 1024.
-  struct Tall { std::vector<std::int64_t> dims; std::int64_t k; DType dtype; ScoreKind kind; };
-  const Tall tall_cases[] = {{{16, 16}, 64, DType::bf16, ScoreKind::ties},
-                             {{64, 64, 64}, 100, DType::f32, ScoreKind::special},
-                             {{300, 201}, 30, DType::f16, ScoreKind::ties},
-                             {{513, 512}, 40, DType::bf16, ScoreKind::randn}};
-  for (const auto& t : tall_cases) {
-    TopkCase tall;
-    tall.dims = t.dims;
-    tall.k = t.k;
-    tall.rows = 20000;
-    tall.dtype = t.dtype;
-    tall.kind = t.kind;
-    tall.seed = seed++;
-    all.push_back(tall);
-  }
   return all;
 }
 
 }  // namespace
 }  // namespace sdm::testing
 
-int main() {
+int main(int argc, char** argv) {
+  const bool fail_fast = argc > 1 && std::strcmp(argv[1], "--fail-fast") == 0;
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("sdm_gpu_topk_tests: skipped (no CUDA device)\n");
@@ -239,6 +242,7 @@ int main() {
       expect(false, c.name() + ": unexpected exception: " + e.what());
     }
     std::printf("[%s] %s\n", failures == before ? " OK " : "FAIL", c.name().c_str());
+    if (fail_fast && failures > 0) break;
   }
   std::printf("sdm_gpu_topk_tests: %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;

@@ -53,11 +53,13 @@ struct RegisterBackwardParams {
 };
 
 enum class RowPath { sort, sorted, columns, claims };
+template <RowPath P>
+inline constexpr bool kBatches = P == RowPath::columns || P == RowPath::claims;  // column_sums.cuh's rows
 
 // A warp's shared floats (a multiple of 4: every warp's part 16-byte aligned).
 template <RowPath P, int KMAX>
 __host__ __device__ constexpr std::int64_t warp_floats(std::int64_t width) {
-  if constexpr (P == RowPath::columns || P == RowPath::claims) return topk::column_floats<P == RowPath::claims>(width);
+  if constexpr (kBatches<P>) return topk::column_floats<P == RowPath::claims>(width);
   else return topk::scatter_floats<KMAX, P == RowPath::sorted>(width);
 }
 
@@ -66,7 +68,7 @@ __device__ __forceinline__ void load_row(const RegisterBackwardParams& p, std::i
                                          topk::RowEntries<KMAX / 32>& x) {
   const std::int64_t* ids = p.slots + row * p.selected;
   const auto* grad = static_cast<const typename S::Storage*>(p.grad_values) + row * p.selected;
-  if constexpr (P == RowPath::columns || P == RowPath::claims) topk::load_by_batch<S>(ids, grad, p.selected, lane, x);
+  if constexpr (kBatches<P>) topk::load_by_batch<S>(ids, grad, p.selected, lane, x);
   else topk::load_by_lane<S>(ids, grad, p.selected, lane, x);
 }
 
@@ -87,9 +89,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kPrefetch || P != RowPath:
     const bool more = kPrefetch && row + stride < p.rows;  // the same for the whole warp
     if (more) load_row<S, KMAX, P>(p, row + stride, lane, ahead);
     auto* out = static_cast<typename S::Storage*>(p.grad_raw) + row * p.width;
-    if constexpr (P == RowPath::columns || P == RowPath::claims) {
-      topk::column_sums_row<S, KMAX, P == RowPath::claims>(shape, here, out, shared, lane);
-    }
+    if constexpr (kBatches<P>) topk::column_sums_row<S, KMAX, P == RowPath::claims>(shape, here, out, shared, lane);
     else topk::scatter_row<S, KMAX, P == RowPath::sorted>(shape, here, out, shared, lane);
     if (!more) return;
     __syncwarp();  // this row's reads of the warp's shared floats before the next row's writes
