@@ -8,10 +8,12 @@
 // Decomposition: one warp per row; a shared float row of the row's width starts at +0. The entries
 //   go 32 at a time (entry 32 b + l on lane l, batch b: row_entries.cuh, by batch). Per batch and
 //   factor, the lanes whose entries fall in one column find each other: by __match_any_sync, or
-//   (kClaims, width <= kClaimsWidth) each sets its bit in the column's shared word (an integer
-//   atomicOr), reads the word back after a __syncwarp, and the column's lowest lane clears it
-//   after use (every word is 0 between rows: zeroed once a kernel, clean after each batch). The
-//   lowest of them adds their gradients to the column in lane order, that is in entry order. Columns of one batch and factor
+//   (kClaims, claims_fit) each sets its bit in the shared word of its digit (an integer atomicOr;
+//   as many words as the widest factor has columns, reused by every factor), reads the word back
+//   after a __syncwarp, and the column's lowest lane clears it after use (every word is 0 between
+//   factors and rows: zeroed once a kernel, cleared before the next factor's bits, __syncwarp
+//   between). The lowest of them adds their gradients to the column in lane order, that is in
+//   entry order. Columns of one batch and factor
 //   are disjoint, factors own disjoint columns, and batches follow each other (__syncwarp), so
 //   each column's chain runs over its entries in increasing e. Then the row is rounded to the score
 //   dtype and stored once (16 bytes a lane where the row is aligned, row_stores.cuh): no zeroing
@@ -28,20 +30,23 @@
 
 namespace sdm::cuda::topk {
 
-constexpr std::int64_t kClaimsWidth = 512;  // kClaims: sums and words 4 KiB a warp
-
 // A warp's shared 4-byte words for column_sums_row: the row's sums (room for the width rounded up
-// to 4, so that every warp's part stays 16-byte aligned), kClaims: the columns' lane words (as
-// many), then the current batch's gradients (32).
+// to 4, so that every warp's part stays 16-byte aligned), kClaims: the digits' lane words (room for
+// the widest factor's width rounded up to 4), then the current batch's gradients (32).
 template <bool kClaims>
-__host__ __device__ constexpr std::int64_t column_floats(std::int64_t width) {
-  return (kClaims ? 2 : 1) * ((width + 3) / 4 * 4) + 32;
+__host__ __device__ constexpr std::int64_t column_floats(std::int64_t width, std::int64_t widest) {
+  return (width + 3) / 4 * 4 + (kClaims ? (widest + 3) / 4 * 4 : 0) + 32;
+}
+
+// kClaims where 8 warps' words fit the 48 KiB a CTA takes without opting in (2x256: 25.6 KB).
+constexpr bool claims_fit(std::int64_t width, std::int64_t widest) {
+  return column_floats<true>(width, widest) * 4 * 8 <= 48 * 1024;
 }
 
 // kClaims: sets the warp's lane words to 0, once a kernel (column_sums_row leaves them 0).
-__device__ __forceinline__ void clear_claims(float* shared, std::int64_t width, int lane) {
+__device__ __forceinline__ void clear_claims(float* shared, std::int64_t width, std::int64_t widest, int lane) {
   auto* const claims = reinterpret_cast<unsigned*>(shared + (width + 3) / 4 * 4);
-  for (std::int64_t c = 4 * lane; c < width; c += 4 * 32) *reinterpret_cast<uint4*>(claims + c) = make_uint4(0u, 0u, 0u, 0u);
+  for (std::int64_t c = 4 * lane; c < widest; c += 4 * 32) *reinterpret_cast<uint4*>(claims + c) = make_uint4(0u, 0u, 0u, 0u);
 }
 
 // `in`: the row's entries by batch (row_entries.cuh); `shared`: the warp's column_floats.
@@ -50,8 +55,8 @@ __device__ void column_sums_row(const ScatterRow& p, const RowEntries<KMAX / 32>
                                 float* shared, int lane) {
   constexpr int M = KMAX / 32;
   float* const column_sum = shared;
-  auto* const claims = reinterpret_cast<unsigned*>(shared + (p.width + 3) / 4 * 4);  // kClaims
-  float* const batch_grad = shared + column_floats<kClaims>(p.width) - 32;
+  auto* const claims = reinterpret_cast<unsigned*>(shared + (p.width + 3) / 4 * 4);  // kClaims: by digit
+  float* const batch_grad = shared + column_floats<kClaims>(p.width, p.widest) - 32;
   zero_shared_row(column_sum, p.width, lane);
 #pragma unroll
   for (int b = 0; b < M; ++b) {
@@ -70,9 +75,9 @@ __device__ void column_sums_row(const ScatterRow& p, const RowEntries<KMAX / 32>
       const std::uint32_t column = valid ? offset + digit : 0xffffffffu;
       unsigned peers;
       if constexpr (kClaims) {
-        if (valid) atomicOr(claims + column, 1u << lane);
-        __syncwarp();  // every bit of this batch and factor set (other factors: other columns)
-        peers = valid ? claims[column] : 0u;
+        if (valid) atomicOr(claims + digit, 1u << lane);
+        __syncwarp();  // every bit of this batch and factor set
+        peers = valid ? claims[digit] : 0u;
       } else {
         peers = __match_any_sync(kFullMask, column);
       }
@@ -84,10 +89,11 @@ __device__ void column_sums_row(const ScatterRow& p, const RowEntries<KMAX / 32>
       }
       if constexpr (kClaims) {
         __syncwarp();  // every lane has read its word
-        if (head) claims[column] = 0u;  // set again only after the batch's __syncwarp
+        if (head) claims[digit] = 0u;
+        __syncwarp();  // every word 0 again before the next factor's bits
       }
     }
-    __syncwarp();  // the sums (and cleared words) before the next batch's gradients overwrite batch_grad
+    __syncwarp();  // the sums before the next batch's gradients overwrite batch_grad
   }
   store_row<S>(column_sum, out, p.width, lane);
 }

@@ -6,15 +6,15 @@
 //            kSharedRow; width <= kSharedRowWidth)
 //   columns  the columns summed in a shared float row batch by batch (__match_any_sync), stored
 //            once (column_sums.cuh; width <= kSharedRowWidth)
-//   claims   the same, a column's lanes found by integer atomicOr on a shared word a column
-//            instead of __match_any_sync (column_sums.cuh, kClaims; width <= kClaimsWidth)
+//   claims   the same, a column's lanes found by integer atomicOr on a shared word a digit
+//            instead of __match_any_sync (column_sums.cuh, kClaims; claims_fit: 2x256, 3x64, not 2x512)
 // Variants (register_backward_variant(), SDM_TOPK_BWD_VARIANT):
 //   0  columns at 65..128 entries (width <= 1024), else sort: measured on the H200 (stop 38) the
 //      column sums are 15-20 % faster at k 128 and 5-17 % slower at k 64 (then with a 4.1 KiB
 //      shared row a warp whatever the width; now sized to the width)
 //   1  columns wherever width <= 1024, else sort
 //   2  sorted wherever width <= 1024, else sort
-//   3  claims wherever width <= 512, else as 1
+//   3  claims wherever claims_fit, else as 1
 //   4, 5, 6, 7  as 0, 1, 2, 3, with prefetching warps: a grid of at most the resident CTAs, each warp
 //      walking rows at a stride of the grid's warps and loading its next row's entries
 //      (row_entries.cuh) before it works on this one (the loads' latency under the work).
@@ -47,7 +47,7 @@ struct RegisterBackwardParams {
   void* grad_raw;
   std::int64_t rows;
   int factors, selected;
-  std::int64_t width, num_slots;
+  std::int64_t width, num_slots, widest;
   std::uint32_t dims[kMaxProductKeyFactors];
   std::uint64_t magic[kMaxProductKeyFactors];  // topk::division_magic(dims[f])
 };
@@ -58,9 +58,9 @@ inline constexpr bool kBatches = P == RowPath::columns || P == RowPath::claims; 
 
 // A warp's shared floats (a multiple of 4: every warp's part 16-byte aligned).
 template <RowPath P, int KMAX>
-__host__ __device__ constexpr std::int64_t warp_floats(std::int64_t width) {
-  if constexpr (kBatches<P>) return topk::column_floats<P == RowPath::claims>(width);
-  else return topk::scatter_floats<KMAX, P == RowPath::sorted>(width);
+__host__ __device__ constexpr std::int64_t warp_floats(const RegisterBackwardParams& p) {
+  if constexpr (kBatches<P>) return topk::column_floats<P == RowPath::claims>(p.width, p.widest);
+  else return topk::scatter_floats<KMAX, P == RowPath::sorted>(p.width);
 }
 
 template <typename S, int KMAX, RowPath P>
@@ -77,12 +77,12 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kPrefetch || P != RowPath:
     register_backward_kernel(RegisterBackwardParams p) {
   extern __shared__ float4 shared_words[];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  float* const shared = reinterpret_cast<float*>(shared_words) + warp * warp_floats<P, KMAX>(p.width);
+  float* const shared = reinterpret_cast<float*>(shared_words) + warp * warp_floats<P, KMAX>(p);
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kRowsPerBlock;
   std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + warp;
   if (row >= p.rows) return;
-  const topk::ScatterRow shape{p.dims, p.magic, p.factors, p.selected, p.width, p.num_slots};
-  if constexpr (P == RowPath::claims) topk::clear_claims(shared, p.width, lane);
+  const topk::ScatterRow shape{p.dims, p.magic, p.factors, p.selected, p.width, p.num_slots, p.widest};
+  if constexpr (P == RowPath::claims) topk::clear_claims(shared, p.width, p.widest, lane);
   topk::RowEntries<KMAX / 32> here, ahead{};
   load_row<S, KMAX, P>(p, row, lane, here);
   for (;;) {
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kPrefetch || P != RowPath:
 template <typename S, int KMAX, RowPath P, bool kPrefetch>
 void launch_kernel(const RegisterBackwardParams& p, cudaStream_t stream) {
   const auto kernel = register_backward_kernel<S, KMAX, P, kPrefetch>;
-  const auto smem = static_cast<std::size_t>(kRowsPerBlock * warp_floats<P, KMAX>(p.width)) * sizeof(float);
+  const auto smem = static_cast<std::size_t>(kRowsPerBlock * warp_floats<P, KMAX>(p)) * sizeof(float);
   auto blocks = static_cast<std::uint64_t>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock);
   if constexpr (kPrefetch) {
     static std::atomic<std::uint64_t> resident{0};  // smem << 32 | CTAs, 0 before the first look-up
@@ -126,7 +126,9 @@ void launch_kernel(const RegisterBackwardParams& p, cudaStream_t stream) {
 template <typename S, int KMAX, bool kPrefetch>
 void launch_path(const RegisterBackwardParams& p, int path_rule, cudaStream_t stream) {
   const bool narrow = p.width <= topk::kSharedRowWidth;
-  if (path_rule == 3 && p.width <= topk::kClaimsWidth) return launch_kernel<S, KMAX, RowPath::claims, kPrefetch>(p, stream);
+  if (path_rule == 3 && narrow && topk::claims_fit(p.width, p.widest)) {
+    return launch_kernel<S, KMAX, RowPath::claims, kPrefetch>(p, stream);
+  }
   if (narrow && (path_rule == 1 || path_rule == 3 || (path_rule == 0 && KMAX == 128))) {
     return launch_kernel<S, KMAX, RowPath::columns, kPrefetch>(p, stream);
   }
@@ -185,6 +187,7 @@ void register_backward(const core::ProductKeyPlan& plan, const TensorRef& slots,
   p.num_slots = plan.slots;
   for (std::size_t f = 0; f < plan.dims.size(); ++f) {
     p.dims[f] = static_cast<std::uint32_t>(plan.dims[f]);
+    p.widest = p.dims[f] > p.widest ? p.dims[f] : p.widest;
     p.magic[f] = topk::division_magic(p.dims[f]);
   }
   const cudaStream_t stream = stream_of(cuda_stream);

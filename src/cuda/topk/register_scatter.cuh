@@ -46,6 +46,7 @@ struct ScatterRow {
   int selected;         // kk
   std::int64_t width;   // sum of dims
   std::int64_t slots;   // prod of dims
+  std::int64_t widest;  // max of dims
 };
 
 // x / d for x < 2^32 by one 64-bit high multiply: magic = ceil(2^64 / d) for d >= 2 (0 for d = 1).
