@@ -13,7 +13,8 @@
 //   after a __syncwarp, and the column's lowest lane clears it after use (every word is 0 between
 //   factors and rows: zeroed once a kernel, cleared before the next factor's bits, __syncwarp
 //   between). The lowest of them adds their gradients to the column in lane order, that is in
-//   entry order. Columns of one batch and factor
+//   entry order (a loop over consecutive lanes where they are consecutive, as the first factor's
+//   are in the forward's ascending slots, else over the set bits). Columns of one batch and factor
 //   are disjoint, factors own disjoint columns, and batches follow each other (__syncwarp), so
 //   each column's chain runs over its entries in increasing e. Then the row is rounded to the score
 //   dtype and stored once (16 bytes a lane where the row is aligned, row_stores.cuh): no zeroing
@@ -84,7 +85,13 @@ __device__ void column_sums_row(const ScatterRow& p, const RowEntries<KMAX / 32>
       const bool head = valid && (peers & ((1u << lane) - 1u)) == 0u;  // the column's lowest lane
       if (head) {
         float sum = column_sum[column];
-        for (unsigned t = peers; t != 0u; t &= t - 1u) sum = __fadd_rn(sum, batch_grad[__ffs(static_cast<int>(t)) - 1]);
+        const unsigned run = peers >> lane;  // bit 0 set: this lane
+        if ((run & (run + 1u)) == 0u) {  // lanes lane .. lane + n - 1 (the first factor's columns, or one lane)
+          const int end = lane + __popc(run);
+          for (int t = lane; t < end; ++t) sum = __fadd_rn(sum, batch_grad[t]);
+        } else {
+          for (unsigned t = peers; t != 0u; t &= t - 1u) sum = __fadd_rn(sum, batch_grad[__ffs(static_cast<int>(t)) - 1]);
+        }
         column_sum[column] = sum;
       }
       if constexpr (kClaims) {
