@@ -18,8 +18,8 @@
 //   4, 5, 6, 7  as 0, 1, 2, 3, with prefetching warps: a grid of at most the resident CTAs, each warp
 //      walking rows at a stride of the grid's warps and loading its next row's entries
 //      (row_entries.cuh) before it works on this one (the loads' latency under the work).
-// Every kernel but the plain sort's (the one main ran) is bounded to 32 registers a thread
-// (__launch_bounds__ 8 CTAs an SM: 64 warps; no spills, checked by cuobjdump -res-usage).
+// Every kernel but the plain sort's (the one main ran) is bounded to a full SM (kFullBlocks CTAs:
+// 32 registers a thread on sm_90, no spills, checked by cuobjdump -res-usage).
 //
 // Grid: one warp per row, 8 rows per 256-thread CTA; instantiated per score dtype, per KMAX in
 // {32, 64, 128} (kk <= KMAX), per path and loop. Dynamic shared memory per warp: warp_floats.
@@ -40,6 +40,14 @@ namespace sdm::cuda {
 namespace {
 
 constexpr int kRowsPerBlock = 8;
+
+// CTAs of 256 threads an SM holds at most: 8 on sm_80 and sm_90 (2048 threads), 6 on sm_86, sm_87
+// and sm_89 (1536): the bound that caps the new kernels at 32 registers (40 on 6-CTA devices).
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890)
+constexpr int kFullBlocks = 6;
+#else
+constexpr int kFullBlocks = 8;
+#endif
 
 struct RegisterBackwardParams {
   const std::int64_t* slots;
@@ -73,7 +81,7 @@ __device__ __forceinline__ void load_row(const RegisterBackwardParams& p, std::i
 }
 
 template <typename S, int KMAX, RowPath P, bool kPrefetch>
-__global__ void __launch_bounds__(32 * kRowsPerBlock, kPrefetch || P != RowPath::sort ? 8 : 0)
+__global__ void __launch_bounds__(32 * kRowsPerBlock, kPrefetch || P != RowPath::sort ? kFullBlocks : 0)
     register_backward_kernel(RegisterBackwardParams p) {
   extern __shared__ float4 shared_words[];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
