@@ -19,7 +19,8 @@
 //   each column's chain runs over its entries in increasing e. Then the row is rounded to the score
 //   dtype and stored once (16 bytes a lane where the row is aligned, row_stores.cuh): no zeroing
 //   pass, no sort.
-// Numerics: the sorted path's and the CPU kernel's chains, so the same bits. No atomics.
+// Numerics: the sorted path's and the CPU kernel's chains, so the same bits. No float atomics
+//   (kClaims: integer atomicOr on lane masks only).
 #pragma once
 
 #include <cstdint>
