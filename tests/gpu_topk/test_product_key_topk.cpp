@@ -49,6 +49,13 @@ std::vector<unsigned char> to_host(const void* device, std::size_t bytes) {
   return host;
 }
 
+// Fills the device gradient rows with 0xA5 bytes before every backward run, so that a run which
+// leaves an element unwritten cannot pass on an earlier run's correct answer (the expected
+// gradients are compared by bytes; 0xA5A5 / 0xA5A5A5A5 is not among them: finite, not a zero).
+void poison_grad(void* device, std::size_t bytes) {
+  if (bytes > 0 && cudaMemset(device, 0xA5, bytes) != cudaSuccess) throw std::runtime_error("cudaMemset failed");
+}
+
 bool is_nan(const unsigned char* p, DType dtype) {
   if (dtype == DType::f32) {
     float f;
@@ -88,6 +95,7 @@ void run_case(const TopkCase& c) {
   std::vector<unsigned char> first_values, first_slots, first_grad;
   for (int run = 0; run < 2; ++run) {
     cuda::product_key_topk_forward(plan, buffers.raw_ref(true), values, slots, nullptr);
+    poison_grad(buffers.device_grad_raw, cpu_grad.size());
     cuda::product_key_topk_backward(plan, slots, buffers.grad_values_ref(true), grad_raw, nullptr);
     sync(c.name().c_str());
     auto got_values = to_host(buffers.device_values, outputs * elem);
@@ -110,6 +118,7 @@ void run_case(const TopkCase& c) {
   const int initial_variant = cuda::register_backward_variant();
   for (int v = 0; v < cuda::kRegisterBackwardVariants; ++v) {
     cuda::set_register_backward_variant(v);
+    poison_grad(buffers.device_grad_raw, cpu_grad.size());
     cuda::product_key_topk_backward(plan, slots, buffers.grad_values_ref(true), grad_raw, nullptr);
     sync(c.name().c_str());
     expect(to_host(buffers.device_grad_raw, cpu_grad.size()) == cpu_grad,
@@ -127,6 +136,7 @@ void run_case(const TopkCase& c) {
                                  buffers.grad_values_ref(false), buffers.matrix_ref(cpu_grad.data(), c.dtype, plan.width, false), 0);
   for (int v = 0; v < cuda::kRegisterBackwardVariants; ++v) {
     cuda::set_register_backward_variant(v);
+    poison_grad(buffers.device_grad_raw, cpu_grad.size());
     cuda::product_key_topk_backward(plan, slots, buffers.grad_values_ref(true), grad_raw, nullptr);
     sync(c.name().c_str());
     expect(to_host(buffers.device_grad_raw, cpu_grad.size()) == cpu_grad,
