@@ -18,8 +18,13 @@
 //   4, 5, 6, 7  as 0, 1, 2, 3, with prefetching warps: a grid of at most the resident CTAs, each warp
 //      walking rows at a stride of the grid's warps and loading its next row's entries
 //      (row_entries.cuh) before it works on this one (the loads' latency under the work).
-// Every kernel but the plain sort's (the one main ran) is bounded to a full SM (kFullBlocks CTAs:
-// 32 registers a thread on sm_90, no spills, checked by cuobjdump -res-usage).
+// Launch bounds (min_blocks): a full SM (kFullBlocks CTAs: 32 registers a thread on sm_90) only
+// for the kernels that ptxas compiles without spills under it (cuobjdump -res-usage on sm_90:
+// STACK 0); the rest unbounded: main's two kernels (the plain sort, the columns at KMAX 128: v0's
+// paths, unbounded in main), f32's shared-row kernels, f16's sorted at KMAX 128 and the
+// prefetching kernels at KMAX 64 / 128 (each spilled 8-120 bytes a thread at 32 registers).
+// Only on the architectures whose full SM is known (sm_80 / 90: 8 CTAs, sm_86 / 87 / 89: 6);
+// none elsewhere (e.g. sm_120, where 8 CTAs of 256 threads exceed the SM's threads).
 //
 // Grid: one warp per row, 8 rows per 256-thread CTA; instantiated per score dtype, per KMAX in
 // {32, 64, 128} (kk <= KMAX), per path and loop. Dynamic shared memory per warp: warp_floats.
@@ -30,6 +35,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/topk/column_sums.cuh"
@@ -42,11 +48,14 @@ namespace {
 constexpr int kRowsPerBlock = 8;
 
 // CTAs of 256 threads an SM holds at most: 8 on sm_80 and sm_90 (2048 threads), 6 on sm_86, sm_87
-// and sm_89 (1536): the bound that caps the new kernels at 32 registers (40 on 6-CTA devices).
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890)
+// and sm_89 (1536): the bound that caps a bounded kernel at 32 registers (40 on 6-CTA devices).
+// 0 (no bound) on every other architecture and in the host pass.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 900)
+constexpr int kFullBlocks = 8;
+#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890)
 constexpr int kFullBlocks = 6;
 #else
-constexpr int kFullBlocks = 8;
+constexpr int kFullBlocks = 0;
 #endif
 
 struct RegisterBackwardParams {
@@ -80,8 +89,19 @@ __device__ __forceinline__ void load_row(const RegisterBackwardParams& p, std::i
   else topk::load_by_lane<S>(ids, grad, p.selected, lane, x);
 }
 
+// The kernel's min-blocks bound (see the file's comment): kFullBlocks where spill-free, else 0.
 template <typename S, int KMAX, RowPath P, bool kPrefetch>
-__global__ void __launch_bounds__(32 * kRowsPerBlock, kPrefetch || P != RowPath::sort ? kFullBlocks : 0)
+constexpr int min_blocks() {
+  if (!kPrefetch && P == RowPath::sort) return 0;                      // main's sort kernel (v0)
+  if (!kPrefetch && P == RowPath::columns && KMAX == 128) return 0;    // main's columns kernel (v0)
+  if (kPrefetch) return KMAX == 32 ? kFullBlocks : 0;                  // spills at KMAX 64 / 128
+  if (std::is_same_v<S, topk::F32Scores>) return 0;                    // spills at every KMAX
+  if (std::is_same_v<S, topk::F16Scores> && P == RowPath::sorted && KMAX == 128) return 0;  // spills
+  return kFullBlocks;
+}
+
+template <typename S, int KMAX, RowPath P, bool kPrefetch>
+__global__ void __launch_bounds__(32 * kRowsPerBlock, (min_blocks<S, KMAX, P, kPrefetch>()))
     register_backward_kernel(RegisterBackwardParams p) {
   extern __shared__ float4 shared_words[];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
