@@ -22,7 +22,8 @@
 // for the kernels that ptxas compiles without spills under it (cuobjdump -res-usage on sm_90:
 // STACK 0); the rest unbounded: main's two kernels (the plain sort, the columns at KMAX 128: v0's
 // paths, unbounded in main), f32's shared-row kernels, f16's sorted at KMAX 128 and the
-// prefetching kernels at KMAX 64 / 128 (each spilled 8-120 bytes a thread at 32 registers).
+// prefetching kernels at KMAX 64 / 128 (each spilled 8-120 bytes a thread at 32 registers), and
+// on sm_80 the KMAX 128 kernels (bf16 sorted, f16 claims spill there; sm_86 / 89 at 40: none).
 // Only on the architectures whose full SM is known (sm_80 / 90: 8 CTAs, sm_86 / 87 / 89: 6);
 // none elsewhere (e.g. sm_120, where 8 CTAs of 256 threads exceed the SM's threads).
 //
@@ -56,6 +57,11 @@ constexpr int kFullBlocks = 8;
 constexpr int kFullBlocks = 6;
 #else
 constexpr int kFullBlocks = 0;
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 800
+constexpr bool kSm80 = true;  // where bf16's sorted and f16's claims at KMAX 128 spill at 32 registers
+#else
+constexpr bool kSm80 = false;
 #endif
 
 struct RegisterBackwardParams {
@@ -97,6 +103,7 @@ constexpr int min_blocks() {
   if (kPrefetch) return KMAX == 32 ? kFullBlocks : 0;                  // spills at KMAX 64 / 128
   if (std::is_same_v<S, topk::F32Scores>) return 0;                    // spills at every KMAX
   if (std::is_same_v<S, topk::F16Scores> && P == RowPath::sorted && KMAX == 128) return 0;  // spills
+  if (kSm80 && KMAX == 128) return 0;                                  // spills on sm_80
   return kFullBlocks;
 }
 
