@@ -2,20 +2,25 @@
 // slots, values (any NaN equals any NaN: IEEE leaves the NaN an addition returns to the
 // hardware) and the backward's gradient rows, on awkward factor lists, k, dtypes, tie-heavy,
 // special-value and crowded f32 scores and strided rows; two CUDA runs of each case bitwise equal; and the backward
-// over slots with entries outside [0, prod(dims)) (they contribute nothing) against the CPU's.
+// over slots with entries outside [0, prod(dims)) (they contribute nothing) against the CPU's. The
+// backward runs in every variant of the register kernel (register_backward.hpp), on rows enough
+// for its prefetching warps to walk more than one row each.
 // Prints one line per case and "sdm_gpu_topk_tests: N checks, F failed" last; exit status 1 on a
-// failure, 0 (with a message) where no CUDA device exists.
+// failure, 0 (with a message) where no CUDA device exists. --fail-fast: stops after the first
+// failing case (for mutants, which must fail).
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/float_convert.hpp"
 #include "cpu/topk/product_key_topk.hpp"
 #include "cuda/topk/product_key_topk.hpp"
+#include "cuda/topk/register_backward.hpp"
 #include "topk_case.hpp"
 
 namespace sdm::testing {
@@ -42,6 +47,13 @@ std::vector<unsigned char> to_host(const void* device, std::size_t bytes) {
     throw std::runtime_error("cudaMemcpy to host failed");
   }
   return host;
+}
+
+// Fills the device gradient rows with 0xA5 bytes before every backward run, so that a run which
+// leaves an element unwritten cannot pass on an earlier run's correct answer (the expected
+// gradients are compared by bytes; 0xA5A5 / 0xA5A5A5A5 is not among them: finite, not a zero).
+void poison_grad(void* device, std::size_t bytes) {
+  if (bytes > 0 && cudaMemset(device, 0xA5, bytes) != cudaSuccess) throw std::runtime_error("cudaMemset failed");
 }
 
 bool is_nan(const unsigned char* p, DType dtype) {
@@ -83,6 +95,7 @@ void run_case(const TopkCase& c) {
   std::vector<unsigned char> first_values, first_slots, first_grad;
   for (int run = 0; run < 2; ++run) {
     cuda::product_key_topk_forward(plan, buffers.raw_ref(true), values, slots, nullptr);
+    poison_grad(buffers.device_grad_raw, cpu_grad.size());
     cuda::product_key_topk_backward(plan, slots, buffers.grad_values_ref(true), grad_raw, nullptr);
     sync(c.name().c_str());
     auto got_values = to_host(buffers.device_values, outputs * elem);
@@ -101,6 +114,17 @@ void run_case(const TopkCase& c) {
     }
   }
 
+  // Every register backward variant over the forward's slots (the general kernel ignores them).
+  const int initial_variant = cuda::register_backward_variant();
+  for (int v = 0; v < cuda::kRegisterBackwardVariants; ++v) {
+    cuda::set_register_backward_variant(v);
+    poison_grad(buffers.device_grad_raw, cpu_grad.size());
+    cuda::product_key_topk_backward(plan, slots, buffers.grad_values_ref(true), grad_raw, nullptr);
+    sync(c.name().c_str());
+    expect(to_host(buffers.device_grad_raw, cpu_grad.size()) == cpu_grad,
+           c.name() + ": backward variant " + std::to_string(v) + ": gradient equals the CPU's");
+  }
+
   // Every 5th entry moved outside the slots (below 0, at prod(dims), far above), the rest kept.
   std::vector<std::int64_t> bad_slots = cpu_slots;
   const std::int64_t outside[] = {-1, plan.slots, std::int64_t{1} << 40, -(std::int64_t{1} << 40)};
@@ -110,10 +134,15 @@ void run_case(const TopkCase& c) {
   }
   cpu::product_key_topk_backward(plan, buffers.matrix_ref(bad_slots.data(), DType::i64, plan.selected, false),
                                  buffers.grad_values_ref(false), buffers.matrix_ref(cpu_grad.data(), c.dtype, plan.width, false), 0);
-  cuda::product_key_topk_backward(plan, slots, buffers.grad_values_ref(true), grad_raw, nullptr);
-  sync(c.name().c_str());
-  expect(to_host(buffers.device_grad_raw, cpu_grad.size()) == cpu_grad,
-         c.name() + ": gradient over slots outside the product equals the CPU's");
+  for (int v = 0; v < cuda::kRegisterBackwardVariants; ++v) {
+    cuda::set_register_backward_variant(v);
+    poison_grad(buffers.device_grad_raw, cpu_grad.size());
+    cuda::product_key_topk_backward(plan, slots, buffers.grad_values_ref(true), grad_raw, nullptr);
+    sync(c.name().c_str());
+    expect(to_host(buffers.device_grad_raw, cpu_grad.size()) == cpu_grad,
+           c.name() + ": backward variant " + std::to_string(v) + ": gradient over slots outside the product equals the CPU's");
+  }
+  cuda::set_register_backward_variant(initial_variant);
 }
 
 std::vector<TopkCase> cases() {
@@ -132,6 +161,25 @@ std::vector<TopkCase> cases() {
       {{200, 150}, 50}, {{256, 130}, 33},
   };
   std::vector<TopkCase> all;
+  // First (so that a mutant of the prefetching warps fails fast): rows past the device's resident
+  // warps (an H100 or H200 holds at most 132 x 64 = 8448), so that the backward's prefetching
+  // warps walk several rows each; every row path (sort, sorted, columns, claims), KMAX 32 / 64 /
+  // 128, an unaligned width and one past the shared rows' 1024.
+  struct Tall { std::vector<std::int64_t> dims; std::int64_t k; DType dtype; ScoreKind kind; };
+  const Tall tall_cases[] = {{{16, 16}, 64, DType::bf16, ScoreKind::ties},
+                             {{64, 64, 64}, 100, DType::f32, ScoreKind::special},
+                             {{300, 201}, 30, DType::f16, ScoreKind::ties},
+                             {{513, 512}, 40, DType::bf16, ScoreKind::randn}};
+  for (const auto& t : tall_cases) {
+    TopkCase tall;
+    tall.dims = t.dims;
+    tall.k = t.k;
+    tall.rows = 20000;
+    tall.dtype = t.dtype;
+    tall.kind = t.kind;
+    tall.seed = 1000 + static_cast<std::uint64_t>(all.size());
+    all.push_back(tall);
+  }
   std::uint64_t seed = 1;
   for (const auto& [dims, k] : shapes) {
     for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
@@ -188,7 +236,8 @@ std::vector<TopkCase> cases() {
 }  // namespace
 }  // namespace sdm::testing
 
-int main() {
+int main(int argc, char** argv) {
+  const bool fail_fast = argc > 1 && std::strcmp(argv[1], "--fail-fast") == 0;
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("sdm_gpu_topk_tests: skipped (no CUDA device)\n");
@@ -203,6 +252,7 @@ int main() {
       expect(false, c.name() + ": unexpected exception: " + e.what());
     }
     std::printf("[%s] %s\n", failures == before ? " OK " : "FAIL", c.name().c_str());
+    if (fail_fast && failures > 0) break;
   }
   std::printf("sdm_gpu_topk_tests: %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;

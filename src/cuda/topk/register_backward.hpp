@@ -13,4 +13,11 @@ bool register_backward_fits(const core::ProductKeyPlan& plan);
 void register_backward(const core::ProductKeyPlan& plan, const TensorRef& slots, const TensorRef& grad_values,
                        const TensorRef& grad_raw, void* cuda_stream);
 
+// Which row path and loop register_backward runs (register_backward.cu lists them); every variant
+// gives the same bits, so the choice decides only the speed. SDM_TOPK_BWD_VARIANT=n in the
+// environment sets the default (0); tests and benchmarks set each in turn.
+inline constexpr int kRegisterBackwardVariants = 8;
+int register_backward_variant();
+void set_register_backward_variant(int variant);  // outside [0, kRegisterBackwardVariants): 0
+
 }  // namespace sdm::cuda

@@ -4,29 +4,40 @@
 // Math, per row: grad_raw[offset_f + col] = sum of grad_values[e] over the selected entries e whose
 //   slot has digit col in factor f, in increasing e (float32, from 0, __fadd_rn), stored once;
 //   every other column 0. Entries whose slot lies outside [0, prod(dims)) contribute nothing.
-// Decomposition: one warp per row; the kk <= KMAX entries sit KMAX / 32 per lane. Per factor (last
-//   first: its digit is id % width, the quotient by a multiply-high: divide()), the keys digit << 8 | e are sorted ascending by one register
-//   network (register_sort.cuh; skipped for the first factor when the row's slots are valid and
-//   ascending, as the forward stores them: its keys are in order already); the gradients are laid out in that order in shared memory; the
-//   first entry of each run (a column) finds where the run ends from the run starts of its lane and
-//   of the lanes after it (ballot + a suffix-min scan), sums its run from shared memory in order and
-//   stores the column. Runs are disjoint: each column is written by one lane, after the zeroing
-//   (ordered by __syncwarp).
-// Numerics: the CPU kernel's sums in its order, so the same bits. Deterministic: no atomics.
+// Decomposition: one warp per row; the kk <= KMAX entries sit KMAX / 32 per lane (row_entries.cuh,
+//   by lane). Per factor (last first: its digit is id % width, the quotient by a multiply-high:
+//   divide()), the keys digit << 8 | e are sorted ascending by one register network
+//   (register_sort.cuh; skipped for the first factor when the row's slots are valid and ascending,
+//   as the forward stores them: its keys are in order already); the gradients are laid out in that
+//   order in shared memory; the first entry of each run (a column) finds where the run ends from
+//   the run starts of its lane and of the lanes after it (ballot + a suffix-min scan), sums its run
+//   from shared memory in order (a serial chain per column, the columns in parallel) and writes the
+//   column. Runs are disjoint: each column is written by one lane.
+//   Where the sums go: kSharedRow false: the global row is zeroed first and each sum stored there
+//   (ordered after the zeroing by __syncwarp); kSharedRow true (width <= kSharedRowWidth): into the
+//   warp's shared float row, zeroed first, then rounded and stored once, 16 bytes a lane where
+//   aligned (row_stores.cuh): one coalesced pass instead of a zeroing pass plus scattered stores.
+// Numerics: the CPU kernel's sums in its order, so the same bits, either way. No atomics.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/topk/register_sort.cuh"
+#include "cuda/topk/row_entries.cuh"
+#include "cuda/topk/row_stores.cuh"
 #include "cuda/topk/score_types.cuh"
 
 namespace sdm::cuda::topk {
 
-template <int KMAX>
-struct ScatterLists {
-  float grad[KMAX];    // by entry
-  float sorted[KMAX];  // by sorted position
-};
+constexpr std::int64_t kSharedRowWidth = 1024;  // the widest row summed in shared memory (4 KiB)
+
+// A warp's shared floats for scatter_row: the row's sums (kSharedRow only; room for the width
+// rounded up to 4, so that every warp's part stays 16-byte aligned), then the gradients by entry
+// and by sorted position (KMAX each).
+template <int KMAX, bool kSharedRow>
+__host__ __device__ constexpr std::int64_t scatter_floats(std::int64_t width) {
+  return (kSharedRow ? (width + 3) / 4 * 4 : 0) + 2 * KMAX;
+}
 
 struct ScatterRow {
   const std::uint32_t* dims;
@@ -35,6 +46,7 @@ struct ScatterRow {
   int selected;         // kk
   std::int64_t width;   // sum of dims
   std::int64_t slots;   // prod of dims
+  std::int64_t widest;  // max of dims
 };
 
 // x / d for x < 2^32 by one 64-bit high multiply: magic = ceil(2^64 / d) for d >= 2 (0 for d = 1).
@@ -47,38 +59,25 @@ __device__ __forceinline__ std::uint32_t divide(std::uint32_t x, std::uint64_t m
   return magic == 0u ? x : static_cast<std::uint32_t>(__umul64hi(x, magic));
 }
 
-// Zeroes x[0..count) (16-byte stores where x is aligned).
-template <typename S>
-__device__ void zero_row(typename S::Storage* x, std::int64_t count, int lane) {
-  const std::int64_t bytes = count * static_cast<std::int64_t>(sizeof(typename S::Storage));
-  if ((reinterpret_cast<std::uintptr_t>(x) & 15u) == 0 && bytes % 16 == 0) {
-    auto* v = reinterpret_cast<uint4*>(x);
-    for (std::int64_t q = lane; q < bytes / 16; q += 32) v[q] = make_uint4(0u, 0u, 0u, 0u);
-  } else {
-    for (std::int64_t c = lane; c < count; c += 32) x[c] = S::store(0.0f);
-  }
-}
-
-template <typename S, int KMAX>
-__device__ void scatter_row(const ScatterRow& p, const std::int64_t* ids, const typename S::Storage* grad_values,
-                            typename S::Storage* out, ScatterLists<KMAX>& s, int lane) {
+// `in`: the row's entries by lane (row_entries.cuh); `shared`: the warp's scatter_floats.
+template <typename S, int KMAX, bool kSharedRow>
+__device__ void scatter_row(const ScatterRow& p, const RowEntries<KMAX / 32>& in, typename S::Storage* out, float* shared,
+                            int lane) {
   constexpr int M = KMAX / 32;
   constexpr std::uint32_t kNone = 0xffffffffu;
-  zero_row<S>(out, p.width, lane);
+  float* const column = shared;  // kSharedRow: the row's sums
+  float* const grad_by_entry = shared + scatter_floats<KMAX, kSharedRow>(p.width) - 2 * KMAX;
+  float* const sorted = grad_by_entry + KMAX;
+  if constexpr (kSharedRow) zero_shared_row(column, p.width, lane);
+  else zero_row<S>(out, p.width, lane);
   std::uint32_t rest[M];
   bool valid[M];
   unsigned local_valid = 0;
 #pragma unroll
   for (int r = 0; r < M; ++r) {
-    const int e = lane * M + r;
-    valid[r] = false;
-    rest[r] = 0;
-    if (e < p.selected) {
-      const std::int64_t id = ids[e];
-      valid[r] = id >= 0 && id < p.slots;
-      rest[r] = valid[r] ? static_cast<std::uint32_t>(id) : 0u;
-      s.grad[e] = S::load(grad_values[e]);
-    }
+    valid[r] = in.id[r] >= 0 && in.id[r] < p.slots;  // entries past kk hold -1
+    rest[r] = valid[r] ? static_cast<std::uint32_t>(in.id[r]) : 0u;
+    grad_by_entry[lane * M + r] = in.grad[r];
     local_valid += valid[r] ? 1u : 0u;
   }
   const int real = static_cast<int>(__reduce_add_sync(kFullMask, local_valid));  // sorted keys [0, real) are real
@@ -116,7 +115,7 @@ __device__ void scatter_row(const ScatterRow& p, const std::int64_t* ids, const 
       const int g = lane * M + r;
       const std::uint32_t prev = r > 0 ? key[r - 1] : before;
       if (g < real) {
-        s.sorted[g] = s.grad[key[r] & 0xffu];
+        sorted[g] = grad_by_entry[key[r] & 0xffu];
         if (g == 0 || (prev >> 8) != (key[r] >> 8)) starts |= 1u << r;
       }
     }
@@ -136,12 +135,15 @@ __device__ void scatter_row(const ScatterRow& p, const std::int64_t* ids, const 
         const unsigned later = starts >> (r + 1);
         const int end = later != 0 ? lane * M + r + __ffs(static_cast<int>(later)) : after;
         float sum = 0.0f;
-        for (int t = lane * M + r; t < end; ++t) sum = __fadd_rn(sum, s.sorted[t]);
-        out[offset + static_cast<std::int64_t>(key[r] >> 8)] = S::store(sum);
+        for (int t = lane * M + r; t < end; ++t) sum = __fadd_rn(sum, sorted[t]);
+        const std::int64_t c = offset + static_cast<std::int64_t>(key[r] >> 8);
+        if constexpr (kSharedRow) column[c] = sum;
+        else out[c] = S::store(sum);
       }
     }
     __syncwarp();
   }
+  if constexpr (kSharedRow) store_row<S>(column, out, p.width, lane);
 }
 
 }  // namespace sdm::cuda::topk
