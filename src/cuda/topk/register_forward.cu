@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/topk/register_select.cuh"
@@ -24,7 +26,7 @@ struct RegisterForwardParams {
   std::int64_t* slots;
   std::int64_t rows, row_stride, selected;
   int factors, k;
-  bool wide_ids;
+  bool wide_ids, tiles, f32_walk;
   std::uint32_t dims[kMaxProductKeyFactors];
 };
 
@@ -40,7 +42,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kMinBlocks) register_forwa
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + warp;
   if (row >= p.rows) return;
   using Storage = typename S::Storage;
-  const topk::RegisterRow shape{p.dims, p.factors, p.k, p.wide_ids};
+  const topk::RegisterRow shape{p.dims, p.factors, p.k, p.wide_ids, p.tiles, p.f32_walk};
   topk::select_row<S, KMAX>(shape, static_cast<const Storage*>(p.raw) + row * p.row_stride,
                             static_cast<Storage*>(p.values) + row * p.selected, p.slots + row * p.selected,
                             lists[warp], lane);
@@ -52,6 +54,24 @@ void launch_for_k(const RegisterForwardParams& p, cudaStream_t stream) {
   if (p.k <= 32) return register_forward_kernel<S, 32><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
   if (p.k <= 64) return register_forward_kernel<S, 64><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
   register_forward_kernel<S, 128><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
+}
+
+// The A/B switches of stop 47's forward changes (docs/performance.md, "Product-key top-k forward,
+// stop 47"), read once: SDM_TOPK_TILES=0 ranks stage 1's factors of widths 257..512 by the whole
+// warp (no half-warp tiles), SDM_TOPK_F32_WALK=0 searches the c-th key of f32 sums by bisection
+// alone (no walk-up). Same bits either way.
+struct ForwardVariant {
+  bool tiles, f32_walk;
+};
+const ForwardVariant& forward_variant() {
+  static const ForwardVariant variant = [] {
+    const auto on = [](const char* name) {
+      const char* value = std::getenv(name);
+      return value == nullptr || std::strcmp(value, "0") != 0;
+    };
+    return ForwardVariant{on("SDM_TOPK_TILES"), on("SDM_TOPK_F32_WALK")};
+  }();
+  return variant;
 }
 
 }  // namespace
@@ -76,6 +96,8 @@ void register_forward(const core::ProductKeyPlan& plan, const TensorRef& raw, co
   p.factors = static_cast<int>(plan.dims.size());
   p.k = static_cast<int>(plan.k);
   p.wide_ids = plan.slots > (std::int64_t{1} << 24);
+  p.tiles = forward_variant().tiles;
+  p.f32_walk = forward_variant().f32_walk;
   for (std::size_t f = 0; f < plan.dims.size(); ++f) p.dims[f] = static_cast<std::uint32_t>(plan.dims[f]);
   const cudaStream_t stream = stream_of(cuda_stream);
   if (plan.dtype == DType::f32) launch_for_k<topk::F32Scores>(p, stream);
