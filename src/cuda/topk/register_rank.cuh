@@ -127,7 +127,8 @@ __device__ __forceinline__ bool f32_rank_inexact(const float* x, int width, int 
 #pragma unroll
   for (int t = 0; t < TILES; ++t) {
     float v[M];
-    load_scores<F32Scores, M, LANES>(x + t * LANES * M, width - t * LANES * M, sub, v);  // +0 past the width: never above
+    // +0 past the width: never above (bucket_above)
+    load_scores<F32Scores, M, LANES>(x + t * LANES * M, width - t * LANES * M, sub, v);
 #pragma unroll
     for (int r = 0; r < M; ++r) inexact |= core::float_bits(v[r]) - above.base < above.span;
   }

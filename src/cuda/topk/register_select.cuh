@@ -53,7 +53,10 @@ struct alignas(16) StageLists {
 };
 
 // The last stage: the c kept pairs sorted by slot id (Key holds id << 8 | kept position), stored.
-template <typename S, typename Key, int KMAX>
+// kUnrolled (32-bit keys): every merge of the sort unrolled (RUN = KMAX); with the run-time loop NVVM
+// keeps KMAX 128's merges as a loop (10 static shuffles) whose counters and moves cost about as
+// much as the network, but unrolled they spill the pair stage's candidates at 64 registers.
+template <typename S, typename Key, int KMAX, bool kUnrolled>
 __device__ void store_by_id(const StageLists<KMAX>& s, int c, std::uint32_t width, typename S::Storage* out_values,
                             std::int64_t* out_slots, int lane) {
   constexpr int M = KMAX / 32;
@@ -69,7 +72,8 @@ __device__ void store_by_id(const StageLists<KMAX>& s, int c, std::uint32_t widt
       key[r] = static_cast<Key>(id) << 8 | static_cast<Key>(g);
     }
   }
-  sort_runs(key, KMAX, false, lane);
+  if constexpr (kUnrolled && sizeof(Key) == 4) sort_runs<M, KMAX>(key, KMAX, false, lane);
+  else sort_runs(key, KMAX, false, lane);
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     const int g = lane * M + r;
@@ -118,8 +122,8 @@ __device__ void next_running(StageLists<KMAX>& s, int c, std::uint32_t width, in
 }
 
 // Stage: running list (n) x factor list (m) -> the c best candidate pairs (extract: find_cut's
-// walk-up bound, 0 for bisection only).
-template <typename S, int KMAX>
+// walk-up bound, 0 for bisection only; kUnrolledIdSort: store_by_id's kUnrolled).
+template <typename S, int KMAX, bool kUnrolledIdSort>
 __device__ void pair_stage(StageLists<KMAX>& s, int n, int m, int c, std::uint32_t width, bool last, bool wide_ids,
                            unsigned extract, typename S::Storage* out_values, std::int64_t* out_slots, int lane) {
   constexpr int kTable = pair_count(kPairTableRank);
@@ -172,8 +176,8 @@ __device__ void pair_stage(StageLists<KMAX>& s, int n, int m, int c, std::uint32
   }
   __syncwarp();
   if (!last) return next_running<S>(s, c, width, lane);
-  if (wide_ids) return store_by_id<S, std::uint64_t>(s, c, width, out_values, out_slots, lane);
-  store_by_id<S, std::uint32_t>(s, c, width, out_values, out_slots, lane);
+  if (wide_ids) return store_by_id<S, std::uint64_t, KMAX, false>(s, c, width, out_values, out_slots, lane);
+  store_by_id<S, std::uint32_t, KMAX, kUnrolledIdSort>(s, c, width, out_values, out_slots, lane);
 }
 
 struct RegisterRow {
@@ -185,7 +189,7 @@ struct RegisterRow {
   bool f32_walk;  // f32 sums: the c-th key search walks up from 2 extra keys (find_cut)
 };
 
-template <typename S, int KMAX>
+template <typename S, int KMAX, bool kUnrolledIdSort>
 __device__ void select_row(const RegisterRow& p, const typename S::Storage* x, typename S::Storage* out_values,
                            std::int64_t* out_slots, StageLists<KMAX>& s, int lane) {
   int width = static_cast<int>(p.dims[0]);
@@ -202,8 +206,8 @@ __device__ void select_row(const RegisterRow& p, const typename S::Storage* x, t
     if (f > 1 || !paired) rank_factor<S, KMAX>(x + offset, width, m, s.fac_val, s.fac_col, lane);
     offset += width;
     const int c = static_cast<int>(min(static_cast<std::int64_t>(p.k), static_cast<std::int64_t>(n) * m));
-    pair_stage<S, KMAX>(s, n, m, c, static_cast<std::uint32_t>(width), f + 1 == p.factors, p.wide_ids, extract,
-                        out_values, out_slots, lane);
+    pair_stage<S, KMAX, kUnrolledIdSort>(s, n, m, c, static_cast<std::uint32_t>(width), f + 1 == p.factors, p.wide_ids,
+                                         extract, out_values, out_slots, lane);
     n = c;
   }
 }
