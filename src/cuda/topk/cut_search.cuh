@@ -10,6 +10,7 @@
 #include "cuda/topk/register_sort.cuh"
 
 namespace sdm::cuda::topk {
+
 // The number of keys >= t over the warp. The predicated add keeps it at two instructions a key
 // (a compare and an add; `local += key >= t` compiles to three).
 template <int C>

@@ -2,8 +2,9 @@
 // launcher (the row's math, decomposition and numerics: register_select.cuh).
 //
 // Grid: one warp per row, 8 rows per 256-thread CTA; the kernel is instantiated per score dtype
-// and per KMAX in {32, 64, 128} (k <= KMAX: the candidates per lane and the kept list's length).
-// Shared memory: StageLists<KMAX> per warp (3 KB at KMAX 128).
+// and per KMAX in {32, 64, 128} (k <= KMAX: the candidates per lane and the kept list's length),
+// KMAX 128 also at 3 CTAs an SM (an A/B variant, forward_variant). Shared memory: StageLists<KMAX>
+// per warp (3 KB at KMAX 128).
 #include "cuda/topk/register_forward.hpp"
 
 #include <cuda_runtime.h>

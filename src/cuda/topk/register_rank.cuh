@@ -25,6 +25,7 @@
 #include "cuda/topk/score_types.cuh"
 
 namespace sdm::cuda::topk {
+
 __device__ __forceinline__ int pow2_at_least(int x) {
   int p = 1;
   while (p < x) p *= 2;
