@@ -7,11 +7,13 @@
 // for its prefetching warps to walk more than one row each.
 // Prints one line per case and "sdm_gpu_topk_tests: N checks, F failed" last; exit status 1 on a
 // failure, 0 (with a message) where no CUDA device exists. --fail-fast: stops after the first
-// failing case (for mutants, which must fail).
+// failing case (for mutants, which must fail). SDM_TOPK_TEST_MATCH=text runs only the cases whose
+// name contains it (quick mutant runs).
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -159,6 +161,9 @@ std::vector<TopkCase> cases() {
       // Stage 1's half-warp ranks at 16 keys a lane and runs of 64 (widths 129..256, k 33..64),
       // whose folds keep 8 then 4 keys a lane: unequal widths below 256 (zero keys past a width).
       {{200, 150}, 50}, {{256, 130}, 33},
+      // Stage 1's half-warp tiles (widths 257..512, k 33..64: two tiles of 256 columns a factor,
+      // merged): a second tile of 1 column, unequal widths, a factor narrower than one tile.
+      {{257, 400}, 64}, {{512, 300}, 40}, {{100, 512}, 33},
   };
   std::vector<TopkCase> all;
   // First (so that a mutant of the prefetching warps fails fast): rows past the device's resident
@@ -201,7 +206,7 @@ std::vector<TopkCase> cases() {
   // output); the half-warp ranks (with and without the halving folds) and whole-warp ones, every KMAX.
   const std::vector<std::pair<std::vector<std::int64_t>, std::int64_t>> f32_shapes = {
       {{256, 256}, 64}, {{256, 256}, 128}, {{512, 512}, 64}, {{200, 150}, 50}, {{64, 64, 64}, 40}, {{33, 500}, 20},
-      {{100, 31, 7}, 6}, {{16, 16}, 10}, {{512, 300}, 128}};
+      {{100, 31, 7}, 6}, {{16, 16}, 10}, {{512, 300}, 128}, {{300, 512}, 50}, {{512, 257}, 64}};
   for (const auto& [dims, k] : f32_shapes) {
     for (const ScoreKind kind : {ScoreKind::crowded, ScoreKind::bucket_edge}) {
       TopkCase c;
@@ -218,7 +223,12 @@ std::vector<TopkCase> cases() {
   const Strided strided_cases[] = {{{32, 32}, 50, 80, DType::bf16},
                                    {{256, 256}, 64, 520, DType::bf16},
                                    {{256, 256}, 64, 515, DType::bf16},
-                                   {{256, 256}, 128, 513, DType::f32}};
+                                   {{256, 256}, 128, 513, DType::f32},
+                                   // the half-warp tiles: vector loads where a tile lies in the row and
+                                   // is 16-byte aligned (400 x bf16 = 800 bytes), scalar ones elsewhere
+                                   {{400, 512}, 64, 912, DType::bf16},
+                                   {{512, 512}, 64, 1032, DType::f32},
+                                   {{512, 512}, 64, 1030, DType::bf16}};
   for (const auto& s : strided_cases) {
     TopkCase strided;
     strided.dims = s.dims;
@@ -244,7 +254,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   using namespace sdm::testing;
+  const char* match = std::getenv("SDM_TOPK_TEST_MATCH");
   for (const auto& c : cases()) {
+    if (match != nullptr && c.name().find(match) == std::string::npos) continue;
     const int before = failures;
     try {
       run_case(c);

@@ -12,6 +12,8 @@
 namespace sdm::cuda::topk {
 
 inline constexpr int kPairTableRank = 128;
+// Tie codes payload + 1 of the table's pairs are below kPairCodes (i + j < kPairTableRank).
+inline constexpr std::uint32_t kPairCodes = (kPairTableRank << 8) + 1u;
 
 __host__ __device__ constexpr int pair_count(int c) {
   int n = 0;

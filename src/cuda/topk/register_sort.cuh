@@ -13,6 +13,7 @@
 //                                   clean"; the runs end up identical)
 //   fold_halve<B>, halve_top64      keep_top_half for 16 keys a lane that drops the duplicate
 //                                   copies: 8, then 4 keys a lane (the half-warp ranks, runs of 64)
+//   merge_top64                     the top 64 of two such runs of 4 keys a lane (streamed tiles)
 // Both are inlined: called with a constant `run`, every loop unrolls and every direction folds.
 // Keys are unsigned integers compared as such; equal keys are interchangeable, so the networks
 // need no stability. Every lane of the warp must take part (full-mask shuffles).
@@ -204,23 +205,13 @@ __device__ __forceinline__ void fold_halve(const K (&x)[16], K (&z)[8], int b) {
   steps_in_lane(z, !upper);
 }
 
-// The top 64 of 16 lanes x 8 keys holding two sorted runs of 64 in fold_halve<8>'s layout (lanes
-// 0..7 and 8..15), as 4 keys a lane. Lane b and b ^ 12 hold the elements that meet in the fold at
-// the same registers, so lane b keeps registers 0..3 of the fold (b < 8) or 4..7 (b >= 8); the run
-// then sits at element 16 g + 4 q + (rev ? 3 - r : r) of w[r], with q = (4 - b / 4) % 4,
-// rev = (q == 2 || q == 3) and g = b % 4, reversed (3 - b % 4) where rev, and the merge sorts it in
-// that layout (distances 32, 16: lane b ^ 2, b ^ 1; 8: lane b ^ 11, mirrored register; 4: lane
-// b ^ 12; 2, 1 in the lane).
+// A run of 64 keys held by 16 lanes x 4 as halve_top64 leaves it (lane b, register r: element
+// 16 g + 4 q + (rev ? 3 - r : r), q = (4 - b / 4) % 4, rev = (q == 2 || q == 3), g = b % 4, or
+// 3 - b % 4 where rev), bitonic -> sorted descending in that layout: the half-cleaners of
+// distance 32, 16 (lane b ^ 2, b ^ 1), 8 (lane b ^ 11, mirrored register: q ^ 2 flips rev), 4
+// (lane b ^ 12) and 2, 1 in the lane (ascending where rev).
 template <typename K>
-__device__ __forceinline__ void halve_top64(const K (&z)[8], K (&w)[4], int b) {
-  const bool high = (b & 8) != 0;
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const K send = high ? z[r] : z[4 + r];
-    const K own = high ? z[4 + r] : z[r];
-    const K o = __shfl_xor_sync(kFullMask, send, 12);
-    w[r] = own > o ? own : o;
-  }
+__device__ __forceinline__ void clean_top64(K (&w)[4], int b) {
   const bool rev = ((b >> 2 ^ b >> 3) & 1) != 0;
 #pragma unroll
   for (int lanes = 2; lanes >= 1; lanes /= 2) {
@@ -243,6 +234,36 @@ __device__ __forceinline__ void halve_top64(const K (&z)[8], K (&w)[4], int b) {
     w[r] = keep_big ? (w[r] > o ? w[r] : o) : (w[r] < o ? w[r] : o);
   }
   steps_in_lane(w, !rev);
+}
+
+// The top 64 of 16 lanes x 8 keys holding two sorted runs of 64 in fold_halve<8>'s layout (lanes
+// 0..7 and 8..15), as 4 keys a lane. Lane b and b ^ 12 hold the elements that meet in the fold at
+// the same registers, so lane b keeps registers 0..3 of the fold (b < 8) or 4..7 (b >= 8), and
+// clean_top64 sorts the bitonic result in its layout.
+template <typename K>
+__device__ __forceinline__ void halve_top64(const K (&z)[8], K (&w)[4], int b) {
+  const bool high = (b & 8) != 0;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const K send = high ? z[r] : z[4 + r];
+    const K own = high ? z[4 + r] : z[r];
+    const K o = __shfl_xor_sync(kFullMask, send, 12);
+    w[r] = own > o ? own : o;
+  }
+  clean_top64(w, b);
+}
+
+// w <- the top 64 of the two runs w and v, both sorted descending in clean_top64's layout. Element
+// e of w meets element 63 - e of v, which lane b ^ 4 holds in the same register (q -> 3 - q
+// flips b / 4's low bit and rev; g -> 3 - g then keeps b % 4); their max is bitonic.
+template <typename K>
+__device__ __forceinline__ void merge_top64(K (&w)[4], const K (&v)[4], int b) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const K o = __shfl_xor_sync(kFullMask, v[r], 4);
+    w[r] = w[r] > o ? w[r] : o;
+  }
+  clean_top64(w, b);
 }
 
 }  // namespace sdm::cuda::topk
