@@ -4,7 +4,7 @@
 // and stores each column's sum into the zeroed global row (register_scatter.cuh). Both give the
 // CPU kernel's bits (the same chains). Measured on the H100 (docs/performance.md, "Product-key
 // top-k, stop 48"): the column sums at every k against stop 38's rule (the sort below k 65) from
-// 4 % slower (2x512 k 64 bf16) to 25 % faster (2x512 k 64 f32); the sort into a shared row, lanes
+// 3-4 % slower (2x512 k 64 bf16) to 25 % faster (2x512 k 64 f32); the sort into a shared row, lanes
 // found by shared atomicOr words instead of __match_any_sync, and warps prefetching their next
 // row all lost and are gone.
 //
@@ -15,9 +15,9 @@
 // Launch bounds (min_blocks): a full SM (kFullBlocks CTAs: 32 registers a thread on sm_80 / 90, 40
 // on sm_86 / 87 / 89) for the bf16 and f16 column sums at KMAX 32 / 64, which ptxas compiles
 // without spills under it (cuobjdump -res-usage: STACK 0); none for f32's column sums (8 bytes of
-// stack a thread at 32 registers), the column sums at KMAX 128 and the sort (stop 38's kernels,
-// unbounded as measured), nor on other architectures (e.g. sm_120, where 8 CTAs of 256 threads
-// exceed the SM's threads).
+// stack a thread at 32 registers), the column sums at KMAX 128 and the sort (the kernels of stop
+// 38's rule, unbounded as measured), nor on other architectures (e.g. sm_120, where 8 CTAs of 256
+// threads exceed the SM's threads).
 #include "cuda/topk/register_backward.hpp"
 
 #include <cuda_runtime.h>
@@ -67,7 +67,7 @@ __host__ __device__ constexpr std::int64_t warp_floats(const RegisterBackwardPar
 // The kernel's min-blocks bound (see the file's comment): kFullBlocks where spill-free, else 0.
 template <typename S, int KMAX, bool kColumnSums>
 constexpr int min_blocks() {
-  if (!kColumnSums || KMAX == 128) return 0;         // stop 38's kernels, unbounded as measured
+  if (!kColumnSums || KMAX == 128) return 0;         // stop 38's rule's kernels, unbounded as measured
   if (std::is_same_v<S, topk::F32Scores>) return 0;  // spills at 32 registers
   return kFullBlocks;
 }

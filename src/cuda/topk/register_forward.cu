@@ -41,7 +41,8 @@ constexpr int min_blocks() {
 }
 
 template <typename S, int KMAX>
-__global__ void __launch_bounds__(32 * kRowsPerBlock, min_blocks<KMAX>()) register_forward_kernel(RegisterForwardParams p) {
+__global__ void __launch_bounds__(32 * kRowsPerBlock, min_blocks<KMAX>())
+    register_forward_kernel(RegisterForwardParams p) {
   __shared__ topk::StageLists<KMAX> lists[kRowsPerBlock];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + warp;

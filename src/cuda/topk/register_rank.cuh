@@ -299,7 +299,7 @@ __device__ bool rank_two_tiles(const typename S::Storage* x, int w0, int w1, int
 
 // Stage 1's two factors by half-warps when that fits (true), else nothing done (false): widths up
 // to 256, and 257..512 at KMAX 64 by rank_two_tiles (measured on the H100 at 2x512 k 64: the
-// forward 18-20 % faster than with the whole warp ranking each factor, docs/performance.md
+// forward 1.2x faster than with the whole warp ranking each factor, bf16 and f32, docs/performance.md
 // "Product-key top-k, stop 48"). Wider factors at KMAX 32 / 128, and every factor after stage 1's
 // two, are ranked by the whole warp (rank_factor).
 template <typename S, int KMAX>
