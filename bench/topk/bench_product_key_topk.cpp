@@ -1,8 +1,7 @@
 // bench_product_key_topk.cpp - times the CUDA product-key top-k (forward, backward) on the shapes
 // of docs/performance.md ("Product-key top-k"): two or three factors of `side` columns, k, rows,
 // bf16 and f32 random scores. (Side by side with 2.0.0: compare_2_0_0.py.) Median of --reps timed calls (CUDA events) after 3 warm-up calls; prints a
-// markdown table; with --variants a second one, the backward in every register_backward variant
-// (register_backward.hpp), in turn on the same tensors.  Usage: sdm_gpu_topk_bench [--reps N] [--variants]
+// markdown table.  Usage: sdm_gpu_topk_bench [--reps N]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -13,7 +12,6 @@
 #include <vector>
 
 #include "cuda/topk/product_key_topk.hpp"
-#include "cuda/topk/register_backward.hpp"
 #include "topk_case.hpp"
 
 namespace {
@@ -43,10 +41,8 @@ float median_ms(const std::function<void()>& call, int reps) {
 
 int main(int argc, char** argv) {
   int reps = 20;
-  bool variants = false;
-  for (int i = 1; i < argc; ++i) {
-    if (i + 1 < argc && std::strcmp(argv[i], "--reps") == 0) reps = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--variants") == 0) variants = true;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--reps") == 0) reps = std::atoi(argv[i + 1]);
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -58,7 +54,6 @@ int main(int argc, char** argv) {
   const Shape shapes[] = {{256, 2, 64, 16384}, {256, 2, 128, 32768}, {512, 2, 64, 16384}, {64, 3, 64, 16384},
                           {256, 2, 256, 16384}};
   std::printf("| factors | k | rows | dtype | forward ms | backward ms |\n|---|---:|---:|---|---:|---:|\n");
-  std::vector<std::vector<float>> by_variant;  // per shape and dtype: the backward ms of each variant
   for (const auto& shape : shapes) {
     for (const DType dtype : {DType::bf16, DType::f32}) {
       testing::TopkCase c;
@@ -77,33 +72,6 @@ int main(int argc, char** argv) {
       std::printf("| %lldx%lld | %lld | %lld | %s | %.4f | %.4f |\n", static_cast<long long>(shape.factors),
                   static_cast<long long>(shape.side), static_cast<long long>(shape.k), static_cast<long long>(shape.rows), dtype_name(dtype), forward,
                   backward);
-      if (variants) {
-        const int initial = cuda::register_backward_variant();
-        by_variant.emplace_back();
-        for (int v = 0; v < cuda::kRegisterBackwardVariants; ++v) {
-          cuda::set_register_backward_variant(v);
-          by_variant.back().push_back(median_ms(
-              [&] { cuda::product_key_topk_backward(plan, slots, b.grad_values_ref(true), grad_raw, nullptr); }, reps));
-        }
-        cuda::set_register_backward_variant(initial);
-      }
-    }
-  }
-  if (!variants) return 0;
-  std::printf("\n| factors | k | rows | dtype |");
-  for (int v = 0; v < cuda::kRegisterBackwardVariants; ++v) std::printf(" backward v%d ms |", v);
-  std::printf("\n|---|---:|---:|---|");
-  for (int v = 0; v < cuda::kRegisterBackwardVariants; ++v) std::printf("---:|");
-  std::printf("\n");
-  std::size_t n = 0;
-  for (const auto& shape : shapes) {
-    for (const DType dtype : {DType::bf16, DType::f32}) {
-      std::printf("| %lldx%lld | %lld | %lld | %s |", static_cast<long long>(shape.factors),
-                  static_cast<long long>(shape.side), static_cast<long long>(shape.k), static_cast<long long>(shape.rows),
-                  dtype_name(dtype));
-      for (const float ms : by_variant[n]) std::printf(" %.4f |", ms);
-      std::printf("\n");
-      ++n;
     }
   }
   return 0;

@@ -3,8 +3,8 @@
 // hardware) and the backward's gradient rows, on awkward factor lists, k, dtypes, tie-heavy,
 // special-value and crowded f32 scores and strided rows; two CUDA runs of each case bitwise equal; and the backward
 // over slots with entries outside [0, prod(dims)) (they contribute nothing) against the CPU's. The
-// backward runs in every variant of the register kernel (register_backward.hpp), on rows enough
-// for its prefetching warps to walk more than one row each.
+// register backward's two row paths (register_backward.cu: column sums for widths <= 1024, the
+// sort for wider rows) each run at KMAX 32, 64 and 128.
 // Prints one line per case and "sdm_gpu_topk_tests: N checks, F failed" last; exit status 1 on a
 // failure, 0 (with a message) where no CUDA device exists. --fail-fast: stops after the first
 // failing case (for mutants, which must fail). SDM_TOPK_TEST_MATCH=text runs only the cases whose
@@ -22,7 +22,6 @@
 #include "core/float_convert.hpp"
 #include "cpu/topk/product_key_topk.hpp"
 #include "cuda/topk/product_key_topk.hpp"
-#include "cuda/topk/register_backward.hpp"
 #include "topk_case.hpp"
 
 namespace sdm::testing {
@@ -94,15 +93,19 @@ void run_case(const TopkCase& c) {
   const TensorRef values = buffers.matrix_ref(buffers.device_values, c.dtype, plan.selected, true);
   const TensorRef slots = buffers.matrix_ref(buffers.device_slots, DType::i64, plan.selected, true);
   const TensorRef grad_raw = buffers.matrix_ref(buffers.device_grad_raw, c.dtype, plan.width, true);
-  std::vector<unsigned char> first_values, first_slots, first_grad;
-  for (int run = 0; run < 2; ++run) {
-    cuda::product_key_topk_forward(plan, buffers.raw_ref(true), values, slots, nullptr);
+  // The CUDA backward over the device slots into poisoned gradient rows, copied back.
+  const auto backward = [&] {
     poison_grad(buffers.device_grad_raw, cpu_grad.size());
     cuda::product_key_topk_backward(plan, slots, buffers.grad_values_ref(true), grad_raw, nullptr);
     sync(c.name().c_str());
+    return to_host(buffers.device_grad_raw, cpu_grad.size());
+  };
+  std::vector<unsigned char> first_values, first_slots, first_grad;
+  for (int run = 0; run < 2; ++run) {
+    cuda::product_key_topk_forward(plan, buffers.raw_ref(true), values, slots, nullptr);
+    auto got_grad = backward();
     auto got_values = to_host(buffers.device_values, outputs * elem);
     auto got_slots = to_host(buffers.device_slots, outputs * 8);
-    auto got_grad = to_host(buffers.device_grad_raw, cpu_grad.size());
     if (run == 0) {
       expect(std::memcmp(got_slots.data(), cpu_slots.data(), outputs * 8) == 0, c.name() + ": slots equal the CPU's");
       expect(same_values(got_values, cpu_values, c.dtype), c.name() + ": values equal the CPU's");
@@ -116,17 +119,6 @@ void run_case(const TopkCase& c) {
     }
   }
 
-  // Every register backward variant over the forward's slots (the general kernel ignores them).
-  const int initial_variant = cuda::register_backward_variant();
-  for (int v = 0; v < cuda::kRegisterBackwardVariants; ++v) {
-    cuda::set_register_backward_variant(v);
-    poison_grad(buffers.device_grad_raw, cpu_grad.size());
-    cuda::product_key_topk_backward(plan, slots, buffers.grad_values_ref(true), grad_raw, nullptr);
-    sync(c.name().c_str());
-    expect(to_host(buffers.device_grad_raw, cpu_grad.size()) == cpu_grad,
-           c.name() + ": backward variant " + std::to_string(v) + ": gradient equals the CPU's");
-  }
-
   // Every 5th entry moved outside the slots (below 0, at prod(dims), far above), the rest kept.
   std::vector<std::int64_t> bad_slots = cpu_slots;
   const std::int64_t outside[] = {-1, plan.slots, std::int64_t{1} << 40, -(std::int64_t{1} << 40)};
@@ -136,15 +128,7 @@ void run_case(const TopkCase& c) {
   }
   cpu::product_key_topk_backward(plan, buffers.matrix_ref(bad_slots.data(), DType::i64, plan.selected, false),
                                  buffers.grad_values_ref(false), buffers.matrix_ref(cpu_grad.data(), c.dtype, plan.width, false), 0);
-  for (int v = 0; v < cuda::kRegisterBackwardVariants; ++v) {
-    cuda::set_register_backward_variant(v);
-    poison_grad(buffers.device_grad_raw, cpu_grad.size());
-    cuda::product_key_topk_backward(plan, slots, buffers.grad_values_ref(true), grad_raw, nullptr);
-    sync(c.name().c_str());
-    expect(to_host(buffers.device_grad_raw, cpu_grad.size()) == cpu_grad,
-           c.name() + ": backward variant " + std::to_string(v) + ": gradient over slots outside the product equals the CPU's");
-  }
-  cuda::set_register_backward_variant(initial_variant);
+  expect(backward() == cpu_grad, c.name() + ": gradient over slots outside the product equals the CPU's");
 }
 
 std::vector<TopkCase> cases() {
@@ -164,27 +148,11 @@ std::vector<TopkCase> cases() {
       // Stage 1's half-warp tiles (widths 257..512, k 33..64: two tiles of 256 columns a factor,
       // merged): a second tile of 1 column, unequal widths, a factor narrower than one tile.
       {{257, 400}, 64}, {{512, 300}, 40}, {{100, 512}, 33},
+      // The backward's sort (rows wider than 1024) at k 33..64 and k <= 32 over two factors (whose
+      // forward, factors over 512 columns, runs on the general kernel).
+      {{513, 512}, 40}, {{700, 600}, 20},
   };
   std::vector<TopkCase> all;
-  // First (so that a mutant of the prefetching warps fails fast): rows past the device's resident
-  // warps (an H100 or H200 holds at most 132 x 64 = 8448), so that the backward's prefetching
-  // warps walk several rows each; every row path (sort, sorted, columns, claims), KMAX 32 / 64 /
-  // 128, an unaligned width and one past the shared rows' 1024.
-  struct Tall { std::vector<std::int64_t> dims; std::int64_t k; DType dtype; ScoreKind kind; };
-  const Tall tall_cases[] = {{{16, 16}, 64, DType::bf16, ScoreKind::ties},
-                             {{64, 64, 64}, 100, DType::f32, ScoreKind::special},
-                             {{300, 201}, 30, DType::f16, ScoreKind::ties},
-                             {{513, 512}, 40, DType::bf16, ScoreKind::randn}};
-  for (const auto& t : tall_cases) {
-    TopkCase tall;
-    tall.dims = t.dims;
-    tall.k = t.k;
-    tall.rows = 20000;
-    tall.dtype = t.dtype;
-    tall.kind = t.kind;
-    tall.seed = 1000 + static_cast<std::uint64_t>(all.size());
-    all.push_back(tall);
-  }
   std::uint64_t seed = 1;
   for (const auto& [dims, k] : shapes) {
     for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {

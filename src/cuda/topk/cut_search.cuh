@@ -32,18 +32,20 @@ struct Cut {
 };
 
 // Bisection over [lo, hi) with count(lo) >= c > count(hi) (count(hi) = 0), stopping at an exact
-// count. extract > 0: once count(lo) - c <= extract, the keys >= lo are walked up from the
-// smallest instead (at most extract + 1 rounds of a warp min and a count): the sums of 16-bit
-// inputs leave wide gaps between distinct keys, which the bisection otherwise halves one probe at
-// a time (simulated at 2x256 k 64 bf16: 13.2 probes a row; with the walk, about 40 % fewer
+// count; once count(lo) - c <= kExtract, the keys >= lo are walked up from the smallest instead
+// (at most kExtract + 1 rounds of a warp min and a count). The sums of 16-bit inputs leave wide
+// gaps between distinct keys, which the bisection otherwise halves one probe at a time
+// (kExtract 4; simulated at 2x256 k 64 bf16: 13.2 probes a row; with the walk, about 40 % fewer
 // instructions in this search). f32 sums walk from 2 extra keys (simulated over normal, uniform
-// and heavy-tailed rows at k 64 / 128: 3-9 % fewer instructions than none; 4 costs as much as none).
-template <int C>
-__device__ __forceinline__ Cut find_cut(const std::uint32_t (&key)[C], unsigned c, std::uint32_t lo, std::uint32_t hi,
-                                        unsigned extract) {
+// and heavy-tailed rows at k 64 / 128: 3-9 % fewer instructions than none; 4 costs as much as
+// none; measured on the H100: the mean of the f32 rows 0.3 % faster than by bisection alone,
+// 2x256 k 64 f32 1.5 %; docs/performance.md "Product-key top-k, stop 48").
+template <unsigned kExtract, int C>
+__device__ __forceinline__ Cut find_cut(const std::uint32_t (&key)[C], unsigned c, std::uint32_t lo, std::uint32_t hi) {
+  static_assert(kExtract > 0);
   unsigned lo_count = 0xffffffffu, hi_count = 0;
   while (hi - lo > 1u) {
-    if (lo_count - c <= extract) {
+    if (lo_count - c <= kExtract) {
       for (;;) {
         std::uint32_t local = 0xffffffffu;
 #pragma unroll

@@ -2,16 +2,13 @@
 // launcher (the row's math, decomposition and numerics: register_select.cuh).
 //
 // Grid: one warp per row, 8 rows per 256-thread CTA; the kernel is instantiated per score dtype
-// and per KMAX in {32, 64, 128} (k <= KMAX: the candidates per lane and the kept list's length),
-// KMAX 128 also at 3 CTAs an SM (an A/B variant, forward_variant). Shared memory: StageLists<KMAX>
-// per warp (3 KB at KMAX 128).
+// and per KMAX in {32, 64, 128} (k <= KMAX: the candidates per lane and the kept list's length).
+// Shared memory: StageLists<KMAX> per warp (3 KB at KMAX 128).
 #include "cuda/topk/register_forward.hpp"
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/topk/register_select.cuh"
@@ -27,29 +24,34 @@ struct RegisterForwardParams {
   std::int64_t* slots;
   std::int64_t rows, row_stride, selected;
   int factors, k;
-  bool wide_ids, tiles, f32_walk;
-  int k128_blocks;  // CTAs per SM of the KMAX 128 kernel: 4, or 3 (the A/B variant)
+  bool wide_ids;
   std::uint32_t dims[kMaxProductKeyFactors];
 };
 
-// CTAs per SM the register budget must allow: 4 (64 registers; every dtype's factor keys are 32-bit,
-// f32's 64-bit re-rank is out of line). Measured on the H200 with 32-bit keys: 1-4 % faster than
-// the unconstrained allocation (docs/performance.md, "Product-key top-k v3"). The A/B variant
-// kBlocks = 3 (80 registers) at KMAX 128 also unrolls the last stage's id sort, which spills the
-// pair stage's candidates at 64 registers (select_row's kUnrolledIdSort).
-constexpr int kMinBlocks = 4;
+// CTAs per SM the register budget must allow: 4 at KMAX 32 / 64 (64 registers; every dtype's
+// factor keys are 32-bit, f32's 64-bit re-rank is out of line; measured on the H200 with 32-bit
+// keys: 1-4 % faster than the unconstrained allocation, docs/performance.md "Product-key top-k
+// v3"), 3 at KMAX 128 (80 registers), where the last stage's id sort is unrolled (store_by_id),
+// which at 64 registers spills the pair stage's candidates (measured on the H100 against the
+// 4-CTA kernel with the sort as a loop: 2x256 k 128 4 % faster in bf16, 0.5 % in f32;
+// docs/performance.md "Product-key top-k, stop 48").
+template <int KMAX>
+constexpr int min_blocks() {
+  return KMAX == 128 ? 3 : 4;
+}
 
-template <typename S, int KMAX, int kBlocks = kMinBlocks>
-__global__ void __launch_bounds__(32 * kRowsPerBlock, kBlocks) register_forward_kernel(RegisterForwardParams p) {
+template <typename S, int KMAX>
+__global__ void __launch_bounds__(32 * kRowsPerBlock, min_blocks<KMAX>())
+    register_forward_kernel(RegisterForwardParams p) {
   __shared__ topk::StageLists<KMAX> lists[kRowsPerBlock];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + warp;
   if (row >= p.rows) return;
   using Storage = typename S::Storage;
-  const topk::RegisterRow shape{p.dims, p.factors, p.k, p.wide_ids, p.tiles, p.f32_walk};
+  const topk::RegisterRow shape{p.dims, p.factors, p.k, p.wide_ids};
   const auto* x = static_cast<const Storage*>(p.raw) + row * p.row_stride;
-  topk::select_row<S, KMAX, kBlocks != kMinBlocks>(shape, x, static_cast<Storage*>(p.values) + row * p.selected,
-                                                   p.slots + row * p.selected, lists[warp], lane);
+  topk::select_row<S, KMAX>(shape, x, static_cast<Storage*>(p.values) + row * p.selected, p.slots + row * p.selected,
+                            lists[warp], lane);
 }
 
 template <typename S>
@@ -57,30 +59,7 @@ void launch_for_k(const RegisterForwardParams& p, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock);
   if (p.k <= 32) return register_forward_kernel<S, 32><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
   if (p.k <= 64) return register_forward_kernel<S, 64><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
-  if (p.k128_blocks == 3) return register_forward_kernel<S, 128, 3><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
   register_forward_kernel<S, 128><<<blocks, 32 * kRowsPerBlock, 0, stream>>>(p);
-}
-
-// The A/B switches of stop 47's forward changes (docs/performance.md, "Product-key top-k forward,
-// stop 47"), read once: SDM_TOPK_TILES=0 ranks stage 1's factors of widths 257..512 by the whole
-// warp (no half-warp tiles), SDM_TOPK_F32_WALK=0 searches the c-th key of f32 sums by bisection
-// alone (no walk-up); SDM_TOPK_K128_BLOCKS=3 runs k 65..128 on the 3-CTA kernel (80 registers, the
-// id sort unrolled; default 4). Same bits either way.
-struct ForwardVariant {
-  bool tiles, f32_walk;
-  int k128_blocks;
-};
-const ForwardVariant& forward_variant() {
-  static const ForwardVariant variant = [] {
-    const auto on = [](const char* name) {
-      const char* value = std::getenv(name);
-      return value == nullptr || std::strcmp(value, "0") != 0;
-    };
-    const char* blocks = std::getenv("SDM_TOPK_K128_BLOCKS");
-    return ForwardVariant{on("SDM_TOPK_TILES"), on("SDM_TOPK_F32_WALK"),
-                          blocks != nullptr && std::strcmp(blocks, "3") == 0 ? 3 : kMinBlocks};
-  }();
-  return variant;
 }
 
 }  // namespace
@@ -105,9 +84,6 @@ void register_forward(const core::ProductKeyPlan& plan, const TensorRef& raw, co
   p.factors = static_cast<int>(plan.dims.size());
   p.k = static_cast<int>(plan.k);
   p.wide_ids = plan.slots > (std::int64_t{1} << 24);
-  p.tiles = forward_variant().tiles;
-  p.f32_walk = forward_variant().f32_walk;
-  p.k128_blocks = forward_variant().k128_blocks;
   for (std::size_t f = 0; f < plan.dims.size(); ++f) p.dims[f] = static_cast<std::uint32_t>(plan.dims[f]);
   const cudaStream_t stream = stream_of(cuda_stream);
   if (plan.dtype == DType::f32) launch_for_k<topk::F32Scores>(p, stream);

@@ -297,18 +297,20 @@ __device__ bool rank_two_tiles(const typename S::Storage* x, int w0, int w1, int
   return rank_inexact<S, Keys, 16, 16, 2>(f, width, half ? m1 : m0, val, sub);
 }
 
-// Stage 1's two factors by half-warps when that fits (true), else nothing done (false). `tiles`:
-// widths 257..512 at KMAX 64 take rank_two_tiles (else the whole warp ranks each factor).
+// Stage 1's two factors by half-warps when that fits (true), else nothing done (false): widths up
+// to 256, and 257..512 at KMAX 64 by rank_two_tiles (measured on the H100 at 2x512 k 64: the
+// forward 1.2x faster than with the whole warp ranking each factor, bf16 and f32, docs/performance.md
+// "Product-key top-k, stop 48"). Wider factors at KMAX 32 / 128, and every factor after stage 1's
+// two, are ranked by the whole warp (rank_factor).
 template <typename S, int KMAX>
 __device__ bool rank_two(const typename S::Storage* x, int w0, int w1, int m0, int m1, float* val0, std::uint32_t* col0,
-                         float* val1, std::uint32_t* col1, bool tiles, int lane) {
+                         float* val1, std::uint32_t* col1, int lane) {
   const int w = max(w0, w1);
   bool inexact;
   if (w > 256) {
     if constexpr (KMAX != 64) {
       return false;
     } else {
-      if (!tiles) return false;
       inexact = rank_two_tiles<S>(x, w0, w1, m0, m1, val0, col0, val1, col1, lane);
     }
   } else if (w <= 16) inexact = rank_two_in<S, 1, KMAX>(x, w0, w1, m0, m1, val0, col0, val1, col1, lane);

@@ -1,5 +1,6 @@
 // register_scatter.cuh - one row of the product-key top-k backward, by one warp, keys in registers
-// (the device code of register_backward.cu; the rule: include/sdm/product_key_topk.hpp).
+// (the device code of register_backward.cu for rows wider than column_sums.cuh's kColumnSumsWidth;
+// the rule: include/sdm/product_key_topk.hpp).
 //
 // Math, per row: grad_raw[offset_f + col] = sum of grad_values[e] over the selected entries e whose
 //   slot has digit col in factor f, in increasing e (float32, from 0, __fadd_rn), stored once;
@@ -12,12 +13,10 @@
 //   order in shared memory; the first entry of each run (a column) finds where the run ends from
 //   the run starts of its lane and of the lanes after it (ballot + a suffix-min scan), sums its run
 //   from shared memory in order (a serial chain per column, the columns in parallel) and writes the
-//   column. Runs are disjoint: each column is written by one lane.
-//   Where the sums go: kSharedRow false: the global row is zeroed first and each sum stored there
-//   (ordered after the zeroing by __syncwarp); kSharedRow true (width <= kSharedRowWidth): into the
-//   warp's shared float row, zeroed first, then rounded and stored once, 16 bytes a lane where
-//   aligned (row_stores.cuh): one coalesced pass instead of a zeroing pass plus scattered stores.
-// Numerics: the CPU kernel's sums in its order, so the same bits, either way. No atomics.
+//   column into the global row, zeroed first (ordered after the zeroing by __syncwarp). Runs are
+//   disjoint: each column is written by one lane.
+// Limits: any width (every factor <= 2^24, prod(dims) < 2^32), any kk <= 128 (KMAX / 32 keys a lane).
+// Numerics: the CPU kernel's sums in its order, so the same bits. No atomics.
 #pragma once
 
 #include <cstdint>
@@ -29,15 +28,9 @@
 
 namespace sdm::cuda::topk {
 
-constexpr std::int64_t kSharedRowWidth = 1024;  // the widest row summed in shared memory (4 KiB)
-
-// A warp's shared floats for scatter_row: the row's sums (kSharedRow only; room for the width
-// rounded up to 4, so that every warp's part stays 16-byte aligned), then the gradients by entry
-// and by sorted position (KMAX each).
-template <int KMAX, bool kSharedRow>
-__host__ __device__ constexpr std::int64_t scatter_floats(std::int64_t width) {
-  return (kSharedRow ? (width + 3) / 4 * 4 : 0) + 2 * KMAX;
-}
+// A warp's shared floats for scatter_row: the gradients by entry and by sorted position.
+template <int KMAX>
+inline constexpr std::int64_t kScatterFloats = 2 * KMAX;
 
 struct ScatterRow {
   const std::uint32_t* dims;
@@ -46,7 +39,6 @@ struct ScatterRow {
   int selected;         // kk
   std::int64_t width;   // sum of dims
   std::int64_t slots;   // prod of dims
-  std::int64_t widest;  // max of dims
 };
 
 // x / d for x < 2^32 by one 64-bit high multiply: magic = ceil(2^64 / d) for d >= 2 (0 for d = 1).
@@ -59,17 +51,15 @@ __device__ __forceinline__ std::uint32_t divide(std::uint32_t x, std::uint64_t m
   return magic == 0u ? x : static_cast<std::uint32_t>(__umul64hi(x, magic));
 }
 
-// `in`: the row's entries by lane (row_entries.cuh); `shared`: the warp's scatter_floats.
-template <typename S, int KMAX, bool kSharedRow>
+// `in`: the row's entries by lane (row_entries.cuh); `shared`: the warp's kScatterFloats.
+template <typename S, int KMAX>
 __device__ void scatter_row(const ScatterRow& p, const RowEntries<KMAX / 32>& in, typename S::Storage* out, float* shared,
                             int lane) {
   constexpr int M = KMAX / 32;
   constexpr std::uint32_t kNone = 0xffffffffu;
-  float* const column = shared;  // kSharedRow: the row's sums
-  float* const grad_by_entry = shared + scatter_floats<KMAX, kSharedRow>(p.width) - 2 * KMAX;
+  float* const grad_by_entry = shared;
   float* const sorted = grad_by_entry + KMAX;
-  if constexpr (kSharedRow) zero_shared_row(column, p.width, lane);
-  else zero_row<S>(out, p.width, lane);
+  zero_row<S>(out, p.width, lane);
   std::uint32_t rest[M];
   bool valid[M];
   unsigned local_valid = 0;
@@ -137,13 +127,11 @@ __device__ void scatter_row(const ScatterRow& p, const RowEntries<KMAX / 32>& in
         float sum = 0.0f;
         for (int t = lane * M + r; t < end; ++t) sum = __fadd_rn(sum, sorted[t]);
         const std::int64_t c = offset + static_cast<std::int64_t>(key[r] >> 8);
-        if constexpr (kSharedRow) column[c] = sum;
-        else out[c] = S::store(sum);
+        out[c] = S::store(sum);
       }
     }
     __syncwarp();
   }
-  if constexpr (kSharedRow) store_row<S>(column, out, p.width, lane);
 }
 
 }  // namespace sdm::cuda::topk

@@ -21,7 +21,8 @@
 //     f32; cut_search.cuh). Only when the c-th key ties with others are the tied ones split by
 //     payload: the need-th largest payload by up to 4 rounds of warp max (the usual 1-3 tied keys
 //     needed), else by bisection. The kept candidates are compacted (ballot + popc) into shared
-//     memory, loaded back KMAX / 32 per lane and sorted by one register network.
+//     memory, loaded back KMAX / 32 per lane and sorted by one register network (the last
+//     stage's id sort with every merge unrolled at KMAX 128).
 //   - Shared memory per warp: the running and factor lists (value, id) and the kept keys.
 // Numerics: sums are __fadd_rn in float32 in factor order, one rounding per stored value; the
 // keys and the tie rule are the CPU kernel's, so the selected slots and values are the same bits
@@ -53,10 +54,11 @@ struct alignas(16) StageLists {
 };
 
 // The last stage: the c kept pairs sorted by slot id (Key holds id << 8 | kept position), stored.
-// kUnrolled (32-bit keys): every merge of the sort unrolled (RUN = KMAX); with the run-time loop NVVM
-// keeps KMAX 128's merges as a loop (10 static shuffles) whose counters and moves cost about as
-// much as the network, but unrolled they spill the pair stage's candidates at 64 registers.
-template <typename S, typename Key, int KMAX, bool kUnrolled>
+// At KMAX 128 with 32-bit keys every merge of the sort is unrolled (RUN = KMAX): with the run-time
+// loop NVVM keeps KMAX 128's merges as a loop (10 static shuffles) whose counters and moves cost
+// about as much as the network; unrolled they spill the pair stage's candidates at 64 registers,
+// so the KMAX 128 kernel runs at 80 (register_forward.cu).
+template <typename S, typename Key, int KMAX>
 __device__ void store_by_id(const StageLists<KMAX>& s, int c, std::uint32_t width, typename S::Storage* out_values,
                             std::int64_t* out_slots, int lane) {
   constexpr int M = KMAX / 32;
@@ -72,7 +74,7 @@ __device__ void store_by_id(const StageLists<KMAX>& s, int c, std::uint32_t widt
       key[r] = static_cast<Key>(id) << 8 | static_cast<Key>(g);
     }
   }
-  if constexpr (kUnrolled && sizeof(Key) == 4) sort_runs<M, KMAX>(key, KMAX, false, lane);
+  if constexpr (KMAX == 128 && sizeof(Key) == 4) sort_runs<M, KMAX>(key, KMAX, false, lane);
   else sort_runs(key, KMAX, false, lane);
 #pragma unroll
   for (int r = 0; r < M; ++r) {
@@ -121,11 +123,10 @@ __device__ void next_running(StageLists<KMAX>& s, int c, std::uint32_t width, in
   __syncwarp();
 }
 
-// Stage: running list (n) x factor list (m) -> the c best candidate pairs (extract: find_cut's
-// walk-up bound, 0 for bisection only; kUnrolledIdSort: store_by_id's kUnrolled).
-template <typename S, int KMAX, bool kUnrolledIdSort>
+// Stage: running list (n) x factor list (m) -> the c best candidate pairs.
+template <typename S, int KMAX>
 __device__ void pair_stage(StageLists<KMAX>& s, int n, int m, int c, std::uint32_t width, bool last, bool wide_ids,
-                           unsigned extract, typename S::Storage* out_values, std::int64_t* out_slots, int lane) {
+                           typename S::Storage* out_values, std::int64_t* out_slots, int lane) {
   constexpr int kTable = pair_count(kPairTableRank);
   constexpr int C = (pair_count(KMAX) + 31) / 32;
   std::uint32_t sk[C], pay[C];
@@ -150,7 +151,8 @@ __device__ void pair_stage(StageLists<KMAX>& s, int n, int m, int c, std::uint32
   // (where none is a candidate, 0: every slot counts); key(0, 0) is the largest key.
   const std::uint32_t lo = __reduce_max_sync(kFullMask, exact_key);
   const std::uint32_t hi = core::score_key(__fadd_rn(s.run_val[0], s.fac_val[0])) + 1u;
-  const Cut cut = find_cut(sk, static_cast<unsigned>(c), lo, hi, extract);
+  constexpr unsigned kExtract = sizeof(typename S::Storage) == 2 ? 4u : 2u;  // find_cut's walk-up
+  const Cut cut = find_cut<kExtract>(sk, static_cast<unsigned>(c), lo, hi);
   // Kept: key > cut.key, or == cut.key and payload + 1 >= tie_code.
   std::uint32_t tie_code = 0xffffffffu;
   if (!cut.exact) {
@@ -176,8 +178,8 @@ __device__ void pair_stage(StageLists<KMAX>& s, int n, int m, int c, std::uint32
   }
   __syncwarp();
   if (!last) return next_running<S>(s, c, width, lane);
-  if (wide_ids) return store_by_id<S, std::uint64_t, KMAX, false>(s, c, width, out_values, out_slots, lane);
-  store_by_id<S, std::uint32_t, KMAX, kUnrolledIdSort>(s, c, width, out_values, out_slots, lane);
+  if (wide_ids) return store_by_id<S, std::uint64_t, KMAX>(s, c, width, out_values, out_slots, lane);
+  store_by_id<S, std::uint32_t, KMAX>(s, c, width, out_values, out_slots, lane);
 }
 
 struct RegisterRow {
@@ -185,29 +187,26 @@ struct RegisterRow {
   int factors;
   int k;
   bool wide_ids;  // prod(dims) > 2^24: the last sort's keys need 64 bits
-  bool tiles;     // stage 1's factors of widths 257..512 at KMAX 64 by half-warp tiles (rank_two)
-  bool f32_walk;  // f32 sums: the c-th key search walks up from 2 extra keys (find_cut)
 };
 
-template <typename S, int KMAX, bool kUnrolledIdSort>
+template <typename S, int KMAX>
 __device__ void select_row(const RegisterRow& p, const typename S::Storage* x, typename S::Storage* out_values,
                            std::int64_t* out_slots, StageLists<KMAX>& s, int lane) {
   int width = static_cast<int>(p.dims[0]);
   int n = min(p.k, width);
   const int w1 = static_cast<int>(p.dims[1]);
-  const unsigned extract = sizeof(typename S::Storage) == 2 ? 4u : p.f32_walk ? 2u : 0u;
-  const bool paired = rank_two<S, KMAX>(x, width, w1, n, min(p.k, w1), s.run_val, s.run_id, s.fac_val, s.fac_col,
-                                         p.tiles, lane);
+  const bool paired =
+      rank_two<S, KMAX>(x, width, w1, n, min(p.k, w1), s.run_val, s.run_id, s.fac_val, s.fac_col, lane);
   if (!paired) rank_factor<S, KMAX>(x, width, n, s.run_val, s.run_id, lane);
-  std::int64_t offset = width;
+  const typename S::Storage* factor = x + width;  // factor f's columns
   for (int f = 1; f < p.factors; ++f) {
     width = static_cast<int>(p.dims[f]);
     const int m = min(p.k, width);
-    if (f > 1 || !paired) rank_factor<S, KMAX>(x + offset, width, m, s.fac_val, s.fac_col, lane);
-    offset += width;
+    if (f > 1 || !paired) rank_factor<S, KMAX>(factor, width, m, s.fac_val, s.fac_col, lane);
+    factor += width;
     const int c = static_cast<int>(min(static_cast<std::int64_t>(p.k), static_cast<std::int64_t>(n) * m));
-    pair_stage<S, KMAX, kUnrolledIdSort>(s, n, m, c, static_cast<std::uint32_t>(width), f + 1 == p.factors, p.wide_ids,
-                                         extract, out_values, out_slots, lane);
+    pair_stage<S, KMAX>(s, n, m, c, static_cast<std::uint32_t>(width), f + 1 == p.factors, p.wide_ids, out_values,
+                        out_slots, lane);
     n = c;
   }
 }

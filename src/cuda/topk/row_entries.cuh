@@ -1,6 +1,6 @@
 // row_entries.cuh - one row's selected entries (slot ids and gradients) loaded into a warp's
-// registers, for the product-key top-k backward (register_backward.cu). Loading is split from the
-// row's work so that a warp can load its next row while it works on this one.
+// registers, for the product-key top-k backward (register_backward.cu), in the layout of the row
+// path that takes them.
 //
 // Layouts of the kk <= 32 M entries, M a lane:
 //   by lane  (load_by_lane):  entry e = lane * M + r in slot r (register_scatter.cuh's sort)
