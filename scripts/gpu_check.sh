@@ -7,7 +7,7 @@
 # included), compute-sanitizer (memcheck, racecheck, initcheck, the three side by side, each into
 # $OUT/sanitizer_TOOL.log) on the small C++ tests (summary rc: forward tests / backward tests /
 # medium chunk products / repeated-write tests / slot-split tests / group-writer split tests /
-# quantised group-writer split / exact-snapshot tests / saved-buffer tests; SDM_SANITIZER_TOOLS picks the tools), the C++ GPU benchmark (bench/cuda; its default
+# quantised group-writer split / write walk / exact-snapshot tests / saved-buffer tests; SDM_SANITIZER_TOOLS picks the tools), the C++ GPU benchmark (bench/cuda; its default
 # slot patterns: product-key top-k over a correlated latent and the heavy-reuse variant) and the
 # Python decode-latency benchmark; prints a summary table last. SDM_COMMIT names the commit in
 # device.txt (default: git rev-parse of the checkout).
@@ -220,7 +220,7 @@ sanitizer_summary=""
 sanitizer_rc=0
 if [ "$sanitizer" = 1 ]; then
   phase "compute-sanitizer (small tests; the three tools side by side)"
-  # One tool's eight commands, in order, into sanitizer_$tool.log; "rc a/b/c/d/e/f/g/h" last.
+  # One tool's ten commands, in order, into sanitizer_$tool.log; "rc a/b/..." last.
   # Test filters are substrings of test names (tests/gpu/gpu_test_harness.cpp): each names its
   # tests exactly ("backward snapshot modes", not "snapshot modes", which also picks the extreme
   # log-decay test, minutes under a sanitizer).
@@ -238,6 +238,9 @@ if [ "$sanitizer" = 1 ]; then
     # fp8 / int4 rows split across warps, their scales from the gather's tile amaxes (initcheck: no
     # amax read that the gather did not store).
     san 150 "$build/tests/gpu/sdm_gpu_writer_split_tests" "small quantised"
+    # The write walk: delta rows staged per CTA, groups past a batch of 32 (racecheck: the staging
+    # barrier; memcheck: no row or snapshot access outside its buffer).
+    san 150 "$build/tests/gpu/sdm_gpu_writer_split_tests" "write walk: small"
     # The exact snapshot's count, refusals (the validated forward's and the validated backward's)
     # and too-small buffer under validate=False, hd 256 int4 on the staged walk included (memcheck:
     # no access past `saved`).

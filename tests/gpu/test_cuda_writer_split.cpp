@@ -16,6 +16,9 @@
 // final bank bitwise equal to mode none's, and every snapshot row's payload and scale bitwise equal
 // to core::quantize_row of the same row in mode none's snapshot (the pre-write row as it is; one
 // quantiser: docs/spec.md §5); and two short problems of it for compute-sanitizer ("small quantised").
+// The split tests force the per-position writer (GroupWriter::per_position); the walk of
+// write_walk.cu, which the engine takes at hd % 256 == 0 on the vector path, is checked bitwise
+// against it ("write walk": every snapshot mode, long and one-entry groups, masked entries).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -26,6 +29,7 @@
 #include "core/saved_header.hpp"
 #include "core/snapshot_quant.hpp"
 #include "cuda/common/step_kernels.hpp"
+#include "cuda/forward/write_walk.hpp"
 #include "cuda/saved/layout.hpp"
 #include "device_tensor.hpp"
 #include "engine_run.hpp"
@@ -39,7 +43,9 @@ namespace {
 
 using namespace sdm;
 using namespace sdm::testing;
+using sdm::cuda::GroupWriter;
 using sdm::cuda::kMaxGroupWriterSplit;
+using sdm::cuda::set_group_writer;
 using sdm::cuda::set_group_writer_split;
 
 const int kLimits[] = {1, 2, 3, 5, 32};
@@ -111,6 +117,7 @@ ProblemSpec long_groups(std::int64_t hd, DType bank, std::uint64_t seed) {
 }
 
 void test_every_limit_gives_the_same_bits() {
+  set_group_writer(GroupWriter::per_position);  // the split is the per-position writer's
   // hd 768: 3 pieces of 256 (kVec 8); 2056: 9 pieces, the last partial; 37: the per-column path
   // (2 pieces of 32); 1001: 32 pieces of 32 on the per-column path, more than kHeld (1000 took the
   // vector path: a multiple of 8).
@@ -127,6 +134,7 @@ void test_every_limit_gives_the_same_bits() {
 }
 
 void test_large_chunks_and_group_sizes() {
+  set_group_writer(GroupWriter::per_position);  // the split is the per-position writer's
   // C 256 with W 16 over 40 slots: ~100 entries per group, past one 32-entry batch.
   ProblemSpec spec = long_groups(512, DType::bf16, 301);
   spec.T = 700;
@@ -197,6 +205,7 @@ void quantised_case(const ProblemSpec& spec, std::int64_t C, SnapshotQuant mode,
 }
 
 void test_quantised_snapshots_split() {
+  set_group_writer(GroupWriter::per_position);  // the split is the per-position writer's
   for (DType bank : {DType::bf16, DType::f32}) {
     for (std::int64_t hd : {std::int64_t{768}, std::int64_t{2048}, std::int64_t{37}, std::int64_t{1037}}) {
       const ProblemSpec spec = long_groups(hd, bank, 400 + static_cast<std::uint64_t>(hd));
@@ -217,6 +226,7 @@ void test_quantised_snapshots_split() {
 // Two short problems of the test above (two steps each), small enough for compute-sanitizer:
 // kVec 8 with a partial last piece, and the per-column path.
 void test_quantised_snapshots_split_small() {
+  set_group_writer(GroupWriter::per_position);  // the split is the per-position writer's
   ProblemSpec vec = long_groups(520, DType::bf16, 601);
   vec.T = 70;
   quantised_case(vec, 64, SnapshotQuant::fp8, false);
@@ -225,6 +235,63 @@ void test_quantised_snapshots_split_small() {
   quantised_case(odd, 64, SnapshotQuant::int4, false);
 }
 
+
+// The walk (write_walk.cu) against the per-position writer: readings, final bank and `saved`
+// (filled with 0xa5 first) bitwise equal, no-grad and saving in every snapshot mode. Shapes: long
+// groups (~25 entries a group at C 64, ~50 at C 128: the walk's continuation past a batch of 32),
+// one-entry groups (many slots), C 100 (batches across a chunk's end) with T % C != 0, G = W,
+// masked entries (validate=False), both banks; hd 520 (not a multiple of 256) takes the
+// per-position writer either way.
+void walk_case(Problem pb, std::int64_t C, bool masked, bool walks) {
+  const ProblemSpec& spec = pb.spec;
+  if (masked) mask_some_writes(pb);
+  expect(sdm::cuda::write_walk_fits(spec.hd, C, true) == walks,
+         describe(spec, C, SnapshotQuant::none, false) + ": the walk runs at this shape as planned");
+  WriteReadOptions opt;
+  opt.slots_per_stream = spec.slots_per_stream;
+  opt.chunk_size = C;
+  opt.validate = !masked;
+  for (SnapshotQuant mode : {SnapshotQuant::none, SnapshotQuant::bf16, SnapshotQuant::fp8, SnapshotQuant::int4}) {
+    if (mode == SnapshotQuant::bf16 && spec.bank == DType::bf16) continue;  // "none" there
+    for (bool saving : {false, true}) {
+      if (!saving && mode != SnapshotQuant::none) continue;
+      opt.snapshot_quant = mode;
+      const std::string what = describe(spec, C, mode, saving) + (masked ? " masked" : "");
+      std::printf("  %s\n", what.c_str());
+      set_group_writer(GroupWriter::per_position);
+      const Outputs positions = run_cuda(pb, opt, saving);
+      set_group_writer(GroupWriter::walk);
+      const Outputs walk = run_cuda(pb, opt, saving);
+      expect(walk.readings.bitwise_equal(positions.readings), what + ": readings bitwise equal the per-position writer's");
+      expect(walk.final_bank.bitwise_equal(positions.final_bank),
+             what + ": final bank bitwise equals the per-position writer's");
+      if (saving) expect(walk.saved.bitwise_equal(positions.saved), what + ": saved bitwise equals the per-position writer's");
+    }
+  }
+  set_group_writer(GroupWriter::automatic);
+}
+
+void test_walk_equals_per_position_writer() {
+  for (DType bank : {DType::bf16, DType::f32}) {
+    walk_case(make_problem(long_groups(768, bank, 700)), 64, false, true);
+    ProblemSpec longer = long_groups(256, bank, 701);
+    longer.T = 400;
+    walk_case(make_problem(longer), 128, false, true);
+    walk_case(make_problem(spec_of(2, 200, 16, 8, 1024, 8000, 1, bank, 702)), 64, false, true);  // one-entry groups
+    walk_case(make_problem(spec_of(3, 250, 6, 4, 512, 300, 6, bank, 703)), 100, false, true);       // C 100, G = W
+    ProblemSpec masked = long_groups(768, bank, 704);
+    masked.extra_rows = masked.P;
+    walk_case(make_problem(masked), 64, true, true);
+    walk_case(make_problem(long_groups(520, bank, 705)), 64, false, false);  // hd % 256 != 0
+  }
+}
+
+// One short problem of it for compute-sanitizer: two steps, groups past a batch, every mode.
+void test_walk_small() {
+  ProblemSpec spec = long_groups(512, DType::bf16, 710);
+  spec.T = 200;
+  walk_case(make_problem(spec), 128, false, true);
+}
 }  // namespace
 
 // Arguments: substrings of test names to run (all tests without any), --verbose (gpu_test_harness.hpp).
@@ -234,6 +301,8 @@ int main(int argc, char** argv) {
       {"group writer split: C 256, G = W", test_large_chunks_and_group_sizes},
       {"group writer split: quantised snapshots vs CPU engine", test_quantised_snapshots_split},
       {"group writer split: small quantised problems", test_quantised_snapshots_split_small},
+      {"write walk: bitwise the per-position writer", test_walk_equals_per_position_writer},
+      {"write walk: small", test_walk_small},
   };
   return run_gpu_tests("sdm_gpu_writer_split_tests", tests, argc, argv);
 }

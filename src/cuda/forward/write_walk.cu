@@ -226,10 +226,12 @@ void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb,
 GroupWriter group_writer_choice() { return writer_choice(); }
 void set_group_writer(GroupWriter writer) { writer_choice() = writer; }
 
-bool write_walk_runs(const Geometry& geo, const StepBuffers& sb) {
+bool write_walk_fits(std::int64_t hd, std::int64_t C, bool vec8) {
   // 2 KiB beside the staged rows: the counter and the static shared memory of the included helpers.
-  return sb.vec8 && geo.hd % kStepCols == 0 && staged_bytes(geo.C) + 2048 <= shared_memory_optin();
+  return vec8 && hd % kStepCols == 0 && staged_bytes(C) + 2048 <= shared_memory_optin();
 }
+
+bool write_walk_runs(const Geometry& geo, const StepBuffers& sb) { return write_walk_fits(geo.hd, geo.C, sb.vec8); }
 
 bool use_write_walk(const Geometry& geo, const StepBuffers& sb) {
   return writer_choice() != GroupWriter::per_position && write_walk_runs(geo, sb);

@@ -24,6 +24,7 @@ void set_group_writer(GroupWriter writer);
 // Whether the walk can take this step's writes: the vector path (16-byte rows), hd a multiple of
 // 256 (every lane owns 8 columns of every column step) and a CTA's staged delta rows (C x 256
 // f32) within the device's shared memory.
+bool write_walk_fits(std::int64_t hd, std::int64_t C, bool vec8);
 bool write_walk_runs(const Geometry& geo, const StepBuffers& sb);
 
 // The writer this step takes: write_walk_runs and not forced to the per-position writer.
