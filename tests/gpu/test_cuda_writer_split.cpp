@@ -262,10 +262,13 @@ void walk_case(Problem pb, std::int64_t C, bool masked, bool walks) {
       const Outputs positions = run_cuda(pb, opt, saving);
       set_group_writer(GroupWriter::walk);
       const Outputs walk = run_cuda(pb, opt, saving);
-      expect(walk.readings.bitwise_equal(positions.readings), what + ": readings bitwise equal the per-position writer's");
+      expect(walk.readings.bitwise_equal(positions.readings),
+             what + ": readings bitwise equal the per-position writer's");
       expect(walk.final_bank.bitwise_equal(positions.final_bank),
              what + ": final bank bitwise equals the per-position writer's");
-      if (saving) expect(walk.saved.bitwise_equal(positions.saved), what + ": saved bitwise equals the per-position writer's");
+      if (saving) {
+        expect(walk.saved.bitwise_equal(positions.saved), what + ": saved bitwise equals the per-position writer's");
+      }
     }
   }
   set_group_writer(GroupWriter::automatic);

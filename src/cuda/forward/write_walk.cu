@@ -10,10 +10,10 @@
 //      row's 16-byte words swizzled (word w at w ^ (w >> 3 & 1)) so that a warp's loads of its
 //      lanes' two words per row hit every bank once;
 //   2. walks the write groups whose first sorted position lies in share j of the chunk's C*W
-//      positions: its warps take batches of 32 positions from a shared counter; lane l holds the
-//      key and coefficient of position q0 + l, the group starts are a ballot, and a warp loads the
-//      pre-write row pieces (lane l: columns 256 s + 8 l .. + 7) of up to kAhead of the batch's
-//      groups at once, then walks each group's members in sorted order: their tokens and
+//      positions: its 8 (C <= 64) or 16 warps take batches of 32 positions from a shared counter;
+//      lane l holds the key and coefficient of position q0 + l, the group starts are a ballot, and
+//      a warp loads the pre-write row pieces (lane l: columns 256 s + 8 l .. + 7) of up to kAhead
+//      of the batch's groups at once, then walks each group's members in sorted order: their tokens and
 //      coefficients by shuffle from the batch (a group that runs past the batch reads its further
 //      members 32 at a time), their delta pieces from shared memory;
 //   3. stores each row piece once (and its snapshot piece; fp8 / int4: the scale from the row's
@@ -23,7 +23,8 @@
 // Numerics: per element acc = exp(Lambda) * M0, then acc = fmaf(wcoef_e, delta[i_e], acc) over the
 //   group's entries in sorted (ascending token) order, one rounding to E: group_writer.cu's chain,
 //   so the same bits whatever the grid, shares or warps. No atomics on values.
-// Shared memory: C x 256 f32 (C 64: 64 KiB, C 128: 128 KiB) and a counter.
+// Shared memory: C x 256 f32 (C 64: 64 KiB, C 128: 128 KiB) and a counter; registers 68-77, no stack
+// (sm_90).
 #include "cuda/forward/write_walk.hpp"
 
 #include <cstdlib>
@@ -39,8 +40,11 @@
 namespace sdm::cuda {
 namespace {
 
-constexpr int kWalkWarps = 8;
-constexpr int kMinBlocks = 3;  // at most 85 registers a thread: three CTAs an SM where C = 64 (192 KiB staged)
+// Warps a CTA: 8 where three CTAs share an SM (C <= 64: 3 x 64 KiB staged, at most 85 registers a
+// thread), 16 where one CTA holds it (C > 64: 128 KiB staged), so an SM keeps 24 resp. 16 warps.
+template <int kWarps>
+constexpr int kMinBlocks = kWarps == 8 ? 3 : 1;
+int walk_warps(std::int64_t C) { return C <= 64 ? 8 : 16; }
 constexpr int kStepCols = 256;             // a column step: 8 columns a lane
 constexpr int kStepWords = kStepCols / 4;  // 16-byte words of a staged row
 // Groups of a batch whose row pieces a warp loads before it walks the first of them (f32 rows
@@ -61,8 +65,8 @@ __device__ __forceinline__ void staged_piece(const float4* staged, int token, in
   dv[4] = b.x, dv[5] = b.y, dv[6] = b.z, dv[7] = b.w;
 }
 
-template <typename E, SnapshotQuant kMode>
-__global__ void __launch_bounds__(kWalkWarps * 32, kMinBlocks)
+template <typename E, SnapshotQuant kMode, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kWarps>)
     write_walk(Geometry geo, Phase1Buffers p1, StepBuffers sb, std::int64_t ti, int shares) {
   constexpr bool kQuantised = kMode == SnapshotQuant::fp8 || kMode == SnapshotQuant::int4;
   constexpr int kGroups = kAhead<E>;
@@ -81,7 +85,7 @@ __global__ void __launch_bounds__(kWalkWarps * 32, kMinBlocks)
 
   // 1. the step's delta columns of the chunk's C tokens
   const float* delta = sb.delta + (sb.delta_per_chunk ? n * C : p * C) * hd + step * kStepCols;
-  for (int x = static_cast<int>(threadIdx.x); x < C * kStepWords; x += kWalkWarps * 32) {
+  for (int x = static_cast<int>(threadIdx.x); x < C * kStepWords; x += kWarps * 32) {
     const int token = x / kStepWords, word = x % kStepWords;
     staged[token * kStepWords + staged_word(word)] = reinterpret_cast<const float4*>(delta + token * hd)[word];
   }
@@ -192,8 +196,9 @@ __global__ void __launch_bounds__(kWalkWarps * 32, kMinBlocks)
 // A chunk's write positions cut into shares: about two CTAs an SM over both step streams'
 // launches of a step, and at least a batch for every warp of a share.
 int walk_shares(const Geometry& geo, std::int64_t steps) {
+  const int warps = walk_warps(geo.C);
   const std::int64_t wanted = (2 * multiprocessor_count() + geo.P * steps - 1) / (geo.P * steps);
-  const std::int64_t most = (geo.C * geo.W) / (kWalkWarps * 32);
+  const std::int64_t most = (geo.C * geo.W) / (warps * 32);
   return static_cast<int>(wanted < 1 ? 1 : wanted > most ? (most < 1 ? 1 : most) : wanted);
 }
 
@@ -209,16 +214,16 @@ GroupWriter& writer_choice() {
   return writer;
 }
 
-template <typename E, SnapshotQuant kMode>
+template <typename E, SnapshotQuant kMode, int kWarps>
 void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
             cudaStream_t stream) {
-  constexpr auto kernel = write_walk<E, kMode>;
+  constexpr auto kernel = write_walk<E, kMode, kWarps>;
   const std::size_t smem = staged_bytes(geo.C);
   allow_dynamic_shared_memory(kernel, smem, "cudaFuncSetAttribute (write_walk shared memory)");
   const std::int64_t steps = geo.hd / kStepCols;
   const int shares = walk_shares(geo, steps);
   const dim3 grid(static_cast<unsigned>(geo.p_count), static_cast<unsigned>(steps), static_cast<unsigned>(shares));
-  launch_dependent(kernel, grid, dim3(kWalkWarps * 32), smem, stream, "write_walk", geo, p1, sb, ti, shares);
+  launch_dependent(kernel, grid, dim3(kWarps * 32), smem, stream, "write_walk", geo, p1, sb, ti, shares);
 }
 
 }  // namespace
@@ -241,7 +246,10 @@ void launch_write_walk(const Geometry& geo, const Phase1Buffers& p1, const StepB
                        cudaStream_t stream) {
   dispatch(
       [&](auto row, auto mode) {
-        launch<typename decltype(row)::type, decltype(mode)::value>(geo, p1, sb, ti, stream);
+        using E = typename decltype(row)::type;
+        constexpr SnapshotQuant kMode = decltype(mode)::value;
+        if (walk_warps(geo.C) == 8) launch<E, kMode, 8>(geo, p1, sb, ti, stream);
+        else launch<E, kMode, 16>(geo, p1, sb, ti, stream);
       },
       Rows{sb.bf16_bank}, Snapshot{sb.snapshot_mode});
 }
