@@ -98,6 +98,19 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kWarps>)
   const int word0 = staged_word(2 * lane), word1 = staged_word(2 * lane + 1);
   const int pieces = static_cast<int>(hd / kStepCols);
   const auto row_bytes = static_cast<std::int64_t>(core::snapshot_payload_bytes(kMode, kBank, hd));
+  // acc += the members held by lanes first .. last - 1 (token and coefficient, one a lane), in
+  // lane order: acc = fmaf(coef, delta piece, acc) with the delta piece from shared memory.
+  const auto add_members = [&](float (&acc)[8], int token_of_lane, float coef_of_lane, int first, int last) {
+#pragma unroll 1
+    for (int m = first; m < last; ++m) {
+      const int i = __shfl_sync(kFull, token_of_lane, m);
+      const float c = __shfl_sync(kFull, coef_of_lane, m);
+      float dv[8];
+      staged_piece(staged, i, word0, word1, dv);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[k] = fmaf(c, dv[k], acc[k]);
+    }
+  };
   for (;;) {
     int batch = 0;
     if (lane == 0) batch = atomicAdd(&next_batch, 1);
@@ -158,15 +171,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kWarps>)
         // The members in this batch: lanes a .. end - 1.
         const unsigned after = a == 31 ? 0u : (~continues >> (a + 1)) << (a + 1);
         const int end = after == 0u ? 32 : __ffs(static_cast<int>(after)) - 1;
-#pragma unroll 1
-        for (int m = a; m < end; ++m) {
-          const int i = __shfl_sync(kFull, token, m);
-          const float c = __shfl_sync(kFull, coef, m);
-          float dv[8];
-          staged_piece(staged, i, word0, word1, dv);
-#pragma unroll
-          for (int k = 0; k < 8; ++k) acc[k] = fmaf(c, dv[k], acc[k]);
-        }
+        add_members(acc, token, coef, a, end);
         // A group that reaches the batch's end continues 32 positions at a time.
         for (int next = q0 + 32; end == 32 && next < CW; next += 32) {
           const int mq = next + lane;
@@ -176,15 +181,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kWarps>)
           const unsigned members = __ballot_sync(kFull, member);
           const int more = members == kFull ? 32 : __ffs(static_cast<int>(~members)) - 1;
           const int mtoken = static_cast<int>(geo.keys.token(mkey));
-#pragma unroll 1
-          for (int m = 0; m < more; ++m) {
-            const int i = __shfl_sync(kFull, mtoken, m);
-            const float c = __shfl_sync(kFull, mcoef, m);
-            float dv[8];
-            staged_piece(staged, i, word0, word1, dv);
-#pragma unroll
-            for (int k = 0; k < 8; ++k) acc[k] = fmaf(c, dv[k], acc[k]);
-          }
+          add_members(acc, mtoken, mcoef, 0, more);
           if (more < 32) break;
         }
         store_row<8>(static_cast<E*>(sb.bank) + (p * sps + slot) * hd + col, acc);
