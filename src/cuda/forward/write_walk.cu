@@ -6,11 +6,12 @@
 //          saving call the group's pre-write row M0[s] encoded into its snapshot row (none / bf16
 //          / fp8 / int4; fp8 / int4 scales from the gather's tile amaxes: group_writer.cu).
 // Parallel decomposition: grid (streams of the launch, column steps of 256, shares). CTA (p, s, j)
-//   1. copies the 256 columns of step s of chunk n's C delta rows (f32) into shared memory, each
-//      row's 16-byte words swizzled (word w at w ^ (w >> 3 & 1)) so that a warp's loads of its
-//      lanes' two words per row hit every bank once;
+//   1. copies the 256 columns of step s of chunk n's C delta rows (f32) into shared memory (cp.async,
+//      every copy in flight at once), each row's 16-byte words swizzled (word w at w ^ (w >> 3 & 1))
+//      so that a warp's loads of its lanes' two words per row hit every bank once;
 //   2. walks the write groups whose first sorted position lies in share j of the chunk's C*W
-//      positions: its 8 (C <= 64) or 16 warps take batches of 32 positions from a shared counter;
+//      positions: its 8 (C <= 64) or 16 warps take batches of 32 positions (warp w's first is
+//      batch w, loaded while the copies fly; the later ones from a shared counter);
 //      lane l holds the key and coefficient of position q0 + l, the group starts are a ballot, and
 //      a warp loads the pre-write row pieces (lane l: columns 256 s + 8 l .. + 7) of up to kAhead
 //      of the batch's groups at once, then walks each group's members in sorted order: their tokens and
@@ -23,13 +24,14 @@
 // Numerics: per element acc = exp(Lambda) * M0, then acc = fmaf(wcoef_e, delta[i_e], acc) over the
 //   group's entries in sorted (ascending token) order, one rounding to E: group_writer.cu's chain,
 //   so the same bits whatever the grid, shares or warps. No atomics on values.
-// Shared memory: C x 256 f32 (C 64: 64 KiB, C 128: 128 KiB) and a counter; registers 68-77, no stack
+// Shared memory: C x 256 f32 (C 64: 64 KiB, C 128: 128 KiB) and a counter; registers 68-80, no stack
 // (sm_90).
 #include "cuda/forward/write_walk.hpp"
 
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/common/async_copy.cuh"
 #include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/device_limits.hpp"
 #include "cuda/common/dispatch.hpp"
@@ -73,27 +75,48 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kWarps>)
   constexpr DType kBank = sizeof(E) == 2 ? DType::bf16 : DType::f32;
   extern __shared__ float4 staged[];
   __shared__ int next_batch;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const std::int64_t p = geo.p_first + blockIdx.x, n = ti * geo.P + p;
   const int step = static_cast<int>(blockIdx.y), share = static_cast<int>(blockIdx.z);
   const int C = static_cast<int>(geo.C), CW = static_cast<int>(geo.C * geo.W);
   const std::int64_t hd = geo.hd, sps = geo.sps;
   const int q_begin = static_cast<int>(static_cast<std::int64_t>(CW) * share / shares);
   const int q_end = static_cast<int>(static_cast<std::int64_t>(CW) * (share + 1) / shares);
-  if (threadIdx.x == 0) next_batch = 0;
+  if (threadIdx.x == 0) next_batch = kWarps;  // warp w's first batch is w, later ones from the counter
   wait_for_predecessor();
 
   // 1. the step's delta columns of the chunk's C tokens
   const float* delta = sb.delta + (sb.delta_per_chunk ? n * C : p * C) * hd + step * kStepCols;
-  for (int x = static_cast<int>(threadIdx.x); x < C * kStepWords; x += kWarps * 32) {
+  for (int x = static_cast<int>(threadIdx.x); x < C * kStepWords; x += kWarps * 32) {  // copies in flight together
     const int token = x / kStepWords, word = x % kStepWords;
-    staged[token * kStepWords + staged_word(word)] = reinterpret_cast<const float4*>(delta + token * hd)[word];
+    copy_async<16>(&staged[token * kStepWords + staged_word(word)], delta + token * hd + 4 * word);
   }
-  __syncthreads();
+  commit_async_copies();
 
-  // 2. the walk
+  // 2. the walk. A batch's metadata, one position a lane: key, local slot, coefficient, the group's
+  // decay, and the slot of the position before the batch.
   const std::uint64_t* __restrict__ keys = p1.keys + n * CW;
   const float* __restrict__ wcoef = p1.wcoef + n * CW;
+  struct Batch {
+    std::uint64_t key;
+    std::int64_t local, before;
+    float coef, group_decay;
+  };
+  const auto load_batch = [&](int q0) {
+    const int q = q0 + lane;
+    Batch b;
+    b.key = q < CW ? keys[q] : 0;
+    b.local = q < CW ? geo.keys.local_slot(b.key) : sps;
+    b.coef = q < CW ? wcoef[q] : 0.0f;
+    b.group_decay = q < CW ? p1.gdecay[n * CW + q] : 0.0f;  // exp(Lambda) of the position's group
+    b.before = q0 > 0 ? geo.keys.local_slot(keys[q0 - 1]) : -1;
+    return b;
+  };
+  // The warp's first batch is loaded while the copies fly.
+  int q0 = q_begin + 32 * warp;
+  Batch batch = q0 < q_end ? load_batch(q0) : Batch{};
+  wait_async_groups<0>();
+  __syncthreads();
   const int col = step * kStepCols + 8 * lane;
   const int word0 = staged_word(2 * lane), word1 = staged_word(2 * lane + 1);
   const int pieces = static_cast<int>(hd / kStepCols);
@@ -111,18 +134,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kWarps>)
       for (int k = 0; k < 8; ++k) acc[k] = fmaf(c, dv[k], acc[k]);
     }
   };
-  for (;;) {
-    int batch = 0;
-    if (lane == 0) batch = atomicAdd(&next_batch, 1);
-    const int q0 = q_begin + 32 * __shfl_sync(kFull, batch, 0);
-    if (q0 >= q_end) break;
+  while (q0 < q_end) {
     const int q = q0 + lane;
-    const std::uint64_t key = q < CW ? keys[q] : 0;
-    const std::int64_t local = q < CW ? geo.keys.local_slot(key) : sps;
-    const float coef = q < CW ? wcoef[q] : 0.0f;
-    const float group_decay = q < CW ? p1.gdecay[n * CW + q] : 0.0f;  // exp(Lambda) of the position's group
-    const std::int64_t before = q0 > 0 ? geo.keys.local_slot(keys[q0 - 1]) : -1;  // lane 0's predecessor
-    const std::int64_t prev = lane == 0 ? before : __shfl_up_sync(kFull, local, 1);
+    const std::uint64_t key = batch.key;
+    const std::int64_t local = batch.local;
+    const float coef = batch.coef, group_decay = batch.group_decay;
+    const std::int64_t prev = lane == 0 ? batch.before : __shfl_up_sync(kFull, local, 1);
     const int token = static_cast<int>(geo.keys.token(key));
     // Lane l continues lane l - 1's group; lane l starts a group (and this share owns it).
     const unsigned continues = __ballot_sync(kFull, lane > 0 && local != sps && local == prev);
@@ -187,6 +204,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kWarps>)
         store_row<8>(static_cast<E*>(sb.bank) + (p * sps + slot) * hd + col, acc);
       }
     }
+    int next = 0;
+    if (lane == 0) next = atomicAdd(&next_batch, 1);
+    q0 = q_begin + 32 * __shfl_sync(kFull, next, 0);
+    if (q0 < q_end) batch = load_batch(q0);
   }
 }
 
