@@ -11,12 +11,12 @@
 //      so that a warp's loads of its lanes' two words per row hit every bank once;
 //   2. walks the write groups whose first sorted position lies in share j of the chunk's C*W
 //      positions: its 8 (C <= 64) or 16 warps take batches of 32 positions (warp w's first is
-//      batch w, loaded while the copies fly; the later ones from a shared counter);
-//      lane l holds the key and coefficient of position q0 + l, the group starts are a ballot, and
-//      a warp loads the pre-write row pieces (lane l: columns 256 s + 8 l .. + 7) of up to kAhead
-//      of the batch's groups at once, then walks each group's members in sorted order: their tokens and
-//      coefficients by shuffle from the batch (a group that runs past the batch reads its further
-//      members 32 at a time), their delta pieces from shared memory;
+//      batch w, loaded while the copies fly; the later ones from a shared counter); lane l holds
+//      position q0 + l's slot, token and coefficient, the group starts are a ballot, and a warp
+//      loads the pre-write row pieces (lane l: columns 256 s + 8 l .. + 7), decays and (fp8 / int4)
+//      tile amaxes of up to kAhead of the batch's groups at once, then walks each group's members
+//      in sorted order: their tokens and coefficients by shuffle from the batch (a group that runs
+//      past the batch reads its further members 32 at a time), their delta pieces from shared memory;
 //   3. stores each row piece once (and its snapshot piece; fp8 / int4: the scale from the row's
 //      tile amaxes, stored by the CTA of step 0).
 // Each (group, column step) has one CTA and one warp: every bank and snapshot element has a single
@@ -24,8 +24,8 @@
 // Numerics: per element acc = exp(Lambda) * M0, then acc = fmaf(wcoef_e, delta[i_e], acc) over the
 //   group's entries in sorted (ascending token) order, one rounding to E: group_writer.cu's chain,
 //   so the same bits whatever the grid, shares or warps. No atomics on values.
-// Shared memory: C x 256 f32 (C 64: 64 KiB, C 128: 128 KiB) and a counter; registers 68-80, no stack
-// (sm_90).
+// Shared memory: C x 256 f32 (C 64: 64 KiB, C 128: 128 KiB) and a counter. Registers 66-91 (sm_90;
+// the bf16 / none 8-warp variant keeps one value in 8 bytes of stack, reloaded once a batch).
 #include "cuda/forward/write_walk.hpp"
 
 #include <cstdlib>
@@ -36,7 +36,7 @@
 #include "cuda/common/device_limits.hpp"
 #include "cuda/common/dispatch.hpp"
 #include "cuda/common/values.cuh"
-#include "cuda/saved/group_rows.cuh"
+#include "core/snapshot_row_rule.hpp"
 #include "cuda/saved/snapshot_rows.cuh"
 
 namespace sdm::cuda {
@@ -93,25 +93,30 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kWarps>)
   }
   commit_async_copies();
 
-  // 2. the walk. A batch's metadata, one position a lane: key, local slot, coefficient, the group's
-  // decay, and the slot of the position before the batch.
+  // 2. the walk. A batch's metadata, one position a lane: local slot, token and entry, coefficient,
+  // group ordinal (saving calls), and the slot of the position before the batch.
   const std::uint64_t* __restrict__ keys = p1.keys + n * CW;
   const float* __restrict__ wcoef = p1.wcoef + n * CW;
   struct Batch {
-    std::uint64_t key;
     std::int64_t local, before;
-    float coef, group_decay;
+    int token, entry;  // the position's token i and its entry i * W + w (the gather's amax index)
+    float coef;
+    std::int32_t ordinal;  // saving calls: the group's ordinal among the chunk's groups (at its first position)
   };
   const auto load_batch = [&](int q0) {
     const int q = q0 + lane;
     Batch b;
-    b.key = q < CW ? keys[q] : 0;
-    b.local = q < CW ? geo.keys.local_slot(b.key) : sps;
+    const std::uint64_t key = q < CW ? keys[q] : 0;
+    b.local = q < CW ? geo.keys.local_slot(key) : sps;
+    b.token = static_cast<int>(geo.keys.token(key));
+    b.entry = static_cast<int>(b.token * geo.W + geo.keys.lane(key));
     b.coef = q < CW ? wcoef[q] : 0.0f;
-    b.group_decay = q < CW ? p1.gdecay[n * CW + q] : 0.0f;  // exp(Lambda) of the position's group
     b.before = q0 > 0 ? geo.keys.local_slot(keys[q0 - 1]) : -1;
+    b.ordinal = sb.snapshot != nullptr && q < CW ? p1.group_ordinal[n * CW + q] : -1;
     return b;
   };
+  // Saving calls: the chunk's first snapshot row (core/snapshot_row_rule.hpp).
+  const std::int64_t chunk_first_row = sb.snapshot != nullptr ? p1.group_first[n] : 0;
   // The warp's first batch is loaded while the copies fly.
   int q0 = q_begin + 32 * warp;
   Batch batch = q0 < q_end ? load_batch(q0) : Batch{};
@@ -136,19 +141,20 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kWarps>)
   };
   while (q0 < q_end) {
     const int q = q0 + lane;
-    const std::uint64_t key = batch.key;
     const std::int64_t local = batch.local;
-    const float coef = batch.coef, group_decay = batch.group_decay;
+    const float coef = batch.coef;
     const std::int64_t prev = lane == 0 ? batch.before : __shfl_up_sync(kFull, local, 1);
-    const int token = static_cast<int>(geo.keys.token(key));
+    const int token = batch.token;
     // Lane l continues lane l - 1's group; lane l starts a group (and this share owns it).
     const unsigned continues = __ballot_sync(kFull, lane > 0 && local != sps && local == prev);
     unsigned starts = __ballot_sync(kFull, q < q_end && local != sps && local != prev);
     while (starts != 0u) {
       // Up to kGroups groups: their starts, rows, decays and pre-write pieces, loads in flight together.
+      // fp8 / int4 saving calls: also each lane's max over its share of the row's tile amaxes
+      // (tiles l, l + 32, ...: snapshot_scale_of_parts's split), loads in flight with the rows.
       int first[kGroups];
       PackedRow<E, 8> held[kGroups];
-      float decay[kGroups];
+      float decay[kGroups], lane_amax[kGroups];
       int count = 0;
 #pragma unroll
       for (int u = 0; u < kGroups; ++u) {
@@ -158,7 +164,16 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kWarps>)
         count = u + 1;
         const std::int64_t slot = __shfl_sync(kFull, local, first[u]);
         load_packed(static_cast<const E*>(sb.bank) + (p * sps + slot) * hd + col, held[u]);
-        decay[u] = __shfl_sync(kFull, group_decay, first[u]);
+        decay[u] = p1.gdecay[n * CW + q0 + first[u]];  // exp(Lambda) of the group
+        lane_amax[u] = 0.0f;
+        if constexpr (kQuantised) {
+          const int head = __shfl_sync(kFull, batch.entry, first[u]);
+          if (sb.snapshot != nullptr) {
+            const float* parts = sb.row_amax_parts + (p * geo.C * geo.W + head) * pieces;
+#pragma unroll 1
+            for (int t = lane; t < pieces; t += 32) lane_amax[u] = snapshot_amax_update(lane_amax[u], parts[t]);
+          }
+        }
       }
 #pragma unroll
       for (int u = 0; u < kGroups; ++u) {
@@ -167,14 +182,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kWarps>)
         const std::int64_t slot = __shfl_sync(kFull, local, a);
         // The group's snapshot row (saving calls), stored only inside the buffer.
         if (sb.snapshot != nullptr) {
-          const std::int64_t e = group_row(GroupNumbers{p1.group_first, p1.group_ordinal}, n, CW, q0 + a);
+          const std::int64_t e = core::group_snapshot_row(chunk_first_row, __shfl_sync(kFull, batch.ordinal, a));
           if (core::snapshot_row_stored(e, sb.snapshot_rows)) {
             SnapshotScale quant;
             if constexpr (kQuantised) {
-              const std::uint64_t head = __shfl_sync(kFull, key, a);
-              const float* row_amaxes =
-                  sb.row_amax_parts + ((p * geo.C + geo.keys.token(head)) * geo.W + geo.keys.lane(head)) * pieces;
-              quant = snapshot_scale_of_parts<kMode>(row_amaxes, pieces, lane);
+              quant = snapshot_scale_of<kMode>(lane_amax[u]);
               if (step == 0 && lane == 0) sb.snapshot_scales[e] = quant.scale;
             }
             encode_snapshot_piece<kMode, 8, E>(static_cast<unsigned char*>(sb.snapshot) + e * row_bytes, col, true,
