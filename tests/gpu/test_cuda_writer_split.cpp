@@ -237,16 +237,15 @@ void test_quantised_snapshots_split_small() {
 
 
 // The walk (write_walk.cu) against the per-position writer: readings, final bank and `saved`
-// (filled with 0xa5 first) bitwise equal, no-grad and saving in every snapshot mode. Shapes: long
-// groups (~25 entries a group at C 64, ~50 at C 128: the walk's continuation past a batch of 32),
-// one-entry groups (many slots), C 100 (batches across a chunk's end) with T % C != 0, G = W,
-// masked entries (validate=False), both banks; hd 520 (not a multiple of 256) takes the
-// per-position writer either way.
+// (filled with 0xa5 first) bitwise equal, no-grad and saving in every snapshot mode, and the walk
+// launched (write_walk_launches) exactly where it should be. Shapes: long groups (~25 entries a
+// group at C 64, ~50 at C 128, ~680 over 3 slots: the continuation past a batch of 32 and across
+// shares), one-entry groups (many slots), C 100 (batches across a chunk's end) with T % C != 0,
+// G = W, masked entries (validate=False), both banks; hd 520 (not a multiple of 256) takes the
+// per-position writer.
 void walk_case(Problem pb, std::int64_t C, bool masked, bool walks) {
   const ProblemSpec& spec = pb.spec;
   if (masked) mask_some_writes(pb);
-  expect(sdm::cuda::write_walk_fits(spec.hd, C, true) == walks,
-         describe(spec, C, SnapshotQuant::none, false) + ": the walk runs at this shape as planned");
   WriteReadOptions opt;
   opt.slots_per_stream = spec.slots_per_stream;
   opt.chunk_size = C;
@@ -261,7 +260,10 @@ void walk_case(Problem pb, std::int64_t C, bool masked, bool walks) {
       set_group_writer(GroupWriter::per_position);
       const Outputs positions = run_cuda(pb, opt, saving);
       set_group_writer(GroupWriter::walk);
+      const std::int64_t launches = sdm::cuda::write_walk_launches();
       const Outputs walk = run_cuda(pb, opt, saving);
+      expect((sdm::cuda::write_walk_launches() > launches) == walks,
+             what + (walks ? ": the walk ran" : ": the per-position writer ran (no walk)"));
       expect(walk.readings.bitwise_equal(positions.readings),
              what + ": readings bitwise equal the per-position writer's");
       expect(walk.final_bank.bitwise_equal(positions.final_bank),
@@ -282,6 +284,8 @@ void test_walk_equals_per_position_writer() {
     walk_case(make_problem(longer), 128, false, true);
     walk_case(make_problem(spec_of(2, 200, 16, 8, 1024, 8000, 1, bank, 702)), 64, false, true);  // one-entry groups
     walk_case(make_problem(spec_of(3, 250, 6, 4, 512, 300, 6, bank, 703)), 100, false, true);       // C 100, G = W
+    // 3 slots a stream: groups of ~680 entries, past many batches and across shares.
+    walk_case(make_problem(spec_of(1, 300, 16, 8, 256, 3, 1, bank, 706)), 128, false, true);
     ProblemSpec masked = long_groups(768, bank, 704);
     masked.extra_rows = masked.P;
     walk_case(make_problem(masked), 64, true, true);

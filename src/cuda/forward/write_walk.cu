@@ -28,6 +28,7 @@
 // the bf16 / none 8-warp variant keeps one value in 8 bytes of stack, reloaded once a batch).
 #include "cuda/forward/write_walk.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -143,7 +144,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kWarps>)
     const int q = q0 + lane;
     const std::int64_t local = batch.local;
     const float coef = batch.coef;
-    const std::int64_t prev = lane == 0 ? batch.before : __shfl_up_sync(kFull, local, 1);
+    const std::int64_t up = __shfl_up_sync(kFull, local, 1);  // every lane shuffles, then lane 0 takes `before`
+    const std::int64_t prev = lane == 0 ? batch.before : up;
     const int token = batch.token;
     // Lane l continues lane l - 1's group; lane l starts a group (and this share owns it).
     const unsigned continues = __ballot_sync(kFull, lane > 0 && local != sps && local == prev);
@@ -234,13 +236,13 @@ int walk_shares(const Geometry& geo, std::int64_t steps) {
 
 std::size_t staged_bytes(std::int64_t C) { return static_cast<std::size_t>(C) * kStepCols * sizeof(float); }
 
-GroupWriter& writer_choice() {
-  static GroupWriter writer = [] {
+std::atomic<GroupWriter>& writer_choice() {
+  static std::atomic<GroupWriter> writer{[] {
     const char* value = std::getenv("SDM_CUDA_WRITER");
     if (value != nullptr && std::strcmp(value, "positions") == 0) return GroupWriter::per_position;
     if (value != nullptr && std::strcmp(value, "walk") == 0) return GroupWriter::walk;
     return GroupWriter::automatic;
-  }();
+  }()};
   return writer;
 }
 
@@ -258,8 +260,13 @@ void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb,
 
 }  // namespace
 
-GroupWriter group_writer_choice() { return writer_choice(); }
-void set_group_writer(GroupWriter writer) { writer_choice() = writer; }
+namespace {
+std::atomic<std::int64_t> walk_launches{0};
+}  // namespace
+
+GroupWriter group_writer_choice() { return writer_choice().load(std::memory_order_relaxed); }
+std::int64_t write_walk_launches() { return walk_launches.load(std::memory_order_relaxed); }
+void set_group_writer(GroupWriter writer) { writer_choice().store(writer, std::memory_order_relaxed); }
 
 bool write_walk_fits(std::int64_t hd, std::int64_t C, bool vec8) {
   // 2 KiB beside the staged rows: the counter and the static shared memory of the included helpers.
@@ -269,11 +276,12 @@ bool write_walk_fits(std::int64_t hd, std::int64_t C, bool vec8) {
 bool write_walk_runs(const Geometry& geo, const StepBuffers& sb) { return write_walk_fits(geo.hd, geo.C, sb.vec8); }
 
 bool use_write_walk(const Geometry& geo, const StepBuffers& sb) {
-  return writer_choice() != GroupWriter::per_position && write_walk_runs(geo, sb);
+  return group_writer_choice() != GroupWriter::per_position && write_walk_runs(geo, sb);
 }
 
 void launch_write_walk(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
                        cudaStream_t stream) {
+  walk_launches.fetch_add(1, std::memory_order_relaxed);
   dispatch(
       [&](auto row, auto mode) {
         using E = typename decltype(row)::type;

@@ -30,6 +30,9 @@ bool write_walk_runs(const Geometry& geo, const StepBuffers& sb);
 // The writer this step takes: write_walk_runs and not forced to the per-position writer.
 bool use_write_walk(const Geometry& geo, const StepBuffers& sb);
 
+// Launches of the walk in this process (tests check that a case ran it).
+std::int64_t write_walk_launches();
+
 void launch_write_walk(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
                        cudaStream_t stream);
 
