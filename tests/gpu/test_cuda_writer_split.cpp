@@ -192,8 +192,8 @@ void quantised_case(const ProblemSpec& spec, std::int64_t C, SnapshotQuant mode,
   std::int64_t payload_rows = 0, scale_rows = 0;
   for (std::int64_t r = 0; r < opt.snapshot_rows; ++r) {
     const auto at = static_cast<std::size_t>(r);
-    const float scale = core::quantize_row(mode, spec.bank, none_body + none_layout.snapshot + at * none_layout.row_bytes,
-                                           spec.hd, want.data());
+    const unsigned char* none_row = none_body + none_layout.snapshot + at * none_layout.row_bytes;
+    const float scale = core::quantize_row(mode, spec.bank, none_row, spec.hd, want.data());
     payload_rows += std::memcmp(quant_body + quant_layout.snapshot + at * row_bytes, want.data(), row_bytes) != 0;
     scale_rows += std::memcmp(quant_body + quant_layout.scales + at * sizeof(float), &scale, sizeof(float)) != 0;
   }
