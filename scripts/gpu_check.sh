@@ -258,6 +258,13 @@ if [ "$sanitizer" = 1 ]; then
     [[ "$rc" =~ ^0(/0)*$ ]] || sanitizer_rc=1
     sanitizer_summary+="| compute-sanitizer $tool | rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1) |"$'\n'
   done
+  # synccheck of the write walk's small case: every shuffle and ballot reached by the whole warp.
+  log="$out/sanitizer_synccheck.log"
+  timeout 150 compute-sanitizer --tool synccheck --error-exitcode 9 "$build/tests/gpu/sdm_gpu_writer_split_tests" \
+    "write walk: small" >"$log" 2>&1
+  rc=$?
+  [ "$rc" = 0 ] || sanitizer_rc=1
+  sanitizer_summary+="| compute-sanitizer synccheck (write walk) | rc $rc $(grep -E 'ERROR SUMMARY' "$log" | tail -1) |"$'\n'
 fi
 
 if [ -n "$profile" ]; then
