@@ -7,7 +7,8 @@
 # included), compute-sanitizer (memcheck, racecheck, initcheck, the three side by side, each into
 # $OUT/sanitizer_TOOL.log) on the small C++ tests (summary rc: forward tests / backward tests /
 # medium chunk products / repeated-write tests / slot-split tests / group-writer split tests /
-# quantised group-writer split / write walk / exact-snapshot tests / saved-buffer tests; SDM_SANITIZER_TOOLS picks the tools), the C++ GPU benchmark (bench/cuda; its default
+# quantised group-writer split / write walk / exact-snapshot tests / saved-buffer tests; SDM_SANITIZER_TOOLS picks the tools;
+# then synccheck of the write walk's small case), the C++ GPU benchmark (bench/cuda; its default
 # slot patterns: product-key top-k over a correlated latent and the heavy-reuse variant) and the
 # Python decode-latency benchmark; prints a summary table last. SDM_COMMIT names the commit in
 # device.txt (default: git rev-parse of the checkout).
