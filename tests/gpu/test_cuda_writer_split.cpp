@@ -284,8 +284,9 @@ void test_walk_equals_per_position_writer() {
     walk_case(make_problem(longer), 128, false, true);
     walk_case(make_problem(spec_of(2, 200, 16, 8, 1024, 8000, 1, bank, 702)), 64, false, true);  // one-entry groups
     walk_case(make_problem(spec_of(3, 250, 6, 4, 512, 300, 6, bank, 703)), 100, false, true);       // C 100, G = W
-    // 3 slots a stream: groups of ~680 entries, past many batches and across shares.
-    walk_case(make_problem(spec_of(1, 300, 16, 8, 256, 3, 1, bank, 706)), 128, false, true);
+    // W = 16 slots a stream: every token writes each slot, so each group is a whole chunk (128
+    // entries at C 128), past many batches and across shares.
+    walk_case(make_problem(spec_of(1, 300, 16, 8, 256, 16, 1, bank, 706)), 128, false, true);
     ProblemSpec masked = long_groups(768, bank, 704);
     masked.extra_rows = masked.P;
     walk_case(make_problem(masked), 64, true, true);
