@@ -18,7 +18,8 @@
 //          amax(M0[s]) = max over the row's tiles of the gather's tile amaxes, read at the warp's
 //          own entry (every entry of a group names the same row s, so any of them gives these).
 // Which writer: write_walk.cu's walk over staged delta rows where it runs (the vector path, hd a
-//   multiple of 256: write_walk.hpp), else this one; both give the same bits.
+//   multiple of 256) and pays (a warp of its grid walks at least two batches: write_walk.hpp's
+//   measured rule; SDM_CUDA_WRITER forces either), else this one; both give the same bits.
 // Parallel decomposition: one warp per sorted write position of the step (a 1-D grid of P blocks
 //   of ceil(C*W / kWarps) CTAs). The row is cut into pieces of 32*kVec columns (lane l owns columns
 //   l*kVec of each, 16-byte accesses when kVec == 8); a group of g entries in the chunk shares

@@ -226,11 +226,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kWarps>)
 }
 
 // A chunk's write positions cut into shares: about two CTAs an SM over both step streams'
-// launches of a step, and at least a batch for every warp of a share.
-int walk_shares(const Geometry& geo, std::int64_t steps) {
-  const int warps = walk_warps(geo.C);
-  const std::int64_t wanted = (2 * multiprocessor_count() + geo.P * steps - 1) / (geo.P * steps);
-  const std::int64_t most = (geo.C * geo.W) / (warps * 32);
+// launches of a step (P x steps x shares CTAs), and at least a batch for every warp of a share.
+int walk_shares(std::int64_t P, std::int64_t C, std::int64_t W, std::int64_t steps, int multiprocessors) {
+  const std::int64_t wanted = (2 * multiprocessors + P * steps - 1) / (P * steps);
+  const std::int64_t most = (C * W) / (walk_warps(C) * 32);
   return static_cast<int>(wanted < 1 ? 1 : wanted > most ? (most < 1 ? 1 : most) : wanted);
 }
 
@@ -253,7 +252,7 @@ void launch(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb,
   const std::size_t smem = staged_bytes(geo.C);
   allow_dynamic_shared_memory(kernel, smem, "cudaFuncSetAttribute (write_walk shared memory)");
   const std::int64_t steps = geo.hd / kStepCols;
-  const int shares = walk_shares(geo, steps);
+  const int shares = walk_shares(geo.P, geo.C, geo.W, steps, multiprocessor_count());
   const dim3 grid(static_cast<unsigned>(geo.p_count), static_cast<unsigned>(steps), static_cast<unsigned>(shares));
   launch_dependent(kernel, grid, dim3(kWarps * 32), smem, stream, "write_walk", geo, p1, sb, ti, shares);
 }
@@ -275,8 +274,20 @@ bool write_walk_fits(std::int64_t hd, std::int64_t C, bool vec8) {
 
 bool write_walk_runs(const Geometry& geo, const StepBuffers& sb) { return write_walk_fits(geo.hd, geo.C, sb.vec8); }
 
+double write_walk_batches_per_warp(std::int64_t hd, std::int64_t C, std::int64_t W, std::int64_t P,
+                                   int multiprocessors) {
+  const int shares = walk_shares(P, C, W, hd / kStepCols, multiprocessors);
+  return static_cast<double>(C * W) / (static_cast<double>(shares) * walk_warps(C) * 32);
+}
+
+bool write_walk_pays(const Geometry& geo) {
+  return write_walk_batches_per_warp(geo.hd, geo.C, geo.W, geo.P, multiprocessor_count()) >= kWalkMinBatches;
+}
+
 bool use_write_walk(const Geometry& geo, const StepBuffers& sb) {
-  return group_writer_choice() != GroupWriter::per_position && write_walk_runs(geo, sb);
+  const GroupWriter writer = group_writer_choice();
+  if (writer == GroupWriter::per_position || !write_walk_runs(geo, sb)) return false;
+  return writer == GroupWriter::walk || write_walk_pays(geo);
 }
 
 void launch_write_walk(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,

@@ -13,7 +13,8 @@
 
 namespace sdm::cuda {
 
-// automatic: the walk wherever it runs (write_walk_runs), else the per-position writer.
+// automatic: the walk where it runs (write_walk_runs) and pays (write_walk_pays), else the
+// per-position writer; walk: the walk wherever it runs; per_position: never the walk.
 enum class GroupWriter { automatic, per_position, walk };
 
 // SDM_CUDA_WRITER=positions or walk (read once; automatic without it), unless set_group_writer
@@ -27,7 +28,26 @@ void set_group_writer(GroupWriter writer);
 bool write_walk_fits(std::int64_t hd, std::int64_t C, bool vec8);
 bool write_walk_runs(const Geometry& geo, const StepBuffers& sb);
 
-// The writer this step takes: write_walk_runs and not forced to the per-position writer.
+// Batches of 32 write positions a warp of the walk's grid takes, on average, at this shape on a
+// device of `multiprocessors` SMs: a share's C*W / shares positions over the CTA's 8 (C <= 64) or 16
+// warps (write_walk.cu sizes the shares: about two CTAs an SM, at least one batch a warp).
+double write_walk_batches_per_warp(std::int64_t hd, std::int64_t C, std::int64_t W, std::int64_t P,
+                                   int multiprocessors);
+
+// Whether the automatic choice takes the walk where it runs: at least kWalkMinBatches batches a
+// warp on the current device. A CTA stages its step's columns of the chunk's C delta rows (C KiB)
+// before its warps walk; at one batch a warp that cost and the CTA's start are spread over 32
+// positions a warp, at several over as many batches (a hypothesis; the profile has to confirm it).
+// The rule rests on two measured configs and must be re-checked (H100, 132 SMs, training step,
+// C 64, bf16 bank, product-key and heavy-reuse slots): big (hd 2048, P 2, W 64: 1.0 batch a warp,
+// 256 CTAs) took 4-7 % longer with the walk, flagship (hd 1024, P 8, W 128: 3.6 batches a warp,
+// 288 CTAs) 1-5 % shorter. The CTA count (about two an SM in both) does not tell them apart; the
+// step's write positions per SM (62 vs 496) do as well as the batches. Any threshold between 1 and
+// 3.6 fits the data: readme, C 128, other P / hd / W and other devices are still to measure.
+constexpr double kWalkMinBatches = 2.0;
+bool write_walk_pays(const Geometry& geo);
+
+// The writer this step takes: write_walk_runs, and forced to the walk or (automatic) it pays.
 bool use_write_walk(const Geometry& geo, const StepBuffers& sb);
 
 // Launches of the walk in this process (tests check that a case ran it).
