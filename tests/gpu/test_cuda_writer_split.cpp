@@ -17,8 +17,11 @@
 // to core::quantize_row of the same row in mode none's snapshot (the pre-write row as it is; one
 // quantiser: docs/spec.md §5); and two short problems of it for compute-sanitizer ("small quantised").
 // The split tests force the per-position writer (GroupWriter::per_position); the walk of
-// write_walk.cu, which the engine takes at hd % 256 == 0 on the vector path, is checked bitwise
-// against it ("write walk": every snapshot mode, long and one-entry groups, masked entries).
+// write_walk.cu (which runs at hd % 256 == 0 on the vector path) is forced (GroupWriter::walk, so
+// whatever the automatic rule says) and checked bitwise against it ("write walk": every snapshot
+// mode, long and one-entry groups, masked entries); "write walk: the automatic choice" checks the
+// measured rule (write_walk_pays: at least two batches a warp) on the benchmark shapes and that the
+// engine follows it.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -28,6 +31,7 @@
 
 #include "core/saved_header.hpp"
 #include "core/snapshot_quant.hpp"
+#include "cuda/common/device_limits.hpp"
 #include "cuda/common/step_kernels.hpp"
 #include "cuda/forward/write_walk.hpp"
 #include "cuda/saved/layout.hpp"
@@ -300,6 +304,55 @@ void test_walk_small() {
   spec.T = 200;
   walk_case(make_problem(spec), 128, false, true);
 }
+
+// The automatic choice (write_walk.hpp's measured rule): batches a warp on a 132-SM device (H100,
+// H200) at the benchmark shapes (readme and big 1.0: the per-position writer; flagship 8192 / (9
+// shares x 256 lanes) = 3.56 at C 64, 16384 / (9 x 512) at C 128: the walk), then the engine under
+// GroupWriter::automatic on this device (no-grad forwards): a problem of one batch a warp does not
+// launch the walk, one of P 16, hd 2048, W 32, C 64 (2048 positions a chunk in 3 shares on 132 SMs:
+// 2.7 batches a warp; at least 2 up to 256 SMs) does, and either with the writer forced follows
+// the force.
+void test_walk_automatic_choice() {
+  struct Shape {
+    const char* name;
+    std::int64_t hd, C, W, P;
+    double batches;
+  };
+  const Shape shapes[] = {
+      {"readme C 64", 768, 64, 64, 2, 1.0},
+      {"readme C 128", 768, 128, 64, 2, 1.0},
+      {"big C 64", 2048, 64, 64, 2, 1.0},
+      {"big C 128", 2048, 128, 64, 2, 1.0},
+      {"flagship C 64", 1024, 64, 128, 8, 8192.0 / (9 * 256)},
+      {"flagship C 128", 1024, 128, 128, 8, 16384.0 / (9 * 512)},
+  };
+  for (const Shape& s : shapes) {
+    const double got = sdm::cuda::write_walk_batches_per_warp(s.hd, s.C, s.W, s.P, 132);
+    expect(got == s.batches, std::string(s.name) + ": " + std::to_string(s.batches) +
+                                 " batches a warp at 132 SMs (got " + std::to_string(got) + ")");
+  }
+  const int sms = sdm::cuda::multiprocessor_count();
+  const auto launched = [](const Problem& pb, std::int64_t C, GroupWriter writer) {
+    WriteReadOptions opt;
+    opt.slots_per_stream = pb.spec.slots_per_stream;
+    opt.chunk_size = C;
+    set_group_writer(writer);
+    const std::int64_t before = sdm::cuda::write_walk_launches();
+    run_cuda(pb, opt, false);
+    set_group_writer(GroupWriter::automatic);
+    return sdm::cuda::write_walk_launches() > before;
+  };
+  const Problem one_batch = make_problem(long_groups(768, DType::bf16, 720));  // P 2, W 16: 1024 positions
+  expect(sdm::cuda::write_walk_batches_per_warp(768, 64, 16, 2, sms) < sdm::cuda::kWalkMinBatches,
+         "P 2, hd 768, W 16, C 64: under two batches a warp on this device");
+  expect(!launched(one_batch, 64, GroupWriter::automatic), "P 2, hd 768, W 16, C 64, automatic: no walk");
+  expect(launched(one_batch, 64, GroupWriter::walk), "P 2, hd 768, W 16, C 64, walk forced: the walk ran");
+  const Problem many = make_problem(spec_of(16, 128, 32, 8, 2048, 256, 1, DType::bf16, 721));
+  expect(sdm::cuda::write_walk_batches_per_warp(2048, 64, 32, 16, sms) >= sdm::cuda::kWalkMinBatches,
+         "P 16, hd 2048, W 32, C 64: at least two batches a warp on this device (" + std::to_string(sms) + " SMs)");
+  expect(launched(many, 64, GroupWriter::automatic), "P 16, hd 2048, W 32, C 64, automatic: the walk ran");
+  expect(!launched(many, 64, GroupWriter::per_position), "P 16, hd 2048, W 32, C 64, positions forced: no walk");
+}
 }  // namespace
 
 // Arguments: substrings of test names to run (all tests without any), --verbose (gpu_test_harness.hpp).
@@ -311,6 +364,7 @@ int main(int argc, char** argv) {
       {"group writer split: small quantised problems", test_quantised_snapshots_split_small},
       {"write walk: bitwise the per-position writer", test_walk_equals_per_position_writer},
       {"write walk: small", test_walk_small},
+      {"write walk: the automatic choice", test_walk_automatic_choice},
   };
   return run_gpu_tests("sdm_gpu_writer_split_tests", tests, argc, argv);
 }
