@@ -40,10 +40,11 @@ double write_walk_batches_per_warp(std::int64_t hd, std::int64_t C, std::int64_t
 // positions a warp, at several over as many batches (a hypothesis; the profile has to confirm it).
 // The rule rests on two measured configs and must be re-checked (H100, 132 SMs, training step,
 // C 64, bf16 bank, product-key and heavy-reuse slots): big (hd 2048, P 2, W 64: 1.0 batch a warp,
-// 256 CTAs) took 4-7 % longer with the walk, flagship (hd 1024, P 8, W 128: 3.6 batches a warp,
-// 288 CTAs) 1-5 % shorter. The CTA count (about two an SM in both) does not tell them apart; the
-// step's write positions per SM (62 vs 496) do as well as the batches. Any threshold between 1 and
-// 3.6 fits the data: readme, C 128, other P / hd / W and other devices are still to measure.
+// 256 CTAs a step over its two step streams) took 4-6.7 % longer with the walk, flagship (hd 1024,
+// P 8, W 128: 3.6 batches a warp, 288 CTAs) 0.9-5.5 % less. The CTA count (about two an SM in both)
+// does not tell them apart; the step's write positions per SM (62 vs 496) do as well as the
+// batches. Any threshold between 1 and 3.6 fits the data: readme, C 128, other P / hd / W and
+// other devices are still to measure.
 constexpr double kWalkMinBatches = 2.0;
 bool write_walk_pays(const Geometry& geo);
 
