@@ -2,7 +2,8 @@
 # gpu_check.sh - run on the GPU machine from a clean checkout: builds the library with CUDA
 # (SDM_CUDA_ARCHS, default 90) together with the PyTorch extension against the torch found there,
 # installs the `sdm` package with CUDA on, runs the C++ GPU tests (forward, backward, the per-chunk
-# key sort, the product-key top-k; forward and backward once more with SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1), the Python
+# key sort, the product-key top-k; forward and backward once more with SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1, the
+# forward once more with the write walk forced, SDM_CUDA_WRITER=walk), the Python
 # GPU tests (`pytest tests/python -m gpu`: the tests on CUDA tensors, the fuzz test's CUDA case
 # included), compute-sanitizer (memcheck, racecheck, initcheck, the three side by side, each into
 # $OUT/sanitizer_TOOL.log) on the small C++ tests (summary rc: forward tests / backward tests /
@@ -134,6 +135,7 @@ tests_no_pdl_rc=0
 backward_no_pdl_rc=0
 backward_staged_rc=0
 backward_du_only_rc=0
+write_walk_rc=0
 py_tests_rc=0
 if [ "$tests" = 1 ]; then
   phase "C++ GPU tests"
@@ -180,6 +182,12 @@ if [ "$tests" = 1 ]; then
   SDM_CUDA_SLOT_WALK=staged_du_only "$build/tests/gpu/sdm_gpu_backward_tests" >"$out/backward_tests_du_only.log" 2>&1
   backward_du_only_rc=$?
   echo "staged walk, dU alone on chip: backward rc $backward_du_only_rc ($(tail -1 "$out/backward_tests_du_only.log"))"
+  # The forward suite with the write walk wherever it fits (the automatic choice takes it only on
+  # flagship-like steps, src/cuda/forward/write_walk.hpp): the same suite, the same bits.
+  phase "C++ GPU tests with the write walk (SDM_CUDA_WRITER=walk)"
+  SDM_CUDA_WRITER=walk "$build/tests/gpu/sdm_gpu_tests" >"$out/tests_write_walk.log" 2>&1
+  write_walk_rc=$?
+  echo "write walk: forward rc $write_walk_rc ($(tail -1 "$out/tests_write_walk.log"))"
   echo "without PDL, split steps: forward rc $tests_no_pdl_rc ($(tail -1 "$out/tests_no_pdl.log")), backward rc" \
     "$backward_no_pdl_rc ($(tail -1 "$out/backward_tests_no_pdl.log"))"
   if [ "$torch" = 1 ]; then
@@ -297,6 +305,7 @@ echo "| python package | $package |"
 [ "$tests" = 1 ] && echo "| C++ GPU tests, SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1 | rc $tests_no_pdl_rc / $backward_no_pdl_rc: $(tail -1 "$out/tests_no_pdl.log"); $(tail -1 "$out/backward_tests_no_pdl.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU backward tests, SDM_CUDA_SLOT_WALK=staged | rc $backward_staged_rc: $(tail -1 "$out/backward_tests_staged.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU backward tests, SDM_CUDA_SLOT_WALK=staged_du_only | rc $backward_du_only_rc: $(tail -1 "$out/backward_tests_du_only.log") |"
+[ "$tests" = 1 ] && echo "| C++ GPU tests, SDM_CUDA_WRITER=walk | rc $write_walk_rc: $(tail -1 "$out/tests_write_walk.log") |"
 [ "$tests" = 1 ] && [ "$torch" = 1 ] && echo "| Python GPU tests | rc $py_tests_rc: $(tail -1 "$out/python_tests.log") |"
 [ "$tests" = 1 ] && [ "$torch" = 1 ] && echo "| Python fuzz, CUDA case | rc $fuzz_rc: $(grep -E 'passed|failed' "$out/fuzz_cuda.log" | tail -1) |"
 printf "%s" "$sanitizer_summary"
@@ -309,7 +318,7 @@ fi
 # The exit status: non-zero when any phase that ran failed (the package's build falling back
 # to the staged CMake build counts as a failure too: the pip install is what users run).
 failed=""
-for name in tests_rc backward_rc sort_rc repeated_rc slot_split_rc writer_split_rc exact_rc topk_rc tests_no_pdl_rc backward_no_pdl_rc backward_staged_rc backward_du_only_rc py_tests_rc fuzz_rc sanitizer_rc \
+for name in tests_rc backward_rc sort_rc repeated_rc slot_split_rc writer_split_rc exact_rc topk_rc tests_no_pdl_rc backward_no_pdl_rc backward_staged_rc backward_du_only_rc write_walk_rc py_tests_rc fuzz_rc sanitizer_rc \
             bench_rc py_bench_rc; do
   [ "${!name}" = 0 ] || failed+=" ${name%_rc}"
 done
