@@ -2,12 +2,14 @@
 # gpu_check.sh - run on the GPU machine from a clean checkout: builds the library with CUDA
 # (SDM_CUDA_ARCHS, default 90) together with the PyTorch extension against the torch found there,
 # installs the `sdm` package with CUDA on, runs the C++ GPU tests (forward, backward, the per-chunk
-# key sort, the product-key top-k; forward and backward once more with SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1), the Python
+# key sort, the product-key top-k; forward and backward once more with SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1, the
+# forward once more with the write walk forced, SDM_CUDA_WRITER=walk), the Python
 # GPU tests (`pytest tests/python -m gpu`: the tests on CUDA tensors, the fuzz test's CUDA case
 # included), compute-sanitizer (memcheck, racecheck, initcheck, the three side by side, each into
 # $OUT/sanitizer_TOOL.log) on the small C++ tests (summary rc: forward tests / backward tests /
 # medium chunk products / repeated-write tests / slot-split tests / group-writer split tests /
-# quantised group-writer split / exact-snapshot tests / saved-buffer tests; SDM_SANITIZER_TOOLS picks the tools), the C++ GPU benchmark (bench/cuda; its default
+# quantised group-writer split / write walk / exact-snapshot tests / saved-buffer tests; SDM_SANITIZER_TOOLS picks the tools;
+# then synccheck of the write walk's small case), the C++ GPU benchmark (bench/cuda; its default
 # slot patterns: product-key top-k over a correlated latent and the heavy-reuse variant) and the
 # Python decode-latency benchmark; prints a summary table last. SDM_COMMIT names the commit in
 # device.txt (default: git rev-parse of the checkout).
@@ -133,6 +135,7 @@ tests_no_pdl_rc=0
 backward_no_pdl_rc=0
 backward_staged_rc=0
 backward_du_only_rc=0
+write_walk_rc=0
 py_tests_rc=0
 if [ "$tests" = 1 ]; then
   phase "C++ GPU tests"
@@ -179,6 +182,12 @@ if [ "$tests" = 1 ]; then
   SDM_CUDA_SLOT_WALK=staged_du_only "$build/tests/gpu/sdm_gpu_backward_tests" >"$out/backward_tests_du_only.log" 2>&1
   backward_du_only_rc=$?
   echo "staged walk, dU alone on chip: backward rc $backward_du_only_rc ($(tail -1 "$out/backward_tests_du_only.log"))"
+  # The forward suite with the write walk wherever it fits (the automatic choice takes it only on
+  # flagship-like steps, src/cuda/forward/write_walk.hpp): the same suite, the same bits.
+  phase "C++ GPU tests with the write walk (SDM_CUDA_WRITER=walk)"
+  SDM_CUDA_WRITER=walk "$build/tests/gpu/sdm_gpu_tests" >"$out/tests_write_walk.log" 2>&1
+  write_walk_rc=$?
+  echo "write walk: forward rc $write_walk_rc ($(tail -1 "$out/tests_write_walk.log"))"
   echo "without PDL, split steps: forward rc $tests_no_pdl_rc ($(tail -1 "$out/tests_no_pdl.log")), backward rc" \
     "$backward_no_pdl_rc ($(tail -1 "$out/backward_tests_no_pdl.log"))"
   if [ "$torch" = 1 ]; then
@@ -220,7 +229,7 @@ sanitizer_summary=""
 sanitizer_rc=0
 if [ "$sanitizer" = 1 ]; then
   phase "compute-sanitizer (small tests; the three tools side by side)"
-  # One tool's eight commands, in order, into sanitizer_$tool.log; "rc a/b/c/d/e/f/g/h" last.
+  # One tool's ten commands, in order, into sanitizer_$tool.log; "rc a/b/..." last.
   # Test filters are substrings of test names (tests/gpu/gpu_test_harness.cpp): each names its
   # tests exactly ("backward snapshot modes", not "snapshot modes", which also picks the extreme
   # log-decay test, minutes under a sanitizer).
@@ -238,6 +247,9 @@ if [ "$sanitizer" = 1 ]; then
     # fp8 / int4 rows split across warps, their scales from the gather's tile amaxes (initcheck: no
     # amax read that the gather did not store).
     san 150 "$build/tests/gpu/sdm_gpu_writer_split_tests" "small quantised"
+    # The write walk: delta rows staged per CTA, groups past a batch of 32 (racecheck: the staging
+    # barrier; memcheck: no row or snapshot access outside its buffer).
+    san 150 "$build/tests/gpu/sdm_gpu_writer_split_tests" "write walk: small"
     # The exact snapshot's count, refusals (the validated forward's and the validated backward's)
     # and too-small buffer under validate=False, hd 256 int4 on the staged walk included (memcheck:
     # no access past `saved`).
@@ -255,6 +267,13 @@ if [ "$sanitizer" = 1 ]; then
     [[ "$rc" =~ ^0(/0)*$ ]] || sanitizer_rc=1
     sanitizer_summary+="| compute-sanitizer $tool | rc $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1) |"$'\n'
   done
+  # synccheck of the write walk's small case: every shuffle and ballot reached by the whole warp.
+  log="$out/sanitizer_synccheck.log"
+  timeout 150 compute-sanitizer --tool synccheck --error-exitcode 9 "$build/tests/gpu/sdm_gpu_writer_split_tests" \
+    "write walk: small" >"$log" 2>&1
+  rc=$?
+  [ "$rc" = 0 ] || sanitizer_rc=1
+  sanitizer_summary+="| compute-sanitizer synccheck (write walk) | rc $rc $(grep -E 'ERROR SUMMARY' "$log" | tail -1) |"$'\n'
 fi
 
 if [ -n "$profile" ]; then
@@ -286,6 +305,7 @@ echo "| python package | $package |"
 [ "$tests" = 1 ] && echo "| C++ GPU tests, SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1 | rc $tests_no_pdl_rc / $backward_no_pdl_rc: $(tail -1 "$out/tests_no_pdl.log"); $(tail -1 "$out/backward_tests_no_pdl.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU backward tests, SDM_CUDA_SLOT_WALK=staged | rc $backward_staged_rc: $(tail -1 "$out/backward_tests_staged.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU backward tests, SDM_CUDA_SLOT_WALK=staged_du_only | rc $backward_du_only_rc: $(tail -1 "$out/backward_tests_du_only.log") |"
+[ "$tests" = 1 ] && echo "| C++ GPU tests, SDM_CUDA_WRITER=walk | rc $write_walk_rc: $(tail -1 "$out/tests_write_walk.log") |"
 [ "$tests" = 1 ] && [ "$torch" = 1 ] && echo "| Python GPU tests | rc $py_tests_rc: $(tail -1 "$out/python_tests.log") |"
 [ "$tests" = 1 ] && [ "$torch" = 1 ] && echo "| Python fuzz, CUDA case | rc $fuzz_rc: $(grep -E 'passed|failed' "$out/fuzz_cuda.log" | tail -1) |"
 printf "%s" "$sanitizer_summary"
@@ -298,7 +318,7 @@ fi
 # The exit status: non-zero when any phase that ran failed (the package's build falling back
 # to the staged CMake build counts as a failure too: the pip install is what users run).
 failed=""
-for name in tests_rc backward_rc sort_rc repeated_rc slot_split_rc writer_split_rc exact_rc topk_rc tests_no_pdl_rc backward_no_pdl_rc backward_staged_rc backward_du_only_rc py_tests_rc fuzz_rc sanitizer_rc \
+for name in tests_rc backward_rc sort_rc repeated_rc slot_split_rc writer_split_rc exact_rc topk_rc tests_no_pdl_rc backward_no_pdl_rc backward_staged_rc backward_du_only_rc write_walk_rc py_tests_rc fuzz_rc sanitizer_rc \
             bench_rc py_bench_rc; do
   [ "${!name}" = 0 ] || failed+=" ${name%_rc}"
 done

@@ -17,6 +17,9 @@
 //          rows, the IEEE division on f32 rows): the bytes and scale core::quantize_row gives.
 //          amax(M0[s]) = max over the row's tiles of the gather's tile amaxes, read at the warp's
 //          own entry (every entry of a group names the same row s, so any of them gives these).
+// Which writer: write_walk.cu's walk over staged delta rows where it runs (the vector path, hd a
+//   multiple of 256) and pays (a warp of its grid walks at least two batches: write_walk.hpp's
+//   measured rule; SDM_CUDA_WRITER forces either), else this one; both give the same bits.
 // Parallel decomposition: one warp per sorted write position of the step (a 1-D grid of P blocks
 //   of ceil(C*W / kWarps) CTAs). The row is cut into pieces of 32*kVec columns (lane l owns columns
 //   l*kVec of each, 16-byte accesses when kVec == 8); a group of g entries in the chunk shares
@@ -52,6 +55,7 @@
 #include "cuda/saved/group_rows.cuh"
 #include "cuda/saved/snapshot_rows.cuh"
 #include "cuda/common/step_kernels.hpp"
+#include "cuda/forward/write_walk.hpp"
 
 namespace sdm::cuda {
 namespace {
@@ -358,6 +362,10 @@ void set_group_writer_split(int warps) {
 
 void launch_group_writer(const Geometry& geo, const Phase1Buffers& p1, const StepBuffers& sb, std::int64_t ti,
                          cudaStream_t stream) {
+  if (use_write_walk(geo, sb)) {
+    launch_write_walk(geo, p1, sb, ti, stream);
+    return;
+  }
   dispatch(
       [&](auto row, auto vec, auto mode) {
         launch<typename decltype(row)::type, decltype(vec)::value, decltype(mode)::value>(geo, p1, sb, ti, stream);
