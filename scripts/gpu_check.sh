@@ -18,8 +18,12 @@
 # The fuzz test's CUDA case runs on its own with SDM_FUZZ_EXAMPLES (default 2000) examples.
 #
 #   scripts/gpu_check.sh [--configs small,readme,...] [--reps N] [--snapshot none,fp8,int4] [--no-tests]
-#                        [--no-sanitizer] [--no-bench] [--no-torch] [--profile CONFIG]
+#                        [--no-sanitizer] [--sanitizer-only] [--no-bench] [--no-torch] [--profile CONFIG]
 #
+# --sanitizer-only: the compute-sanitizer phase alone, on the build a previous run left in
+# SDM_GPU_BUILD_DIR (nothing rebuilt; refused when that build is missing). With a run of
+# --no-bench --no-sanitizer before it on the same machine, the two make a whole --no-bench check
+# in two calls of under 10 minutes each (the sanitizer phase alone takes about 5 on an H100).
 # --snapshot: the snapshot modes of the benchmark's training-step rows (default none,fp8,int4).
 # --no-torch: C++ only (no extension, no Python tests or Python benchmark).
 # The benchmark also runs small and readme with SDM_CUDA_PDL=0 (no programmatic dependent launch)
@@ -47,6 +51,7 @@ sanitizer=1
 bench=1
 torch=1
 profile=""
+reuse_build=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --configs) configs="$2"; shift 2 ;;
@@ -54,6 +59,7 @@ while [ $# -gt 0 ]; do
     --snapshot) snapshots="$2"; shift 2 ;;
     --no-tests) tests=0; sanitizer=0; shift ;;
     --no-sanitizer) sanitizer=0; shift ;;
+    --sanitizer-only) tests=0; bench=0; sanitizer=1; reuse_build=1; shift ;;
     --profile) profile="$2"; shift 2 ;;
     --no-bench) bench=0; shift ;;
     --no-torch) torch=0; shift ;;
@@ -67,7 +73,15 @@ site="$build/site"
 python="${PYTHON:-python3}"
 archs="${SDM_CUDA_ARCHS:-90}"
 mkdir -p "$out"
-rm -rf "$build"
+if [ "$reuse_build" = 1 ]; then
+  for bin in sdm_gpu_tests sdm_gpu_backward_tests sdm_gpu_repeated_writes_tests sdm_gpu_slot_split_tests \
+             sdm_gpu_writer_split_tests sdm_gpu_exact_snapshot_tests; do
+    [ -x "$build/tests/gpu/$bin" ] || {
+      echo "gpu_check: --sanitizer-only needs the build of an earlier run in $build ($bin missing)" >&2; exit 2; }
+  done
+else
+  rm -rf "$build"
+fi
 t0=$(date +%s)
 phase() { echo "== $1 (t = $(( $(date +%s) - t0 )) s)"; }
 
@@ -79,48 +93,51 @@ phase() { echo "== $1 (t = $(( $(date +%s) - t0 )) s)"; }
   [ "$torch" = 1 ] && "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" 2>&1
 } | tee "$out/device.txt"
 
-phase "build"
-# With the extension: pip builds everything (its CMake run also builds the GPU tests and benchmark,
-# SDM_BUILD_GPU_TESTS is on by default) into $build and installs the package into $site; the
-# cmake --build below then has nothing left to do. Without it, or if pip fails: plain CMake.
-package="not built"
-targets="sdm_gpu_tests sdm_gpu_backward_tests sdm_gpu_sort_tests sdm_gpu_repeated_writes_tests sdm_gpu_slot_split_tests
-  sdm_gpu_writer_split_tests sdm_gpu_exact_snapshot_tests sdm_gpu_topk_tests sdm_gpu_bench"
-if [ "$torch" = 1 ]; then
-  if "$python" -m pip install --no-build-isolation --no-deps --target "$site" -C build-dir="$build" \
-       -C cmake.define.SDM_ENABLE_CUDA=ON -C cmake.define.SDM_CUDA_ARCHS="$archs" . >"$out/build.log" 2>&1; then
-    package="pip install (SDM_ENABLE_CUDA=ON)"
-  else
-    tail -20 "$out/build.log"
-    echo "gpu_check: pip install failed (build.log); building with CMake and staging the extension"
-    rm -rf "$build"
-    if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSDM_ENABLE_CUDA=ON -DSDM_CUDA_ARCHS="$archs" \
-         -DSDM_ENABLE_TORCH=ON -DPython_EXECUTABLE="$(command -v "$python")" -DSDM_BUILD_TESTS=OFF \
-         -DSDM_BUILD_BENCH=OFF >>"$out/build.log" 2>&1; then
-      targets="$targets sdm_torch"
-      package="staged CMake build (pip failed)"
+package="reused build (--sanitizer-only)"
+if [ "$reuse_build" = 0 ]; then
+  phase "build"
+  # With the extension: pip builds everything (its CMake run also builds the GPU tests and benchmark,
+  # SDM_BUILD_GPU_TESTS is on by default) into $build and installs the package into $site; the
+  # cmake --build below then has nothing left to do. Without it, or if pip fails: plain CMake.
+  package="not built"
+  targets="sdm_gpu_tests sdm_gpu_backward_tests sdm_gpu_sort_tests sdm_gpu_repeated_writes_tests sdm_gpu_slot_split_tests
+    sdm_gpu_writer_split_tests sdm_gpu_exact_snapshot_tests sdm_gpu_topk_tests sdm_gpu_bench"
+  if [ "$torch" = 1 ]; then
+    if "$python" -m pip install --no-build-isolation --no-deps --target "$site" -C build-dir="$build" \
+         -C cmake.define.SDM_ENABLE_CUDA=ON -C cmake.define.SDM_CUDA_ARCHS="$archs" . >"$out/build.log" 2>&1; then
+      package="pip install (SDM_ENABLE_CUDA=ON)"
     else
-      echo "gpu_check: configuring with the torch extension failed too; C++ only"
-      package="none (pip and CMake failed)"
-      torch=0
+      tail -20 "$out/build.log"
+      echo "gpu_check: pip install failed (build.log); building with CMake and staging the extension"
       rm -rf "$build"
+      if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSDM_ENABLE_CUDA=ON -DSDM_CUDA_ARCHS="$archs" \
+           -DSDM_ENABLE_TORCH=ON -DPython_EXECUTABLE="$(command -v "$python")" -DSDM_BUILD_TESTS=OFF \
+           -DSDM_BUILD_BENCH=OFF >>"$out/build.log" 2>&1; then
+        targets="$targets sdm_torch"
+        package="staged CMake build (pip failed)"
+      else
+        echo "gpu_check: configuring with the torch extension failed too; C++ only"
+        package="none (pip and CMake failed)"
+        torch=0
+        rm -rf "$build"
+      fi
     fi
   fi
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSDM_ENABLE_CUDA=ON -DSDM_CUDA_ARCHS="$archs" \
+      -DSDM_BUILD_TESTS=OFF -DSDM_BUILD_BENCH=OFF >>"$out/build.log" 2>&1
+  fi
+  if ! cmake --build "$build" -j"$(nproc)" --target $targets >>"$out/build.log" 2>&1; then
+    tail -40 "$out/build.log"
+    echo "gpu_check: BUILD FAILED"
+    exit 1
+  fi
+  if [ "$package" = "staged CMake build (pip failed)" ]; then
+    rm -rf "$site" && mkdir -p "$site" && cp -r python/sdm "$site/" && cp "$build"/bindings/torch/_C*.so "$site/sdm/"
+  fi
+  echo "package: $package"
+  cuobjdump --dump-resource-usage "$build/libsdm_cuda.a" >"$out/resources.txt" 2>&1 || true
 fi
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSDM_ENABLE_CUDA=ON -DSDM_CUDA_ARCHS="$archs" \
-    -DSDM_BUILD_TESTS=OFF -DSDM_BUILD_BENCH=OFF >>"$out/build.log" 2>&1
-fi
-if ! cmake --build "$build" -j"$(nproc)" --target $targets >>"$out/build.log" 2>&1; then
-  tail -40 "$out/build.log"
-  echo "gpu_check: BUILD FAILED"
-  exit 1
-fi
-if [ "$package" = "staged CMake build (pip failed)" ]; then
-  rm -rf "$site" && mkdir -p "$site" && cp -r python/sdm "$site/" && cp "$build"/bindings/torch/_C*.so "$site/sdm/"
-fi
-echo "package: $package"
-cuobjdump --dump-resource-usage "$build/libsdm_cuda.a" >"$out/resources.txt" 2>&1 || true
 
 tests_rc=0
 backward_rc=0
