@@ -24,6 +24,7 @@ Scenarios:
 from __future__ import annotations
 
 import socket
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -49,9 +50,23 @@ def free_loopback_port() -> int:
 
 def launch(scenario: str, world: int, backend: str, out_dir: Path, **options) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_rank_main, args=(world, free_loopback_port(), backend, scenario, str(out_dir), options),
-             nprocs=world, join=True)
+    try:
+        mp.spawn(_rank_main, args=(world, free_loopback_port(), backend, scenario, str(out_dir), options),
+                 nprocs=world, join=True)
+    except mp.ProcessExitedException as error:
+        # A rank aborting in teardown, after every rank passed the final barrier (so after the
+        # records were saved and every collective of the scenario completed), is gloo's known
+        # abort at exit (docs/distributed.md: "terminate called without an active exception", seen
+        # in 2 of about 10 full CI runs); any other death, or one before the barrier, fails the test.
+        passed = all(_passed_marker(out_dir, r).exists() for r in range(world))
+        if error.signal_name != "SIGABRT" or not passed or not (out_dir / "records.pt").exists():
+            raise
+        warnings.warn(f"{scenario}: {error} after every rank passed the final barrier; the records stand")
     return torch.load(out_dir / "records.pt")
+
+
+def _passed_marker(out_dir: Path, rank: int) -> Path:
+    return Path(out_dir) / f"rank{rank}.passed"
 
 
 def _rank_main(rank: int, world: int, port: int, backend: str, scenario: str, out_dir: str, options: dict) -> None:
@@ -68,6 +83,7 @@ def _rank_main(rank: int, world: int, port: int, backend: str, scenario: str, ou
         if rank == 0:
             torch.save(records, Path(out_dir) / "records.pt")
         dist.barrier()
+        _passed_marker(Path(out_dir), rank).touch()
     finally:
         dist.destroy_process_group()
 
