@@ -19,12 +19,15 @@ test: test-cpp test-python
 # Compile the CUDA engine and the GPU tests with nvcc for CUDA_ARCHS (CMake's architecture list,
 # default 90; CI builds "80;86;89;90": A100, RTX 30xx / A10, L4 / RTX 40xx, H100 / H200); nothing
 # CUDA runs without a GPU. CI runs it after `make test`.
+# nvcc's temporaries (up to ~200 MB a translation unit at four architectures: the fatbinary as C
+# text) go under the build directory, not a possibly small or shared /tmp.
 CUDA_BUILD ?= build-cuda
 CUDA_ARCHS ?= 90
 build-cuda: deps
 	cmake -S . -B $(CUDA_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DSDM_WERROR=ON -DSDM_ENABLE_CUDA=ON \
 	  -DSDM_CUDA_ARCHS="$(CUDA_ARCHS)" -DSDM_BUILD_TESTS=OFF -DSDM_BUILD_BENCH=OFF $(CMAKE_FLAGS)
-	cmake --build $(CUDA_BUILD) -j $(JOBS)
+	mkdir -p $(CUDA_BUILD)/nvcc-tmp
+	TMPDIR="$(abspath $(CUDA_BUILD))/nvcc-tmp" cmake --build $(CUDA_BUILD) -j $(JOBS)
 
 test-cpp: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
