@@ -2,15 +2,16 @@
 // slots, values (any NaN equals any NaN: IEEE leaves the NaN an addition returns to the
 // hardware) and the backward's gradient rows, on awkward factor lists, k, dtypes, tie-heavy,
 // special-value and crowded f32 scores and strided rows; two CUDA runs of each case bitwise equal; and the backward
-// over slots with entries outside [0, prod(dims)) (they contribute nothing) against the CPU's. The
-// register backward's two row paths (register_backward.cu: column sums for widths <= 1024, the
-// sort for wider rows) each run at KMAX 32, 64 and 128.
+// over slots with entries outside [0, prod(dims)) (they contribute nothing) and over each row's
+// slots reversed, against the CPU's. The register backward's two row paths (register_backward.cu:
+// column sums for widths <= 1024, the sort for wider rows) each run at KMAX 32, 64 and 128.
 // Prints one line per case and "sdm_gpu_topk_tests: N checks, F failed" last; exit status 1 on a
 // failure, 0 (with a message) where no CUDA device exists. --fail-fast: stops after the first
 // failing case (for mutants, which must fail). SDM_TOPK_TEST_MATCH=text runs only the cases whose
 // name contains it (quick mutant runs).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -129,6 +130,20 @@ void run_case(const TopkCase& c) {
   cpu::product_key_topk_backward(plan, buffers.matrix_ref(bad_slots.data(), DType::i64, plan.selected, false),
                                  buffers.grad_values_ref(false), buffers.matrix_ref(cpu_grad.data(), c.dtype, plan.width, false), 0);
   expect(backward() == cpu_grad, c.name() + ": gradient over slots outside the product equals the CPU's");
+
+  // Each row's slots reversed (no column's entries in ascending order, as a caller's own slots may
+  // be): the sums still run over each column's entries in increasing entry.
+  std::vector<std::int64_t> reversed = cpu_slots;
+  for (std::size_t r = 0; r < static_cast<std::size_t>(plan.rows); ++r) {
+    const auto row = reversed.begin() + static_cast<std::ptrdiff_t>(r * static_cast<std::size_t>(plan.selected));
+    std::reverse(row, row + plan.selected);
+  }
+  if (cudaMemcpy(buffers.device_slots, reversed.data(), outputs * 8, cudaMemcpyHostToDevice) != cudaSuccess) {
+    throw std::runtime_error("cudaMemcpy to device failed");
+  }
+  cpu::product_key_topk_backward(plan, buffers.matrix_ref(reversed.data(), DType::i64, plan.selected, false),
+                                 buffers.grad_values_ref(false), buffers.matrix_ref(cpu_grad.data(), c.dtype, plan.width, false), 0);
+  expect(backward() == cpu_grad, c.name() + ": gradient over reversed slots equals the CPU's");
 }
 
 std::vector<TopkCase> cases() {
