@@ -127,13 +127,14 @@ __device__ __forceinline__ std::int64_t snapshot_step_offset(int s) {
   return static_cast<std::int64_t>(s) * kWarpCols * snapshot_column_bits<E, kMode>() / 8;
 }
 
-// What every walk of one CTA shares: chunk n of stream p, column step s, the staged rows and the
-// chunk's tasks.
+// What every walk of one CTA shares: chunk n of stream p, column step s, the chunk's tasks, and
+// the staged rows as this lane sees them: its columns (8 l .. 8 l + 7) of token 0's rows, so that
+// token i's piece is one offset away.
 struct StagedStep {
   std::int64_t n, p;
   int CW, CR, s, hd;
-  const float* du;  // [C][kWarpCols] in shared memory
-  const float* dy;  // the same (kStaged 2), or the chunk's rows at column 256 s in global memory (stride hd)
+  const float* du;  // token 0's dU piece in shared memory (rows [C][kWarpCols])
+  const float* dy;  // the same for dy (kStaged 2), or in the chunk's rows in global memory (stride hd)
   const SlotTask* tasks;        // the chunk's C*W + C*R positions
   float inverse_R;              // 1 / R, for read_token
 };
@@ -275,23 +276,26 @@ __device__ __forceinline__ void add_dots(PendingDots& dots, const float (&partia
 
 // ---- 3. the walks --------------------------------------------------------------------------------
 
-// The piece of token i's row at this lane's columns: a staged row (stride kWarpCols) or, kStaged
-// 1 for dy, the chunk's row in global memory (stride hd).
+// The piece of token i's row at this lane's columns, from token 0's (`piece`, StagedStep): a staged
+// row (stride kWarpCols; as an unsigned byte offset the address is one add to the lane's base) or,
+// kStaged 1 for dy, the chunk's row in global memory (stride hd).
 template <bool kOnChip>
-__device__ __forceinline__ void token_piece(const float* rows, int token, int hd, int lane, float (&x)[kLaneCols]) {
+__device__ __forceinline__ void token_piece(const float* piece, int token, int hd, float (&x)[kLaneCols]) {
   if constexpr (kOnChip) {
-    load_piece<true>(rows + token * kWarpCols + lane * kLaneCols, 0, kLaneCols, x);
+    const unsigned offset = static_cast<unsigned>(token) * static_cast<unsigned>(kWarpCols * sizeof(float));
+    load_piece<true>(reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(piece) + offset), 0,
+                     kLaneCols, x);
   } else {
-    load_piece<true>(rows + static_cast<std::int64_t>(token) * hd + lane * kLaneCols, 0, kLaneCols, x);
+    load_piece<true>(piece + static_cast<std::int64_t>(token) * hd, 0, kLaneCols, x);
   }
 }
 
 // A write member (token i, scale = -beta_i): acc = fmaf(k_eff, scale dU_i, acc) per column, and
 // its dk_eff partial (scale dU_i) . pre, which it returns.
-__device__ __forceinline__ float write_member(const StagedStep& st, int token, float scale, float k_eff, int lane,
+__device__ __forceinline__ float write_member(const StagedStep& st, int token, float scale, float k_eff,
                                               const float (&pre)[kLaneCols], float (&acc)[kLaneCols]) {
   float u[kLaneCols];
-  token_piece<true>(st.du, token, st.hd, lane, u);
+  token_piece<true>(st.du, token, st.hd, u);
   float dot = 0.0f;
 #pragma unroll
   for (int k = 0; k < kLaneCols; ++k) {
@@ -305,10 +309,10 @@ __device__ __forceinline__ float write_member(const StagedStep& st, int token, f
 // A read member (token i): sum = fmaf(q_w, dy_i, sum) per column, and its dq_w partial
 // dy_i . m0, which it returns.
 template <int kStaged>
-__device__ __forceinline__ float read_member(const StagedStep& st, int token, float q_w, int lane,
+__device__ __forceinline__ float read_member(const StagedStep& st, int token, float q_w,
                                              const float (&m0)[kLaneCols], float (&sum)[kLaneCols]) {
   float y[kLaneCols];
-  token_piece<kStaged == 2>(st.dy, token, st.hd, lane, y);
+  token_piece<kStaged == 2>(st.dy, token, st.hd, y);
   float dot = 0.0f;
   add_read(q_w, y, kLaneCols, m0, dot, sum);
   return dot;
@@ -371,11 +375,11 @@ __device__ __forceinline__ void walk_write_group(const BackwardBuffers& bb, cons
   }
   if (task_holds_entries(task)) {
     const float write_dot =
-        write_member(st, entry_token(task.tokens), task.write_scale, task.write_k_eff, lane, pre, acc);
+        write_member(st, entry_token(task.tokens), task.write_scale, task.write_k_eff, pre, acc);
     if (task.role >= 0) {
       const int index = read_index(task.tokens);
       const float partial[3] = {lambda_dot, write_dot,
-                                read_member<kStaged>(st, read_token(st, index), task.read_q_w, lane, pre, sum)};
+                                read_member<kStaged>(st, read_token(st, index), task.read_q_w, pre, sum)};
       const std::uint32_t to[3] = {dot_dest(kDlambdaPlane, q), dot_dest(kDkEffPlane, q), dot_dest(kDqWPlane, index)};
       add_dots(dots, partial, to, lane);
     } else {
@@ -390,13 +394,13 @@ __device__ __forceinline__ void walk_write_group(const BackwardBuffers& bb, cons
     walk_window<true>(
         st.tasks + q, write_size_of(task), dots, lane,
         [&](const EntryWords& w) {
-          return write_member(st, entry_token(w.tokens), w.write_scale, w.write_k_eff, lane, pre, acc);
+          return write_member(st, entry_token(w.tokens), w.write_scale, w.write_k_eff, pre, acc);
         },
         [&](const EntryWords&, int b) { return dot_dest(kDkEffPlane, q + b); });
     if (task.role >= 0) {
       walk_window<false>(
           st.tasks + st.CW + task.role, read_size_of(task), dots, lane,
-          [&](const EntryWords& r) { return read_member<kStaged>(st, entry_token(r.tokens), r.read_q_w, lane, pre, sum); },
+          [&](const EntryWords& r) { return read_member<kStaged>(st, entry_token(r.tokens), r.read_q_w, pre, sum); },
           [&](const EntryWords& r, int) { return dot_dest(kDqWPlane, read_index(r.tokens)); });
     }
   }
@@ -424,13 +428,13 @@ __device__ __forceinline__ void walk_read_group(const BackwardBuffers& bb, const
   m0_row.template load<true>(lane * kLaneCols, kWarpCols, m0);
   if (read_size_of(task) == 1) {
     const EntryWords own{task.tokens, 0.0f, 0.0f, task.read_q_w};  // the read-only worker's entry is its own
-    const float partial[1] = {read_member<kStaged>(st, entry_token(own.tokens), own.read_q_w, lane, m0, sum)};
+    const float partial[1] = {read_member<kStaged>(st, entry_token(own.tokens), own.read_q_w, m0, sum)};
     const std::uint32_t to[1] = {dot_dest(kDqWPlane, read_index(own.tokens))};
     add_dots(dots, partial, to, lane);
   } else {
     walk_window<false>(
         st.tasks + st.CW + q, read_size_of(task), dots, lane,
-        [&](const EntryWords& r) { return read_member<kStaged>(st, entry_token(r.tokens), r.read_q_w, lane, m0, sum); },
+        [&](const EntryWords& r) { return read_member<kStaged>(st, entry_token(r.tokens), r.read_q_w, m0, sum); },
         [&](const EntryWords& r, int) { return dot_dest(kDqWPlane, read_index(r.tokens)); });
   }
 #pragma unroll
@@ -471,8 +475,8 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   st.CR = static_cast<int>(geo.C * geo.R);
   st.s = static_cast<int>(blockIdx.y);
   st.hd = hd;
-  st.du = stage;
-  st.dy = stage + C * kWarpCols;
+  st.du = stage + lane * kLaneCols;
+  st.dy = stage + C * kWarpCols + lane * kLaneCols;
   st.tasks = bb.slot_tasks + st.n * (st.CW + st.CR);
   st.inverse_R = 1.0f / static_cast<float>(geo.R);
   const int positions = st.CW + st.CR, shares = static_cast<int>(gridDim.z), share = static_cast<int>(blockIdx.z);
@@ -494,7 +498,7 @@ __global__ void __launch_bounds__(kStageThreads, 1)
 
   wait_for_predecessor();
   const std::int64_t row0 = st.n * geo.C * geo.hd;
-  if constexpr (kStaged == 1) st.dy = bb.dy + row0 + st.s * kWarpCols;
+  if constexpr (kStaged == 1) st.dy = bb.dy + row0 + st.s * kWarpCols + lane * kLaneCols;
   stage_token_rows<kStaged>(stage, bb.du + row0, bb.dy + row0, C, hd, st.s * kWarpCols);
   __syncthreads();
 
