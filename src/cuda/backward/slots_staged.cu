@@ -214,7 +214,8 @@ __device__ __forceinline__ void fetch_to_ring(const WorkerRows<Gt>& rows, unsign
 // in the top two bits, its index in the plane's chunk block below them.
 enum DotPlane : std::uint32_t { kDlambdaPlane = 0, kDkEffPlane = 1, kDqWPlane = 2 };
 constexpr int kDotPlaneShift = 30;
-static_assert(kMaxChunk * kMaxWidth <= (std::int64_t{1} << kDotPlaneShift), "a dot's index (< C*W or C*R) fits its code");
+static_assert(kMaxChunk * kMaxWidth <= (std::int64_t{1} << kDotPlaneShift),
+              "a dot's index (< C*W or C*R) fits its code");
 __device__ __forceinline__ std::uint32_t dot_dest(DotPlane plane, int index) {
   return plane << kDotPlaneShift | static_cast<std::uint32_t>(index);
 }
