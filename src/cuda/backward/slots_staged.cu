@@ -34,8 +34,9 @@
 // dot's 32 lane partials summed in warp_sum's tree, so every output is bitwise the per-position
 // kernel's (tests/gpu/test_cuda_slot_split.cpp compares them).
 // Shared memory: kStaged x C x 256 f32 of token rows (C = 64, both: 128 KiB; C = 128, dU only:
-// 128 KiB) and per warp a ring of kRing (G, M0) pieces and kFlush x 32 partials: one CTA of
-// kStageWarps warps an SM.
+// 128 KiB) and per warp a ring of kRing (G, M0) pieces, kFlush transpose rows of 33 floats (32
+// lane partials, lane l's at column l, and a pad: writes and reads hit 32 banks) and kFlush 4-byte
+// destination codes (a dot's plane and index): one CTA of kStageWarps warps an SM.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -78,10 +79,15 @@ __host__ __device__ constexpr std::size_t ring_slot_bytes() {
   return kWarpCols * (sizeof(E) + sizeof(Gt));
 }
 
-// A warp's share of shared memory: its ring, its transpose rows and their destinations.
+// Floats of one transpose row: a member's 32 lane partials and one pad column, so that the lanes'
+// writes of a row and the summing lanes' reads of a column both hit 32 banks.
+constexpr int kDotRow = 33;
+
+// A warp's share of shared memory: its ring, its transpose rows and their destination codes.
 template <typename E, typename Gt>
 __host__ __device__ constexpr std::size_t warp_bytes() {
-  return ring_depth<E, Gt>() * ring_slot_bytes<E, Gt>() + kFlush * 32 * sizeof(float) + kFlush * sizeof(float*);
+  return ring_depth<E, Gt>() * ring_slot_bytes<E, Gt>() + kFlush * kDotRow * sizeof(float) +
+         kFlush * sizeof(std::uint32_t);
 }
 
 // Shared memory of a CTA that stages `staged` token rows a chunk token (2: dU and dy, 1: dU).
@@ -121,16 +127,15 @@ __device__ __forceinline__ std::int64_t snapshot_step_offset(int s) {
   return static_cast<std::int64_t>(s) * kWarpCols * snapshot_column_bits<E, kMode>() / 8;
 }
 
-// What every walk of one CTA shares: chunk n of stream p, column step s, the staged rows, the
-// chunk's tasks and the dots' planes of step s moved to the chunk's first entry.
+// What every walk of one CTA shares: chunk n of stream p, column step s, the chunk's tasks, and
+// the staged rows as this lane sees them: its columns (8 l .. 8 l + 7) of token 0's rows, so that
+// token i's piece is one offset away.
 struct StagedStep {
   std::int64_t n, p;
   int CW, CR, s, hd;
-  const float* du;  // [C][kWarpCols] in shared memory
-  const float* dy;  // the same (kStaged 2), or the chunk's rows at column 256 s in global memory (stride hd)
+  const float* du;  // token 0's dU piece in shared memory (rows [C][kWarpCols])
+  const float* dy;  // the same for dy (kStaged 2), or in the chunk's rows in global memory (stride hd)
   const SlotTask* tasks;        // the chunk's C*W + C*R positions
-  float *dlambda, *dk_eff;      // at the chunk's sorted write position 0
-  float* dq_w;                  // at the chunk's read entry 0
   float inverse_R;              // 1 / R, for read_token
 };
 
@@ -205,72 +210,93 @@ __device__ __forceinline__ void fetch_to_ring(const WorkerRows<Gt>& rows, unsign
 
 // ---- 2. the dots ---------------------------------------------------------------------------------
 
-// A warp's pending dot partials: row m of `rows` holds member m's 32 lane partials (lane l at
-// column l ^ m, so that writes and the summing lanes' reads both hit 32 banks), `dest[m]` where
-// its total goes.
+// Where a dot's total goes, in 4 bytes: its plane (the dlambda, dk_eff or dq_w plane of step s)
+// in the top two bits, its index in the plane's chunk block below them.
+enum DotPlane : std::uint32_t { kDlambdaPlane = 0, kDkEffPlane = 1, kDqWPlane = 2 };
+constexpr int kDotPlaneShift = 30;
+static_assert(kMaxChunk * kMaxWidth <= (std::int64_t{1} << kDotPlaneShift),
+              "a dot's index (< C*W or C*R) fits its code");
+__device__ __forceinline__ std::uint32_t dot_dest(DotPlane plane, int index) {
+  return plane << kDotPlaneShift | static_cast<std::uint32_t>(index);
+}
+
+// A warp's pending dot partials: row m of `rows` (kDotRow floats) holds member m's 32 lane
+// partials, lane l's at column l; `column` is this lane's column of row 0. `dest[m]` is the code of
+// member m's total (dot_dest), decoded against the planes of step s moved to the chunk's first
+// entry (dlambda, dk_eff: sorted write position 0; dq_w: read entry 0).
 struct PendingDots {
   float* rows;
-  float** dest;
+  float* column;
+  std::uint32_t* dest;
+  float *dlambda, *dk_eff, *dq_w;
   int count;
 };
 
 // Lane m < count sums member m's partials in warp_sum's butterfly order (offset 16 first: the
 // partial of lane l plus that of lane l ^ 16, then ^ 8, ^ 4, ^ 2, ^ 1; fp32 addition commutes, so
-// the total is bitwise warp_sum's at every lane) and stores it.
+// the total is bitwise warp_sum's at every lane) and stores it where its code says.
 __device__ __forceinline__ void flush_dots(PendingDots& dots, int lane) {
   __syncwarp();
   if (lane < dots.count) {
-    const float* row = dots.rows + lane * 32;
+    const float* row = dots.rows + lane * kDotRow;
     float x[16];
 #pragma unroll
-    for (int l = 0; l < 16; ++l) x[l] = row[l ^ lane] + row[(l + 16) ^ lane];
+    for (int l = 0; l < 16; ++l) x[l] = row[l] + row[l + 16];
 #pragma unroll
     for (int l = 0; l < 8; ++l) x[l] = x[l] + x[l + 8];
 #pragma unroll
     for (int l = 0; l < 4; ++l) x[l] = x[l] + x[l + 4];
     x[0] = x[0] + x[2];
     x[1] = x[1] + x[3];
-    *dots.dest[lane] = x[0] + x[1];
+    const std::uint32_t code = dots.dest[lane], plane = code >> kDotPlaneShift;
+    float* planes = plane == kDlambdaPlane ? dots.dlambda : plane == kDkEffPlane ? dots.dk_eff : dots.dq_w;
+    planes[code & ((1u << kDotPlaneShift) - 1)] = x[0] + x[1];
   }
   __syncwarp();
   dots.count = 0;
 }
 
-// kCount members' lane partials, their totals to be stored at `dest` (warp-uniform): a flush
-// first when they do not fit. When a dot is summed never changes its bits.
+// kCount members' lane partials, their totals to go where codes `dest` say (warp-uniform): a
+// flush first when they do not fit. Lane m < kCount stores code m, so one predicated store takes
+// them all. When a dot is summed never changes its bits.
 template <int kCount>
 __device__ __forceinline__ void add_dots(PendingDots& dots, const float (&partial)[kCount],
-                                         float* const (&dest)[kCount], int lane) {
+                                         const std::uint32_t (&dest)[kCount], int lane) {
   static_assert(kCount <= kFlush);
   if (dots.count + kCount > kFlush) flush_dots(dots, lane);
+  float* column = dots.column + dots.count * kDotRow;
+  std::uint32_t code = dest[0];
 #pragma unroll
   for (int m = 0; m < kCount; ++m) {
-    const int row = dots.count + m;
-    dots.rows[row * 32 + (lane ^ row)] = partial[m];
-    if (lane == 0) dots.dest[row] = dest[m];
+    column[m * kDotRow] = partial[m];
+    if (m > 0 && lane == m) code = dest[m];
   }
+  if (lane < kCount) dots.dest[dots.count + lane] = code;
   dots.count += kCount;
 }
 
 // ---- 3. the walks --------------------------------------------------------------------------------
 
-// The piece of token i's row at this lane's columns: a staged row (stride kWarpCols) or, kStaged
-// 1 for dy, the chunk's row in global memory (stride hd).
+// The piece of token i's row at this lane's columns, from token 0's (`piece`, StagedStep): a staged
+// row (stride kWarpCols; as an unsigned byte offset the address is one add to the lane's base) or,
+// kStaged 1 for dy, the chunk's row in global memory (stride hd).
 template <bool kOnChip>
-__device__ __forceinline__ void token_piece(const float* rows, int token, int hd, int lane, float (&x)[kLaneCols]) {
+__device__ __forceinline__ void token_piece(const float* piece, int token, int hd, float (&x)[kLaneCols]) {
   if constexpr (kOnChip) {
-    load_piece<true>(rows + token * kWarpCols + lane * kLaneCols, 0, kLaneCols, x);
+    const unsigned offset = static_cast<unsigned>(token) * static_cast<unsigned>(kWarpCols * sizeof(float));
+    load_piece<true>(reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(piece) + offset), 0,
+                     kLaneCols, x);
   } else {
-    load_piece<true>(rows + static_cast<std::int64_t>(token) * hd + lane * kLaneCols, 0, kLaneCols, x);
+    load_piece<true>(piece + static_cast<std::int64_t>(token) * hd, 0, kLaneCols, x);
   }
 }
 
 // A write member (token i, scale = -beta_i): acc = fmaf(k_eff, scale dU_i, acc) per column, and
 // its dk_eff partial (scale dU_i) . pre, which it returns.
-__device__ __forceinline__ float write_member(const StagedStep& st, int token, float scale, float k_eff, int lane,
+__device__ __forceinline__ float write_member(const StagedStep& st, int token, float scale, float k_eff,
                                               const float (&pre)[kLaneCols], float (&acc)[kLaneCols]) {
   float u[kLaneCols];
-  token_piece<true>(st.du, token, st.hd, lane, u);
+  token_piece<true>(st.du, token, st.hd, u);
   float dot = 0.0f;
 #pragma unroll
   for (int k = 0; k < kLaneCols; ++k) {
@@ -284,10 +310,10 @@ __device__ __forceinline__ float write_member(const StagedStep& st, int token, f
 // A read member (token i): sum = fmaf(q_w, dy_i, sum) per column, and its dq_w partial
 // dy_i . m0, which it returns.
 template <int kStaged>
-__device__ __forceinline__ float read_member(const StagedStep& st, int token, float q_w, int lane,
+__device__ __forceinline__ float read_member(const StagedStep& st, int token, float q_w,
                                              const float (&m0)[kLaneCols], float (&sum)[kLaneCols]) {
   float y[kLaneCols];
-  token_piece<kStaged == 2>(st.dy, token, st.hd, lane, y);
+  token_piece<kStaged == 2>(st.dy, token, st.hd, y);
   float dot = 0.0f;
   add_read(q_w, y, kLaneCols, m0, dot, sum);
   return dot;
@@ -295,7 +321,8 @@ __device__ __forceinline__ float read_member(const StagedStep& st, int token, fl
 
 // The members of a group that the members' own tasks hold (window: its first position's task, size
 // of them), walked in group order two at a time so that their dot chains overlap: member(entry)
-// walks one and returns its partial, dest(entry, b) is where member b's total goes.
+// walks one and returns its partial, dest(entry, b) is the code of where member b's total goes
+// (dot_dest).
 template <bool kWrite, typename Member, typename Dest>
 __device__ __forceinline__ void walk_window(const SlotTask* window, int size, PendingDots& dots, int lane,
                                             Member member, Dest dest) {
@@ -317,13 +344,13 @@ __device__ __forceinline__ void walk_window(const SlotTask* window, int size, Pe
     for (; b + 1 < count; b += 2) {
       const EntryWords first = entry(b), second = entry(b + 1);
       const float partial[2] = {member(first), member(second)};
-      float* const to[2] = {dest(first, b0 + b), dest(second, b0 + b + 1)};
+      const std::uint32_t to[2] = {dest(first, b0 + b), dest(second, b0 + b + 1)};
       add_dots(dots, partial, to, lane);
     }
     if (b < count) {
       const EntryWords last = entry(b);
       const float partial[1] = {member(last)};
-      float* const to[1] = {dest(last, b0 + b)};
+      const std::uint32_t to[1] = {dest(last, b0 + b)};
       add_dots(dots, partial, to, lane);
     }
   }
@@ -349,33 +376,33 @@ __device__ __forceinline__ void walk_write_group(const BackwardBuffers& bb, cons
   }
   if (task_holds_entries(task)) {
     const float write_dot =
-        write_member(st, entry_token(task.tokens), task.write_scale, task.write_k_eff, lane, pre, acc);
+        write_member(st, entry_token(task.tokens), task.write_scale, task.write_k_eff, pre, acc);
     if (task.role >= 0) {
       const int index = read_index(task.tokens);
       const float partial[3] = {lambda_dot, write_dot,
-                                read_member<kStaged>(st, read_token(st, index), task.read_q_w, lane, pre, sum)};
-      float* const to[3] = {st.dlambda + q, st.dk_eff + q, st.dq_w + index};
+                                read_member<kStaged>(st, read_token(st, index), task.read_q_w, pre, sum)};
+      const std::uint32_t to[3] = {dot_dest(kDlambdaPlane, q), dot_dest(kDkEffPlane, q), dot_dest(kDqWPlane, index)};
       add_dots(dots, partial, to, lane);
     } else {
       const float partial[2] = {lambda_dot, write_dot};
-      float* const to[2] = {st.dlambda + q, st.dk_eff + q};
+      const std::uint32_t to[2] = {dot_dest(kDlambdaPlane, q), dot_dest(kDkEffPlane, q)};
       add_dots(dots, partial, to, lane);
     }
   } else {
     const float partial[1] = {lambda_dot};
-    float* const to[1] = {st.dlambda + q};
+    const std::uint32_t to[1] = {dot_dest(kDlambdaPlane, q)};
     add_dots(dots, partial, to, lane);
     walk_window<true>(
         st.tasks + q, write_size_of(task), dots, lane,
         [&](const EntryWords& w) {
-          return write_member(st, entry_token(w.tokens), w.write_scale, w.write_k_eff, lane, pre, acc);
+          return write_member(st, entry_token(w.tokens), w.write_scale, w.write_k_eff, pre, acc);
         },
-        [&](const EntryWords&, int b) { return st.dk_eff + q + b; });
+        [&](const EntryWords&, int b) { return dot_dest(kDkEffPlane, q + b); });
     if (task.role >= 0) {
       walk_window<false>(
           st.tasks + st.CW + task.role, read_size_of(task), dots, lane,
-          [&](const EntryWords& r) { return read_member<kStaged>(st, entry_token(r.tokens), r.read_q_w, lane, pre, sum); },
-          [&](const EntryWords& r, int) { return st.dq_w + read_index(r.tokens); });
+          [&](const EntryWords& r) { return read_member<kStaged>(st, entry_token(r.tokens), r.read_q_w, pre, sum); },
+          [&](const EntryWords& r, int) { return dot_dest(kDqWPlane, read_index(r.tokens)); });
     }
   }
   if (task.role >= 0) {
@@ -402,14 +429,14 @@ __device__ __forceinline__ void walk_read_group(const BackwardBuffers& bb, const
   m0_row.template load<true>(lane * kLaneCols, kWarpCols, m0);
   if (read_size_of(task) == 1) {
     const EntryWords own{task.tokens, 0.0f, 0.0f, task.read_q_w};  // the read-only worker's entry is its own
-    const float partial[1] = {read_member<kStaged>(st, entry_token(own.tokens), own.read_q_w, lane, m0, sum)};
-    float* const to[1] = {st.dq_w + read_index(own.tokens)};
+    const float partial[1] = {read_member<kStaged>(st, entry_token(own.tokens), own.read_q_w, m0, sum)};
+    const std::uint32_t to[1] = {dot_dest(kDqWPlane, read_index(own.tokens))};
     add_dots(dots, partial, to, lane);
   } else {
     walk_window<false>(
         st.tasks + st.CW + q, read_size_of(task), dots, lane,
-        [&](const EntryWords& r) { return read_member<kStaged>(st, entry_token(r.tokens), r.read_q_w, lane, m0, sum); },
-        [&](const EntryWords& r, int) { return st.dq_w + read_index(r.tokens); });
+        [&](const EntryWords& r) { return read_member<kStaged>(st, entry_token(r.tokens), r.read_q_w, m0, sum); },
+        [&](const EntryWords& r, int) { return dot_dest(kDqWPlane, read_index(r.tokens)); });
   }
 #pragma unroll
   for (int k = 0; k < kLaneCols; ++k) sum[k] = base[k] + sum[k];
@@ -449,13 +476,10 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   st.CR = static_cast<int>(geo.C * geo.R);
   st.s = static_cast<int>(blockIdx.y);
   st.hd = hd;
-  st.du = stage;
-  st.dy = stage + C * kWarpCols;
+  st.du = stage + lane * kLaneCols;
+  st.dy = stage + C * kWarpCols + lane * kLaneCols;
   st.tasks = bb.slot_tasks + st.n * (st.CW + st.CR);
   st.inverse_R = 1.0f / static_cast<float>(geo.R);
-  st.dlambda = &bb.dlambda.at(st.s, st.n * st.CW);
-  st.dk_eff = &bb.dk_eff.at(st.s, st.n * st.CW);
-  st.dq_w = &bb.dq_w.at(st.s, st.n * st.CR);
   const int positions = st.CW + st.CR, shares = static_cast<int>(gridDim.z), share = static_cast<int>(blockIdx.z);
   const int first = static_cast<int>(static_cast<std::int64_t>(positions) * share / shares);
   const int end = static_cast<int>(static_cast<std::int64_t>(positions) * (share + 1) / shares);
@@ -464,12 +488,18 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   constexpr std::size_t kSlotBytes = ring_slot_bytes<E, Gt>();
   unsigned char* mine = reinterpret_cast<unsigned char*>(stage + kStaged * C * kWarpCols) + warp * warp_bytes<E, Gt>();
   unsigned char* ring = mine;
-  PendingDots dots{reinterpret_cast<float*>(mine + kRing * kSlotBytes),
-                   reinterpret_cast<float**>(mine + kRing * kSlotBytes + kFlush * 32 * sizeof(float)), 0};
+  PendingDots dots;
+  dots.rows = reinterpret_cast<float*>(mine + kRing * kSlotBytes);
+  dots.column = dots.rows + lane;
+  dots.dest = reinterpret_cast<std::uint32_t*>(dots.rows + kFlush * kDotRow);
+  dots.dlambda = &bb.dlambda.at(st.s, st.n * st.CW);
+  dots.dk_eff = &bb.dk_eff.at(st.s, st.n * st.CW);
+  dots.dq_w = &bb.dq_w.at(st.s, st.n * st.CR);
+  dots.count = 0;
 
   wait_for_predecessor();
   const std::int64_t row0 = st.n * geo.C * geo.hd;
-  if constexpr (kStaged == 1) st.dy = bb.dy + row0 + st.s * kWarpCols;
+  if constexpr (kStaged == 1) st.dy = bb.dy + row0 + st.s * kWarpCols + lane * kLaneCols;
   stage_token_rows<kStaged>(stage, bb.du + row0, bb.dy + row0, C, hd, st.s * kWarpCols);
   __syncthreads();
 
