@@ -52,8 +52,8 @@ void product_key_topk_forward(const TensorRef& raw, std::span<const std::int64_t
 
 // Gradient of the scores to the raw scores: grad_raw [rows, sum(factor_dims)] (grad_values'
 // dtype, contiguous) gets, in each factor's columns, the sum of grad_values over the selected
-// slots using that column (float32 sums, float64 for float64, in ascending slot order,
-// rounded once); untouched columns get 0. slots [rows, kk] int64 as the forward returned them,
+// slots using that column (float32 sums, float64 for float64, in the order of the entries: ascending
+// slot order for the forward's own slots; rounded once); untouched columns get 0. slots [rows, kk] int64 as the forward returned them,
 // grad_values [rows, kk] float. Deterministic: no atomics.
 void product_key_topk_backward(const TensorRef& slots, const TensorRef& grad_values,
                                std::span<const std::int64_t> factor_dims, const TensorRef& grad_raw,
