@@ -29,8 +29,8 @@ def parse_output(text: str) -> tuple[dict[tuple[str, ...], float], dict[str, str
     digests: dict[str, str] = {}
     header: list[str] | None = None
     for line in text.splitlines():
-        m = re.match(r"digests? (.+?): (.+)$", line)
-        if m and line.startswith("digest "):
+        m = re.match(r"digest (.+?): (.+)$", line)  # not the per-tensor "digests ..." lines
+        if m:
             digests[m[1]] = m[2].strip()
             continue
         if not line.startswith("|"):
