@@ -8,7 +8,8 @@
 # included), compute-sanitizer (memcheck, racecheck, initcheck, the three side by side, each into
 # $OUT/sanitizer_TOOL.log) on the small C++ tests (summary rc: forward tests / backward tests /
 # medium chunk products / repeated-write tests / slot-split tests / group-writer split tests /
-# quantised group-writer split / write walk / exact-snapshot tests / saved-buffer tests; SDM_SANITIZER_TOOLS picks the tools;
+# quantised group-writer split / write walk / exact-snapshot tests / saved-buffer tests / four
+# product-key top-k shapes; SDM_SANITIZER_TOOLS picks the tools;
 # then synccheck of the write walk's small case), the C++ GPU benchmark (bench/cuda; its default
 # slot patterns: product-key top-k over a correlated latent and the heavy-reuse variant) and the
 # Python decode-latency benchmark; prints a summary table last. SDM_COMMIT names the commit in
@@ -74,9 +75,9 @@ python="${PYTHON:-python3}"
 archs="${SDM_CUDA_ARCHS:-90}"
 mkdir -p "$out"
 if [ "$reuse_build" = 1 ]; then
-  for bin in sdm_gpu_tests sdm_gpu_backward_tests sdm_gpu_repeated_writes_tests sdm_gpu_slot_split_tests \
-             sdm_gpu_writer_split_tests sdm_gpu_exact_snapshot_tests; do
-    [ -x "$build/tests/gpu/$bin" ] || {
+  for bin in gpu/sdm_gpu_tests gpu/sdm_gpu_backward_tests gpu/sdm_gpu_repeated_writes_tests gpu/sdm_gpu_slot_split_tests \
+             gpu/sdm_gpu_writer_split_tests gpu/sdm_gpu_exact_snapshot_tests gpu_topk/sdm_gpu_topk_tests; do
+    [ -x "$build/tests/$bin" ] || {
       echo "gpu_check: --sanitizer-only needs the build of an earlier run in $build ($bin missing)" >&2; exit 2; }
   done
 else
@@ -273,6 +274,11 @@ if [ "$sanitizer" = 1 ]; then
     san 150 "$build/tests/gpu/sdm_gpu_exact_snapshot_tests" "device count" refusal guard
     # initcheck here: the backward reads no byte of `saved` that the saving forward left unwritten.
     san 150 "$build/tests/gpu/sdm_gpu_tests" "saved small"
+    # The product-key top-k, forward and backward (racecheck: the backward's rows rely on
+    # __syncwarp between lanes' shared-memory writes and reads): each backward path and KMAX.
+    for match in "dims [256,256] k 128" "dims [16,16] k 64" "dims [3,5,2] k 7" "dims [512,512] k 128 rows 67 bf16 ties"; do
+      SDM_TOPK_TEST_MATCH="$match" san 150 "$build/tests/gpu_topk/sdm_gpu_topk_tests"
+    done
     echo "rc $rcs" >>"$log"
   }
   tools="${SDM_SANITIZER_TOOLS:-memcheck racecheck initcheck}"

@@ -178,13 +178,8 @@ __global__ void __launch_bounds__(32 * warps_per_block(KMAX)) product_key_topk_f
       len[q] = i < n && i < c ? min(m, c / (i + 1)) : 0;
       local += len[q];
     }
-    int inclusive = local;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const int y = __shfl_up_sync(kFullMask, inclusive, d);
-      if (lane >= d) inclusive += y;
-    }
-    int start = inclusive - local;
+    int start = static_cast<int>(topk::warp_exclusive_sum(static_cast<unsigned>(local), lane));
+    const int inclusive = start + local;
 #pragma unroll
     for (int q = 0; q < kPerLane; ++q) {
       s.pair_start[lane * kPerLane + q] = start;

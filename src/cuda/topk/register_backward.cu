@@ -1,32 +1,37 @@
 // register_backward.cu - the product-key top-k backward for kk <= 128: the kernels and their
-// launcher. A row of width <= kColumnSumsWidth (1024) sums its columns in shared memory
-// (column_sums.cuh), a wider one, which that shared row cannot hold, sorts its keys in registers
-// and stores each column's sum into the zeroed global row (register_scatter.cuh). Both give the
-// CPU kernel's bits (the same chains). Measured on the H100 (docs/performance.md, "Product-key
-// top-k, stop 48"): the column sums at every k against stop 38's rule (the sort below k 65) from
-// 3-4 % slower (2x512 k 64 bf16) to 25 % faster (2x512 k 64 f32); the sort into a shared row, lanes
-// found by shared atomicOr words instead of __match_any_sync, and warps prefetching their next
-// row all lost and are gone.
+// launcher. A row of width <= 1024 walks each column's linked entries (column_walk.cuh; the
+// column sums in shared memory, column_sums.cuh, under SDM_TOPK_BWD=sums for the A/B of the two),
+// a wider one sorts its keys in registers and stores each column's sum into the zeroed global
+// row (register_scatter.cuh). All give the CPU kernel's bits (the same chains). Measured on the
+// H100 (docs/performance.md, "Product-key top-k, stop 48"): the column sums at every k against
+// stop 38's rule (the sort below k 65) from 3-4 % slower (2x512 k 64 bf16) to 25 % faster (2x512 k
+// 64 f32); the sort into a shared row, lanes found by shared atomicOr words instead of
+// __match_any_sync, and warps prefetching their next row all lost and are gone; so did column
+// masks (stop 50: each column's entries as shared bit masks, up to 1.9x slower).
 //
 // Grid: one warp per row, 8 rows per 256-thread CTA; instantiated per score dtype, per KMAX in
-// {32, 64, 128} (kk <= KMAX) and per path. Dynamic shared memory per warp: warp_floats (the
+// {32, 64, 128} (kk <= KMAX) and per path. Dynamic shared memory per warp: warp_bytes (the column
+// walk's byte table sized to the width and 12 bytes an entry: 6.1 KB a CTA at 2x256 k 64; the
 // column sums' row sized to the width: 17.4 KB a CTA at 2x256, 33.8 KB at 1024; the sort's 2 KMAX
 // floats).
 // Launch bounds (min_blocks): a full SM (kFullBlocks CTAs: 32 registers a thread on sm_80 / 90, 40
 // on sm_86 / 87 / 89) for the bf16 and f16 column sums at KMAX 32 / 64, which ptxas compiles
 // without spills under it (cuobjdump -res-usage: STACK 0); none for f32's column sums (8 bytes of
-// stack a thread at 32 registers), the column sums at KMAX 128 and the sort (the kernels of stop
-// 38's rule, unbounded as measured), nor on other architectures (e.g. sm_120, where 8 CTAs of 256
-// threads exceed the SM's threads).
+// stack a thread at 32 registers), the column sums at KMAX 128, the walk (30-40 registers, no
+// bound measured) and the sort (unbounded as measured), nor on other architectures (e.g. sm_120,
+// where 8 CTAs of 256 threads exceed the SM's threads).
 #include "cuda/topk/register_backward.hpp"
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/topk/column_sums.cuh"
+#include "cuda/topk/column_walk.cuh"
 #include "cuda/topk/register_scatter.cuh"
 #include "cuda/topk/row_entries.cuh"
 
@@ -57,56 +62,75 @@ struct RegisterBackwardParams {
   std::uint64_t magic[kMaxProductKeyFactors];  // topk::division_magic(dims[f])
 };
 
-// A warp's shared floats (a multiple of 4: every warp's part 16-byte aligned).
-template <int KMAX, bool kColumnSums>
-__host__ __device__ constexpr std::int64_t warp_floats(const RegisterBackwardParams& p) {
-  if constexpr (kColumnSums) return topk::column_floats(p.width);
-  else return topk::kScatterFloats<KMAX>;
+enum class RowPath { column_walk, column_sums, sort };
+
+// The path of a row (see the file's comment): the column walk for widths <= 1024, unless
+// SDM_TOPK_BWD=sums in the environment (read once per process: the A/B of the walk against the
+// column sums, to be deleted with the loser), the sort above.
+inline RowPath row_path(const RegisterBackwardParams& p) {
+  static const bool sums = [] {
+    const char* value = std::getenv("SDM_TOPK_BWD");
+    return value != nullptr && std::strcmp(value, "sums") == 0;
+  }();
+  if (sums) return p.width <= topk::kColumnSumsWidth ? RowPath::column_sums : RowPath::sort;
+  return p.width <= topk::kColumnWalkWidth ? RowPath::column_walk : RowPath::sort;
+}
+
+// A warp's shared bytes (a multiple of 16: every warp's part 16-byte aligned).
+template <int KMAX, RowPath kPath>
+__host__ __device__ constexpr std::int64_t warp_bytes(const RegisterBackwardParams& p) {
+  if constexpr (kPath == RowPath::column_walk) return topk::column_walk_bytes(p.width, KMAX);
+  else if constexpr (kPath == RowPath::column_sums) return topk::column_floats(p.width) * 4;
+  else return topk::kScatterFloats<KMAX> * 4;
 }
 
 // The kernel's min-blocks bound (see the file's comment): kFullBlocks where spill-free, else 0.
-template <typename S, int KMAX, bool kColumnSums>
+template <typename S, int KMAX, RowPath kPath>
 constexpr int min_blocks() {
-  if (!kColumnSums || KMAX == 128) return 0;         // stop 38's rule's kernels, unbounded as measured
-  if (std::is_same_v<S, topk::F32Scores>) return 0;  // spills at 32 registers
+  if (kPath != RowPath::column_sums || KMAX == 128) return 0;  // unbounded as measured
+  if (std::is_same_v<S, topk::F32Scores>) return 0;            // spills at 32 registers
   return kFullBlocks;
 }
 
-// kColumnSums: the row's columns summed in shared memory (column_sums.cuh), else its keys sorted
-// (register_scatter.cuh).
-template <typename S, int KMAX, bool kColumnSums>
-__global__ void __launch_bounds__(32 * kRowsPerBlock, (min_blocks<S, KMAX, kColumnSums>()))
+template <typename S, int KMAX, RowPath kPath>
+__global__ void __launch_bounds__(32 * kRowsPerBlock, (min_blocks<S, KMAX, kPath>()))
     register_backward_kernel(RegisterBackwardParams p) {
   extern __shared__ float4 shared_words[];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + warp;
   if (row >= p.rows) return;
   using Storage = typename S::Storage;
-  float* const shared = reinterpret_cast<float*>(shared_words) + warp * warp_floats<KMAX, kColumnSums>(p);
+  unsigned char* const shared = reinterpret_cast<unsigned char*>(shared_words) + warp * warp_bytes<KMAX, kPath>(p);
   const topk::ScatterRow shape{p.dims, p.magic, p.factors, p.selected, p.width, p.num_slots};
   const std::int64_t* ids = p.slots + row * p.selected;
   const Storage* grad = static_cast<const Storage*>(p.grad_values) + row * p.selected;
   Storage* out = static_cast<Storage*>(p.grad_raw) + row * p.width;
   topk::RowEntries<KMAX / 32> in;
-  if constexpr (kColumnSums) {
+  if constexpr (kPath == RowPath::column_walk) {
     topk::load_by_batch<S>(ids, grad, p.selected, lane, in);
-    topk::column_sums_row<S, KMAX>(shape, in, out, shared, lane);
+    topk::column_walk_row<S, KMAX>(shape, in, out, shared, lane);
+  } else if constexpr (kPath == RowPath::column_sums) {
+    topk::load_by_batch<S>(ids, grad, p.selected, lane, in);
+    topk::column_sums_row<S, KMAX>(shape, in, out, reinterpret_cast<float*>(shared), lane);
   } else {
     topk::load_by_lane<S>(ids, grad, p.selected, lane, in);
-    topk::scatter_row<S, KMAX>(shape, in, out, shared, lane);
+    topk::scatter_row<S, KMAX>(shape, in, out, reinterpret_cast<float*>(shared), lane);
   }
 }
 
-template <typename S, int KMAX, bool kColumnSums>
+template <typename S, int KMAX, RowPath kPath>
 void launch_kernel(const RegisterBackwardParams& p, unsigned blocks, cudaStream_t stream) {
-  const auto smem = static_cast<std::size_t>(kRowsPerBlock * warp_floats<KMAX, kColumnSums>(p)) * sizeof(float);
-  register_backward_kernel<S, KMAX, kColumnSums><<<blocks, 32 * kRowsPerBlock, smem, stream>>>(p);
+  const auto smem = static_cast<std::size_t>(kRowsPerBlock * warp_bytes<KMAX, kPath>(p));
+  register_backward_kernel<S, KMAX, kPath><<<blocks, 32 * kRowsPerBlock, smem, stream>>>(p);
 }
 
 template <typename S, int KMAX>
 void launch_path(const RegisterBackwardParams& p, unsigned blocks, cudaStream_t stream) {
-  if (p.width <= topk::kColumnSumsWidth) return launch_kernel<S, KMAX, true>(p, blocks, stream);
-  launch_kernel<S, KMAX, false>(p, blocks, stream);
+  switch (row_path(p)) {
+    case RowPath::column_walk: return launch_kernel<S, KMAX, RowPath::column_walk>(p, blocks, stream);
+    case RowPath::column_sums: return launch_kernel<S, KMAX, RowPath::column_sums>(p, blocks, stream);
+    case RowPath::sort: return launch_kernel<S, KMAX, RowPath::sort>(p, blocks, stream);
+  }
 }
 
 template <typename S>

@@ -11,10 +11,12 @@
 // lane, half-warps and runs of 64 (widths 129..256, k 33..64), the folds keep 8 and then 4 keys a
 // lane (fold_halve, halve_top64) and each lane stores its 4 columns and values; widths 257..512 at
 // k 33..64 stream two tiles of 256 columns through that path per half-warp and merge the two top
-// runs (rank_two_tiles, merge_top64). f32 keys hold only the score's upper bits (the column takes
-// the low 6-9): a list they may have misranked (f32_rank_inexact: two scores of one bucket next to
-// each other, or a better score in the last entry's bucket; about 4 % of the factors of normal
-// scores) is ranked again with 64-bit keys by the whole warp (rank_factor_wide, out of line).
+// runs (rank_two_tiles, merge_top64). On the half-warp paths of 16 keys a lane (widths 129..512),
+// bf16 keys come from the raw halves of the loaded words (bf16_keys: no float conversion). f32
+// keys hold only the score's upper bits (the column takes the low 6-9): a list they may have
+// misranked (f32_rank_inexact: two scores of one bucket next to each other, or a better score in
+// the last entry's bucket; about 4 % of the factors of normal scores) is ranked again with 64-bit
+// keys by the whole warp (rank_factor_wide, out of line).
 #pragma once
 
 #include <cstdint>
@@ -32,12 +34,13 @@ __device__ __forceinline__ int pow2_at_least(int x) {
   return p;
 }
 
-// The M scores of lane `lane` (columns lane * M + r of x[0..width)), as floats (0 past the width,
-// which may be <= 0); one 16-byte load per 16 bytes where all LANES lanes' columns lie in the row
-// and x is 16-byte aligned.
-template <typename S, int M, int LANES = 32>
-__device__ __forceinline__ void load_scores(const typename S::Storage* x, int width, int lane, float (&v)[M]) {
-  using Storage = typename S::Storage;
+// The M stored scores of lane `lane` (columns lane * M + r of x[0..width); 0, which loads as +0,
+// past the width) as the words of `out` (Word: Storage, or 32 bits holding two 16-bit scores);
+// one 16-byte load per 16 bytes where all LANES lanes' columns lie in the row and x is 16-byte
+// aligned.
+template <typename Storage, int M, int LANES = 32, typename Word = Storage>
+__device__ __forceinline__ void load_raw(const Storage* x, int width, int lane,
+                                         Word (&out)[M * sizeof(Storage) / sizeof(Word)]) {
   constexpr int kBytes = M * static_cast<int>(sizeof(Storage));
   if constexpr (kBytes % 16 == 0) {
     if (width >= LANES * M && (reinterpret_cast<std::uintptr_t>(x) & 15u) == 0) {
@@ -45,17 +48,48 @@ __device__ __forceinline__ void load_scores(const typename S::Storage* x, int wi
       const auto* from = reinterpret_cast<const uint4*>(x + lane * M);
 #pragma unroll
       for (int q = 0; q < kBytes / 16; ++q) chunk[q] = from[q];
-      Storage s[M];
-      __builtin_memcpy(s, chunk, kBytes);
-#pragma unroll
-      for (int r = 0; r < M; ++r) v[r] = S::load(s[r]);
+      __builtin_memcpy(out, chunk, kBytes);
       return;
     }
   }
+  Storage s[M];
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     const int c = lane * M + r;
-    v[r] = c < width ? S::load(x[c]) : 0.0f;
+    s[r] = c < width ? x[c] : Storage{0};
+  }
+  __builtin_memcpy(out, s, kBytes);
+}
+
+// The M scores of lane `lane` as floats (load_raw: 0 past the width, which may be <= 0).
+template <typename S, int M, int LANES = 32>
+__device__ __forceinline__ void load_scores(const typename S::Storage* x, int width, int lane, float (&v)[M]) {
+  typename S::Storage s[M];
+  load_raw<typename S::Storage, M, LANES>(x, width, lane, s);
+#pragma unroll
+  for (int r = 0; r < M; ++r) v[r] = S::load(s[r]);
+}
+
+// The bf16 factor keys of the 2 W raw halves in w (columns column0 + r, half r % 2 of word r / 2,
+// low first), FactorKeys<BF16Scores, b>'s bits (b <= 16) by bf16_high_key; a NaN half's key is
+// fixed only where one packed test over the words (bf16_nan_carry) finds a NaN.
+template <int W>
+__device__ __forceinline__ void bf16_keys(const std::uint32_t (&w)[W], std::uint32_t column0,
+                                          std::uint32_t (&key)[2 * W]) {
+  std::uint32_t nan = 0;
+#pragma unroll
+  for (int p = 0; p < W; ++p) {
+    key[2 * p] = bf16_high_key(w[p] << 16, column0 + 2 * p);
+    key[2 * p + 1] = bf16_high_key(w[p], column0 + 2 * p + 1);
+    nan |= bf16_nan_carry(w[p]);
+  }
+  if (nan & 0x80008000u) {
+#pragma unroll
+    for (int p = 0; p < W; ++p) {
+      const std::uint32_t at = bf16_nan_carry(w[p]);
+      if (at & 0x8000u) key[2 * p] = kBF16NanKey | (column0 + 2 * p);
+      if (at & 0x80000000u) key[2 * p + 1] = kBF16NanKey | (column0 + 2 * p + 1);
+    }
   }
 }
 
@@ -169,22 +203,28 @@ __device__ __forceinline__ bool rank_columns(const typename S::Storage* x, int w
                                              std::uint32_t* col, int sub, int lane) {
   using Keys = FactorKeys<S, log2_of(LANES * M)>;
   using Key = typename Keys::Key;
-  float v[M];
-  load_scores<S, M, LANES>(x, width, sub, v);
+  // Half-warps of 16 keys a lane folding runs of 64 keep only the top run's keys, spread over all
+  // 16 lanes (fold_halve, halve_top64); every lane turns its share into columns and values from its
+  // registers. (Runs of 128, one fold_halve<16>, made ptxas spill at KMAX 128: not taken.)
+  constexpr int kRun = KMAX < LANES * M ? KMAX : LANES * M;
+  constexpr bool kHalving = M == 16 && LANES == 16 && sizeof(Key) == 4 && kRun == 64;
   Key key[M];
+  if constexpr (M == 16 && LANES == 16 && std::is_same_v<S, BF16Scores>) {  // keys from the raw halves
+    std::uint32_t w[M / 2];
+    load_raw<std::uint16_t, M, LANES>(x, width, sub, w);
+    bf16_keys(w, static_cast<std::uint32_t>(sub * M), key);
+  } else {
+    float v[M];
+    load_scores<S, M, LANES>(x, width, sub, v);
 #pragma unroll
-  for (int r = 0; r < M; ++r) key[r] = Keys::key(v[r], static_cast<std::uint32_t>(sub * M + r));
+    for (int r = 0; r < M; ++r) key[r] = Keys::key(v[r], static_cast<std::uint32_t>(sub * M + r));
+  }
   if (width < (sub + 1) * M) {  // columns past the width: key 0, below every real key
 #pragma unroll
     for (int r = 0; r < M; ++r) key[r] = sub * M + r < width ? key[r] : Key{0};
   }
   // The usual run (run_m > KMAX / 2) is a constant of the instantiation.
-  constexpr int kRun = KMAX < LANES * M ? KMAX : LANES * M;
   const int run = run_m > kRun / 2 ? kRun : max(M, pow2_at_least(run_m));
-  // Half-warps of 16 keys a lane folding runs of 64 keep only the top run's keys, spread over all
-  // 16 lanes (fold_halve, halve_top64); every lane turns its share into columns and values from its
-  // registers. (Runs of 128, one fold_halve<16>, made ptxas spill at KMAX 128: not taken.)
-  constexpr bool kHalving = M == 16 && LANES == 16 && sizeof(Key) == 4 && kRun == 64;
   if (run == kRun) {
     sort_runs<M, kHalving ? kRun : 0>(key, kRun, true, lane);  // every merge unrolled on the halving path
     if constexpr (kHalving) {
@@ -260,14 +300,19 @@ template <typename S, typename Keys>
 __device__ __forceinline__ void tile_top64(const typename S::Storage* x, int width, int base, int sub, int lane,
                                            typename Keys::Key (&w)[4]) {
   using Key = typename Keys::Key;
-  float v[16];
-  load_scores<S, 16, 16>(x + base, width - base, sub, v);
   Key key[16];
+  if constexpr (std::is_same_v<S, BF16Scores>) {  // keys from the raw halves
+    std::uint32_t w[8];
+    load_raw<std::uint16_t, 16, 16>(x + base, width - base, sub, w);
+    bf16_keys(w, static_cast<std::uint32_t>(base + sub * 16), key);
+  } else {
+    float v[16];
+    load_scores<S, 16, 16>(x + base, width - base, sub, v);
 #pragma unroll
-  for (int r = 0; r < 16; ++r) {
-    const int c = base + sub * 16 + r;
-    key[r] = c < width ? Keys::key(v[r], static_cast<std::uint32_t>(c)) : Key{0};
+    for (int r = 0; r < 16; ++r) key[r] = Keys::key(v[r], static_cast<std::uint32_t>(base + sub * 16 + r));
   }
+#pragma unroll
+  for (int r = 0; r < 16; ++r) key[r] = base + sub * 16 + r < width ? key[r] : Key{0};
   sort_runs<16, 64>(key, 64, true, lane);
   Key z[8];
   fold_halve<8>(key, z, sub);

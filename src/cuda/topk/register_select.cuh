@@ -12,7 +12,8 @@
 //   - The factor ranks (register_rank.cuh): keys in registers, sorted by register networks
 //     (register_sort.cuh), stage 1's two factors at once by the two half-warps where they fit.
 //   - A stage holds ceil(pair_count(KMAX) / 32) candidates per lane from the constant pair table
-//     (pair_table.cuh): 32-bit sum keys and 16-bit tie payloads in registers. The c-th largest key
+//     (pair_table.cuh; no branch: every entry's sum is formed, key 0 where it is no candidate):
+//     32-bit sum keys and 16-bit tie payloads in registers. The c-th largest key
 //     is found by bisection with warp-wide counts (__reduce_add_sync, two instructions a key),
 //     between the largest key(i, j) with (i + 1)(j + 1) == c (at least c keys are at or above it:
 //     the sums are monotone in both ranks; 0 where no such pair is a candidate) and key(0, 0),
@@ -20,9 +21,10 @@
 //     from the smallest key once few extra keys remain (find_cut: 4 for 16-bit inputs, 2 for
 //     f32; cut_search.cuh). Only when the c-th key ties with others are the tied ones split by
 //     payload: the need-th largest payload by up to 4 rounds of warp max (the usual 1-3 tied keys
-//     needed), else by bisection. The kept candidates are compacted (ballot + popc) into shared
-//     memory, loaded back KMAX / 32 per lane and sorted by one register network (the last
-//     stage's id sort with every merge unrolled at KMAX 128).
+//     needed), else by bisection. The kept candidates are compacted into shared memory (each
+//     lane's from its exclusive prefix sum of the lanes' kept counts), loaded back KMAX / 32 per
+//     lane and sorted by one register network (the last stage's id sort with every merge
+//     unrolled at KMAX 128).
 //   - Shared memory per warp: the running and factor lists (value, id) and the kept keys.
 // Numerics: sums are __fadd_rn in float32 in factor order, one rounding per stored value; the
 // keys and the tie rule are the CPU kernel's, so the selected slots and values are the same bits
@@ -49,8 +51,7 @@ struct alignas(16) StageLists {
   std::uint32_t run_id[KMAX];
   float fac_val[KMAX];
   std::uint32_t fac_col[KMAX];
-  std::uint64_t kept[KMAX + 1];  // score_key << 32 | payload of the kept candidates, in pick order;
-                                // [KMAX]: where the dropped ones write (no branch)
+  std::uint64_t kept[KMAX];  // score_key << 32 | payload of the kept candidates
 };
 
 // The last stage: the c kept pairs sorted by slot id (Key holds id << 8 | kept position), stored.
@@ -127,23 +128,23 @@ __device__ void next_running(StageLists<KMAX>& s, int c, std::uint32_t width, in
 template <typename S, int KMAX>
 __device__ void pair_stage(StageLists<KMAX>& s, int n, int m, int c, std::uint32_t width, bool last, bool wide_ids,
                            typename S::Storage* out_values, std::int64_t* out_slots, int lane) {
-  constexpr int kTable = pair_count(kPairTableRank);
-  constexpr int C = (pair_count(KMAX) + 31) / 32;
-  std::uint32_t sk[C], pay[C];
+  constexpr int C = PairTable<KMAX>::kLanes;
+  const PairTable<KMAX>& table = kPairTable<KMAX>;
+  std::uint32_t sk[C];
   std::uint32_t exact_key = 0;
+  // Entry t is a candidate where t < count[c] (its product <= c), i < n and j < m; its product is
+  // c where t >= count[c - 1].
+  const auto in_c = static_cast<int>(table.count[c]), below_c = static_cast<int>(table.count[c - 1]);
+  const auto un = static_cast<std::uint32_t>(n), um = static_cast<std::uint32_t>(m);
 #pragma unroll
   for (int q = 0; q < C; ++q) {
+    // No branch: every entry's i, j index the lists (pair_table.cuh), so both loads are always in
+    // range; an entry that is no candidate gets key 0.
     const int t = q * 32 + lane;
-    const bool in_table = (q + 1) * 32 <= kTable || t < kTable;  // a constant but for the last q
-    const std::uint32_t code = in_table ? kPairTable.code[t] : 0xffffffffu;
-    const int i = static_cast<int>(code >> 8 & 0xffu), j = static_cast<int>(code & 0xffu);
-    const int product = (i + 1) * (j + 1);
-    sk[q] = 0;
-    if (in_table && product <= c && i < n && j < m) {
-      sk[q] = core::score_key(__fadd_rn(s.run_val[i], s.fac_val[j]));
-    }
-    pay[q] = code >> 16;
-    if (product == c) exact_key = max(exact_key, sk[q]);
+    const uint2 e = table.rank[t];
+    const std::uint32_t key = core::score_key(__fadd_rn(s.run_val[e.x], s.fac_val[e.y]));
+    sk[q] = t < in_c && e.x < un && e.y < um ? key : 0u;
+    if (t >= below_c) exact_key = max(exact_key, sk[q]);
   }
   // Invariant: count(lo) >= c > count(hi) (hi_count = count(hi)). The sums are monotone in both
   // ranks, so key(i, j) has at least (i + 1)(j + 1) candidates at or above it (the pairs
@@ -153,6 +154,9 @@ __device__ void pair_stage(StageLists<KMAX>& s, int n, int m, int c, std::uint32
   const std::uint32_t hi = core::score_key(__fadd_rn(s.run_val[0], s.fac_val[0])) + 1u;
   constexpr unsigned kExtract = sizeof(typename S::Storage) == 2 ? 4u : 2u;  // find_cut's walk-up
   const Cut cut = find_cut<kExtract>(sk, static_cast<unsigned>(c), lo, hi);
+  std::uint32_t pay[C];  // read after the search: no register holds them through it
+#pragma unroll
+  for (int q = 0; q < C; ++q) pay[q] = table.payload[q * 32 + lane];
   // Kept: key > cut.key, or == cut.key and payload + 1 >= tie_code.
   std::uint32_t tie_code = 0xffffffffu;
   if (!cut.exact) {
@@ -166,15 +170,19 @@ __device__ void pair_stage(StageLists<KMAX>& s, int n, int m, int c, std::uint32
   // shifts, no branch): >= (cut.key, tie_code - 1). pay < 2^16, so payload + 1 >= tie_code is
   // payload >= tie_code - 1 for tie_code >= 1, and both hold for every payload when tie_code = 0.
   const std::uint64_t least = static_cast<std::uint64_t>(cut.key) << 32 | (max(tie_code, 1u) - 1u);
-  int base = 0;
-  const unsigned below = (1u << lane) - 1u;
+  // The kept candidates go to s.kept lane by lane (a lane's in q order) from the lane's exclusive
+  // prefix sum of the warp's kept counts: positions 0 .. c - 1, in an order both consumers make
+  // immaterial (they sort the kept pairs by unique keys: slot ids, or (key, payload)).
+  static_assert(C <= 32);
+  unsigned keep_bits = 0;
 #pragma unroll
   for (int q = 0; q < C; ++q) {
-    const std::uint64_t kept = static_cast<std::uint64_t>(sk[q]) << 32 | pay[q];
-    const bool keep = kept >= least;
-    const unsigned ballot = __ballot_sync(kFullMask, keep);
-    s.kept[keep ? base + __popc(ballot & below) : KMAX] = kept;
-    base += __popc(ballot);
+    keep_bits |= static_cast<unsigned>((static_cast<std::uint64_t>(sk[q]) << 32 | pay[q]) >= least) << q;
+  }
+  std::uint64_t* to = s.kept + warp_exclusive_sum(static_cast<unsigned>(__popc(keep_bits)), lane);
+#pragma unroll
+  for (int q = 0; q < C; ++q) {
+    if (keep_bits >> q & 1u) *to++ = static_cast<std::uint64_t>(sk[q]) << 32 | pay[q];
   }
   __syncwarp();
   if (!last) return next_running<S>(s, c, width, lane);

@@ -25,6 +25,17 @@ namespace sdm::cuda::topk {
 
 inline constexpr unsigned kFullMask = 0xffffffffu;
 
+// The sum of `local` over the lanes below this one (a 5-step shuffle scan; every lane takes part).
+__device__ __forceinline__ unsigned warp_exclusive_sum(unsigned local, int lane) {
+  unsigned inclusive = local;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const unsigned y = __shfl_up_sync(kFullMask, inclusive, d);
+    if (lane >= d) inclusive += y;
+  }
+  return inclusive - local;
+}
+
 template <typename K>
 __device__ __forceinline__ void order_in_lane(K& lo, K& hi, bool descending) {
   const K a = lo, b = hi;

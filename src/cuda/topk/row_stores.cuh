@@ -12,15 +12,16 @@
 
 namespace sdm::cuda::topk {
 
-// Zeroes x[0..count) (16-byte stores where x is aligned).
-template <typename S>
-__device__ void zero_row(typename S::Storage* x, std::int64_t count, int lane) {
-  const std::int64_t bytes = count * static_cast<std::int64_t>(sizeof(typename S::Storage));
+// Zeroes x[0..count) (16-byte stores where x is aligned). Index: the loops' integer type (int where
+// the row's bytes are known to fit one: fewer instructions a step).
+template <typename S, typename Index = std::int64_t>
+__device__ void zero_row(typename S::Storage* x, Index count, int lane) {
+  const Index bytes = count * static_cast<Index>(sizeof(typename S::Storage));
   if ((reinterpret_cast<std::uintptr_t>(x) & 15u) == 0 && bytes % 16 == 0) {
     auto* v = reinterpret_cast<uint4*>(x);
-    for (std::int64_t q = lane; q < bytes / 16; q += 32) v[q] = make_uint4(0u, 0u, 0u, 0u);
+    for (Index q = lane; q < bytes / 16; q += 32) v[q] = make_uint4(0u, 0u, 0u, 0u);
   } else {
-    for (std::int64_t c = lane; c < count; c += 32) x[c] = S::store(0.0f);
+    for (Index c = lane; c < count; c += 32) x[c] = S::store(0.0f);
   }
 }
 

@@ -66,6 +66,23 @@ struct FactorKeys {
   __device__ static std::uint32_t column(Key k) { return static_cast<std::uint32_t>(k) & kColumnMask; }
 };
 
+// bf16 factor keys from the raw bits (FactorKeys<BF16Scores, b>, b <= 16: score_key's high half,
+// the column in the low 16 bits). bf16_to_float(h) has the bits h << 16, whose score_key's high
+// half is h ^ 0xffff for a negative h and h ^ 0x8000 otherwise: for the half in the high 16 bits
+// of w, (w ^ (w >>s 31 | 0x80000000)) & 0xffff0000 (an arithmetic shift, one LOP3 for the flip, one
+// for the mask and the column; the low half of a word of two: its key of w << 16). A NaN half
+// (h & 0x7fff > 0x7f80) keys as -inf, kBF16NanKey (score_key(-inf) = 0x007fffff), which this
+// formula does not give: bf16_nan_carry sets bit 15 / 31 of its result exactly where the low /
+// high half of w is a NaN ((h & 0x7fff) + 0x7f reaches 0x8000 exactly for h & 0x7fff >= 0x7f81,
+// and no sum carries into the other half), so the keys are fixed only where the OR over a lane's
+// words has one of them set.
+inline constexpr std::uint32_t kBF16NanKey = 0x007f0000u;
+__host__ __device__ inline std::uint32_t bf16_high_key(std::uint32_t w, std::uint32_t column) {
+  const std::uint32_t flip = static_cast<std::uint32_t>(static_cast<std::int32_t>(w) >> 31) | 0x80000000u;
+  return ((w ^ flip) & 0xffff0000u) | column;
+}
+__host__ __device__ inline std::uint32_t bf16_nan_carry(std::uint32_t w) { return (w & 0x7fff7fffu) + 0x007f007fu; }
+
 // The two checks of truncated f32 keys (buckets of mask + 1 score keys, mask = 2^b - 1, b <= 16),
 // on the scores' raw bits. Within a sign, score_key is the raw bits with the sign bit set
 // (x >= +0) or all bits flipped (x <= -0), and no bucket holds keys of both signs (-0's key is

@@ -35,13 +35,7 @@ __device__ std::uint64_t warp_kth_largest(const Get& get, std::int64_t count, in
       bin[r] = hist[255 - 8 * lane - r];
       local += bin[r];
     }
-    unsigned inclusive = local;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const unsigned y = __shfl_up_sync(kFullMask, inclusive, d);
-      if (lane >= d) inclusive += y;
-    }
-    unsigned above = inclusive - local;
+    unsigned above = warp_exclusive_sum(local, lane);
     int digit = -1;
     unsigned above_digit = 0;
 #pragma unroll
