@@ -276,7 +276,7 @@ if [ "$sanitizer" = 1 ]; then
     san 150 "$build/tests/gpu/sdm_gpu_tests" "saved small"
     # The product-key top-k, forward and backward (racecheck: the backward's rows rely on
     # __syncwarp between lanes' shared-memory writes and reads): each backward path and KMAX.
-    for match in "dims [256,256] k 128" "dims [16,16] k 64" "dims [3,5,2] k 7" "dims [512,512] k 128 rows 67 bf16 ties"; do
+    for match in "dims [256,256] k 128" "dims [16,16] k 64" "dims [3,5,2] k 7" "dims [512,512] k 128 rows 67 bfloat16 ties"; do
       SDM_TOPK_TEST_MATCH="$match" san 150 "$build/tests/gpu_topk/sdm_gpu_topk_tests"
     done
     echo "rc $rcs" >>"$log"
