@@ -3,8 +3,9 @@
 // hardware) and the backward's gradient rows, on awkward factor lists, k, dtypes, tie-heavy,
 // special-value and crowded f32 scores and strided rows; two CUDA runs of each case bitwise equal; and the backward
 // over slots with entries outside [0, prod(dims)) (they contribute nothing) and over each row's
-// slots reversed, against the CPU's. The register backward's two row paths (register_backward.cu:
-// column sums for widths <= 1024, the sort for wider rows) each run at KMAX 32, 64 and 128.
+// slots reversed, against the CPU's. The register backward's row paths (register_backward.cu: the
+// column walk or the column sums for widths <= 1024, the sort for wider rows) each run at KMAX 32,
+// 64 and 128.
 // Prints one line per case and "sdm_gpu_topk_tests: N checks, F failed" last; exit status 1 on a
 // failure, 0 (with a message) where no CUDA device exists. --fail-fast: stops after the first
 // failing case (for mutants, which must fail). SDM_TOPK_TEST_MATCH=text runs only the cases whose
