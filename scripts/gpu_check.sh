@@ -8,7 +8,7 @@
 # included), compute-sanitizer (memcheck, racecheck, initcheck, the three side by side, each into
 # $OUT/sanitizer_TOOL.log) on the small C++ tests (summary rc: forward tests / backward tests /
 # medium chunk products / repeated-write tests / slot-split tests / group-writer split tests /
-# quantised group-writer split / write walk / exact-snapshot tests / saved-buffer tests / four
+# quantised group-writer split / write walk / exact-snapshot tests / saved-buffer tests / five
 # product-key top-k shapes; SDM_SANITIZER_TOOLS picks the tools;
 # then synccheck of the write walk's small case), the C++ GPU benchmark (bench/cuda; its default
 # slot patterns: product-key top-k over a correlated latent and the heavy-reuse variant) and the
@@ -144,6 +144,8 @@ tests_rc=0
 backward_rc=0
 sort_rc=0
 topk_rc=0
+topk_walk_rc=0
+topk_sums_rc=0
 repeated_rc=0
 slot_split_rc=0
 writer_split_rc=0
@@ -180,6 +182,14 @@ if [ "$tests" = 1 ]; then
   phase "C++ GPU top-k tests"
   "$build/tests/gpu_topk/sdm_gpu_topk_tests" 2>&1 | tee "$out/topk_tests.log" | tail -3
   topk_rc=${PIPESTATUS[0]}
+  # The backward's two shared-memory paths forced wherever the width allows them (the rule picks
+  # by the row's bytes, src/cuda/topk/register_backward.cu): the same suite, the same bits.
+  phase "C++ GPU top-k tests, backward paths forced (SDM_TOPK_BWD=walk, then sums)"
+  SDM_TOPK_BWD=walk "$build/tests/gpu_topk/sdm_gpu_topk_tests" >"$out/topk_tests_walk.log" 2>&1
+  topk_walk_rc=$?
+  SDM_TOPK_BWD=sums "$build/tests/gpu_topk/sdm_gpu_topk_tests" >"$out/topk_tests_sums.log" 2>&1
+  topk_sums_rc=$?
+  echo "top-k backward forced: walk rc $topk_walk_rc, sums rc $topk_sums_rc"
   # PDL and the split of the steps over two CUDA streams only change when and where a kernel
   # runs; both suites must pass (and stay bitwise deterministic: eager == graph replay, which
   # runs on one stream) without PDL and with every call of two or more streams split (the test
@@ -276,7 +286,9 @@ if [ "$sanitizer" = 1 ]; then
     san 150 "$build/tests/gpu/sdm_gpu_tests" "saved small"
     # The product-key top-k, forward and backward (racecheck: the backward's rows rely on
     # __syncwarp between lanes' shared-memory writes and reads): each backward path and KMAX.
-    for match in "dims [256,256] k 128" "dims [16,16] k 64" "dims [3,5,2] k 7" "dims [512,512] k 128 rows 67 bfloat16 ties"; do
+    # (f32 at width 1024 takes the column sums, bf16 the walk; k 7 over three factors one batch.)
+    for match in "dims [256,256] k 128" "dims [16,16] k 64" "dims [3,5,2] k 7" "dims [512,512] k 128 rows 67 bfloat16 ties" \
+                 "dims [512,512] k 64 rows 67 float32 randn"; do
       SDM_TOPK_TEST_MATCH="$match" san 150 "$build/tests/gpu_topk/sdm_gpu_topk_tests"
     done
     echo "rc $rcs" >>"$log"
@@ -325,6 +337,7 @@ echo "| python package | $package |"
 [ "$tests" = 1 ] && echo "| C++ GPU group-writer split tests | rc $writer_split_rc: $(tail -1 "$out/writer_split_tests.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU exact-snapshot tests | rc $exact_rc: $(tail -1 "$out/exact_snapshot_tests.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU top-k tests | rc $topk_rc: $(tail -1 "$out/topk_tests.log") |"
+[ "$tests" = 1 ] && echo "| C++ GPU top-k tests, SDM_TOPK_BWD=walk / sums | rc $topk_walk_rc / $topk_sums_rc: $(tail -1 "$out/topk_tests_walk.log"); $(tail -1 "$out/topk_tests_sums.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU tests, SDM_CUDA_PDL=0 SDM_CUDA_STEP_STREAMS=1 | rc $tests_no_pdl_rc / $backward_no_pdl_rc: $(tail -1 "$out/tests_no_pdl.log"); $(tail -1 "$out/backward_tests_no_pdl.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU backward tests, SDM_CUDA_SLOT_WALK=staged | rc $backward_staged_rc: $(tail -1 "$out/backward_tests_staged.log") |"
 [ "$tests" = 1 ] && echo "| C++ GPU backward tests, SDM_CUDA_SLOT_WALK=staged_du_only | rc $backward_du_only_rc: $(tail -1 "$out/backward_tests_du_only.log") |"
@@ -341,7 +354,7 @@ fi
 # The exit status: non-zero when any phase that ran failed (the package's build falling back
 # to the staged CMake build counts as a failure too: the pip install is what users run).
 failed=""
-for name in tests_rc backward_rc sort_rc repeated_rc slot_split_rc writer_split_rc exact_rc topk_rc tests_no_pdl_rc backward_no_pdl_rc backward_staged_rc backward_du_only_rc write_walk_rc py_tests_rc fuzz_rc sanitizer_rc \
+for name in tests_rc backward_rc sort_rc repeated_rc slot_split_rc writer_split_rc exact_rc topk_rc topk_walk_rc topk_sums_rc tests_no_pdl_rc backward_no_pdl_rc backward_staged_rc backward_du_only_rc write_walk_rc py_tests_rc fuzz_rc sanitizer_rc \
             bench_rc py_bench_rc; do
   [ "${!name}" = 0 ] || failed+=" ${name%_rc}"
 done

@@ -9,7 +9,7 @@
 // Prints one line per case and "sdm_gpu_topk_tests: N checks, F failed" last; exit status 1 on a
 // failure, 0 (with a message) where no CUDA device exists. --fail-fast: stops after the first
 // failing case (for mutants, which must fail). SDM_TOPK_TEST_MATCH=text runs only the cases whose
-// name contains it (quick mutant runs).
+// name contains it (quick mutant runs; exit status 2 where it names no case).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -251,5 +251,9 @@ int main(int argc, char** argv) {
     if (fail_fast && failures > 0) break;
   }
   std::printf("sdm_gpu_topk_tests: %d checks, %d failed\n", checks, failures);
+  if (checks == 0) {  // a SDM_TOPK_TEST_MATCH that names no case checks nothing: not a pass
+    std::printf("sdm_gpu_topk_tests: no case matched SDM_TOPK_TEST_MATCH=\"%s\"\n", match ? match : "");
+    return 2;
+  }
   return failures == 0 ? 0 : 1;
 }

@@ -55,12 +55,8 @@ __device__ void column_sums_row(const ScatterRow& p, const RowEntries<KMAX / 32>
     std::uint32_t rest = valid ? static_cast<std::uint32_t>(in.id[b]) : 0u;  // slots < 2^32
     std::uint32_t offset = static_cast<std::uint32_t>(p.width);
     for (int f = p.factors - 1; f >= 0; --f) {  // the last factor's digit is id % its width
-      const std::uint32_t w = p.dims[f];
-      offset -= w;
-      const std::uint32_t q = f == 0 ? 0u : divide(rest, p.magic[f]);  // the first factor's digit is what is left
-      const std::uint32_t digit = rest - q * w;
-      rest = q;
-      const std::uint32_t column = valid ? offset + digit : 0xffffffffu;
+      offset -= p.dims[f];
+      const std::uint32_t column = valid ? offset + take_digit(rest, p, f) : 0xffffffffu;
       const unsigned peers = __match_any_sync(kFullMask, column);
       const bool head = valid && (peers & ((1u << lane) - 1u)) == 0u;  // the column's lowest lane
       if (head) {

@@ -1,6 +1,6 @@
 // column_walk.cuh - one row of the product-key top-k backward, by one warp, each column's entries
 // linked into a list in shared memory and walked by one lane (the device code of
-// register_backward.cu for rows of width <= kColumnWalkWidth; the rule:
+// register_backward.cu for rows of width <= kColumnWalkWidth and at most 2 KiB of gradients; the rule:
 // include/sdm/product_key_topk.hpp).
 //
 // Math, per row: grad_raw[offset_f + col] = sum of grad_values[e] over the selected entries e whose
@@ -78,15 +78,10 @@ __device__ void column_walk_row(const ScatterRow& p, const RowEntries<KMAX / 32>
   const bool ascending = __all_sync(kFullMask, ordered);
   std::uint32_t offset = static_cast<std::uint32_t>(width);
   for (int f = p.factors - 1; f >= 0; --f) {
-    const std::uint32_t w = p.dims[f];
-    offset -= w;
+    offset -= p.dims[f];
     std::uint32_t column[M];
 #pragma unroll
-    for (int b = 0; b < M; ++b) {
-      const std::uint32_t q = f == 0 ? 0u : divide(rest[b], p.magic[f]);  // the first factor's digit is what is left
-      column[b] = offset + rest[b] - q * w;
-      rest[b] = q;
-    }
+    for (int b = 0; b < M; ++b) column[b] = offset + take_digit(rest[b], p, f);
     int count = 0;  // heads in the queue
     if (f == 0 && ascending) {
 #pragma unroll

@@ -1,13 +1,18 @@
 // register_backward.cu - the product-key top-k backward for kk <= 128: the kernels and their
-// launcher. A row of width <= 1024 walks each column's linked entries (column_walk.cuh; the
-// column sums in shared memory, column_sums.cuh, under SDM_TOPK_BWD=sums for the A/B of the two),
-// a wider one sorts its keys in registers and stores each column's sum into the zeroed global
-// row (register_scatter.cuh). All give the CPU kernel's bits (the same chains). Measured on the
-// H100 (docs/performance.md, "Product-key top-k, stop 48"): the column sums at every k against
-// stop 38's rule (the sort below k 65) from 3-4 % slower (2x512 k 64 bf16) to 25 % faster (2x512 k
-// 64 f32); the sort into a shared row, lanes found by shared atomicOr words instead of
-// __match_any_sync, and warps prefetching their next row all lost and are gone; so did column
-// masks (stop 50: each column's entries as shared bit masks, up to 1.9x slower).
+// launcher. A row of width <= 1024 whose gradient row takes at most kColumnWalkRowBytes (2 KiB: bf16
+// / f16 up to 1024 columns, f32 up to 512) walks each column's linked entries (column_walk.cuh);
+// another row of width <= 1024 sums its columns in shared memory and stores the row once
+// (column_sums.cuh); a wider one sorts its keys in registers and stores each column's sum into the
+// zeroed global row (register_scatter.cuh). All give the CPU kernel's bits (the same chains).
+// SDM_TOPK_BWD=walk | sums forces one of the first two where the width allows it (read once per
+// process: tests and A/Bs). Measured on the H100 (docs/performance.md, "Stop 51"): the walk against
+// the column sums 4-18 % faster at 2x256 (k 64, 128; bf16, f32), 2x512 bf16 and 3x64, 14 % slower at
+// 2x512 f32 (a 4 KiB row zeroed, then scattered 4-byte stores), hence the row bytes. Earlier
+// (stop 48): the column sums at every k against stop 38's rule (the sort below k 65) from 3-4 %
+// slower (2x512 k 64 bf16) to 25 % faster (2x512 k 64 f32); the sort into a shared row, lanes found
+// by shared atomicOr words instead of __match_any_sync, warps prefetching their next row and column
+// masks (stop 50: each column's entries as shared bit masks, up to 1.9x slower) all lost and are
+// gone.
 //
 // Grid: one warp per row, 8 rows per 256-thread CTA; instantiated per score dtype, per KMAX in
 // {32, 64, 128} (kk <= KMAX) and per path. Dynamic shared memory per warp: warp_bytes (the column
@@ -64,16 +69,20 @@ struct RegisterBackwardParams {
 
 enum class RowPath { column_walk, column_sums, sort };
 
-// The path of a row (see the file's comment): the column walk for widths <= 1024, unless
-// SDM_TOPK_BWD=sums in the environment (read once per process: the A/B of the walk against the
-// column sums, to be deleted with the loser), the sort above.
-inline RowPath row_path(const RegisterBackwardParams& p) {
-  static const bool sums = [] {
+// The widest gradient row (bytes) the column walk takes by default (see the file's comment).
+constexpr std::int64_t kColumnWalkRowBytes = 2048;
+
+// The path of a row (see the file's comment); `bytes`: the score dtype's size.
+inline RowPath row_path(const RegisterBackwardParams& p, std::int64_t bytes) {
+  static const int forced = [] {  // 0: the rule, 1: the walk, 2: the column sums
     const char* value = std::getenv("SDM_TOPK_BWD");
-    return value != nullptr && std::strcmp(value, "sums") == 0;
+    if (value == nullptr) return 0;
+    return std::strcmp(value, "walk") == 0 ? 1 : std::strcmp(value, "sums") == 0 ? 2 : 0;
   }();
-  if (sums) return p.width <= topk::kColumnSumsWidth ? RowPath::column_sums : RowPath::sort;
-  return p.width <= topk::kColumnWalkWidth ? RowPath::column_walk : RowPath::sort;
+  static_assert(topk::kColumnWalkWidth == topk::kColumnSumsWidth);
+  if (p.width > topk::kColumnWalkWidth) return RowPath::sort;
+  if (forced != 0) return forced == 1 ? RowPath::column_walk : RowPath::column_sums;
+  return p.width * bytes <= kColumnWalkRowBytes ? RowPath::column_walk : RowPath::column_sums;
 }
 
 // A warp's shared bytes (a multiple of 16: every warp's part 16-byte aligned).
@@ -126,7 +135,7 @@ void launch_kernel(const RegisterBackwardParams& p, unsigned blocks, cudaStream_
 
 template <typename S, int KMAX>
 void launch_path(const RegisterBackwardParams& p, unsigned blocks, cudaStream_t stream) {
-  switch (row_path(p)) {
+  switch (row_path(p, static_cast<std::int64_t>(sizeof(typename S::Storage)))) {
     case RowPath::column_walk: return launch_kernel<S, KMAX, RowPath::column_walk>(p, blocks, stream);
     case RowPath::column_sums: return launch_kernel<S, KMAX, RowPath::column_sums>(p, blocks, stream);
     case RowPath::sort: return launch_kernel<S, KMAX, RowPath::sort>(p, blocks, stream);

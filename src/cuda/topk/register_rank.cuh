@@ -113,6 +113,24 @@ __device__ __forceinline__ void store_top_part(const Key (&k)[N], bool rev, int 
   }
 }
 
+// The M factor keys of lane `sub`'s columns (column0 + r; load_raw's columns of x[0..width), whose
+// scores past the width load as +0: the caller masks them): bf16 half-warps of 16 keys a lane take
+// them from the raw halves (bf16_keys: no float conversion), every other shape from the floats.
+template <typename S, typename Keys, int M, int LANES>
+__device__ __forceinline__ void factor_keys(const typename S::Storage* x, int width, int sub, std::uint32_t column0,
+                                            typename Keys::Key (&key)[M]) {
+  if constexpr (M == 16 && LANES == 16 && std::is_same_v<S, BF16Scores>) {
+    std::uint32_t w[M / 2];
+    load_raw<std::uint16_t, M, LANES>(x, width, sub, w);
+    bf16_keys(w, column0, key);
+  } else {
+    float v[M];
+    load_scores<S, M, LANES>(x, width, sub, v);
+#pragma unroll
+    for (int r = 0; r < M; ++r) key[r] = Keys::key(v[r], column0 + static_cast<std::uint32_t>(r));
+  }
+}
+
 // Every group of run / M lanes holds the top run of keys: the first group stores them into
 // col[0..run) (run <= KMAX), then the LANES lanes turn the first m into columns and values.
 template <typename S, typename Keys, int M, int LANES, typename Key>
@@ -209,16 +227,7 @@ __device__ __forceinline__ bool rank_columns(const typename S::Storage* x, int w
   constexpr int kRun = KMAX < LANES * M ? KMAX : LANES * M;
   constexpr bool kHalving = M == 16 && LANES == 16 && sizeof(Key) == 4 && kRun == 64;
   Key key[M];
-  if constexpr (M == 16 && LANES == 16 && std::is_same_v<S, BF16Scores>) {  // keys from the raw halves
-    std::uint32_t w[M / 2];
-    load_raw<std::uint16_t, M, LANES>(x, width, sub, w);
-    bf16_keys(w, static_cast<std::uint32_t>(sub * M), key);
-  } else {
-    float v[M];
-    load_scores<S, M, LANES>(x, width, sub, v);
-#pragma unroll
-    for (int r = 0; r < M; ++r) key[r] = Keys::key(v[r], static_cast<std::uint32_t>(sub * M + r));
-  }
+  factor_keys<S, Keys, M, LANES>(x, width, sub, static_cast<std::uint32_t>(sub * M), key);
   if (width < (sub + 1) * M) {  // columns past the width: key 0, below every real key
 #pragma unroll
     for (int r = 0; r < M; ++r) key[r] = sub * M + r < width ? key[r] : Key{0};
@@ -301,16 +310,7 @@ __device__ __forceinline__ void tile_top64(const typename S::Storage* x, int wid
                                            typename Keys::Key (&w)[4]) {
   using Key = typename Keys::Key;
   Key key[16];
-  if constexpr (std::is_same_v<S, BF16Scores>) {  // keys from the raw halves
-    std::uint32_t w[8];
-    load_raw<std::uint16_t, 16, 16>(x + base, width - base, sub, w);
-    bf16_keys(w, static_cast<std::uint32_t>(base + sub * 16), key);
-  } else {
-    float v[16];
-    load_scores<S, 16, 16>(x + base, width - base, sub, v);
-#pragma unroll
-    for (int r = 0; r < 16; ++r) key[r] = Keys::key(v[r], static_cast<std::uint32_t>(base + sub * 16 + r));
-  }
+  factor_keys<S, Keys, 16, 16>(x + base, width - base, sub, static_cast<std::uint32_t>(base + sub * 16), key);
 #pragma unroll
   for (int r = 0; r < 16; ++r) key[r] = base + sub * 16 + r < width ? key[r] : Key{0};
   sort_runs<16, 64>(key, 64, true, lane);

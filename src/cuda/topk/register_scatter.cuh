@@ -7,7 +7,7 @@
 //   every other column 0. Entries whose slot lies outside [0, prod(dims)) contribute nothing.
 // Decomposition: one warp per row; the kk <= KMAX entries sit KMAX / 32 per lane (row_entries.cuh,
 //   by lane). Per factor (last first: its digit is id % width, the quotient by a multiply-high:
-//   divide()), the keys digit << 8 | e are sorted ascending by one register network
+//   take_digit()), the keys digit << 8 | e are sorted ascending by one register network
 //   (register_sort.cuh; skipped for the first factor when the row's slots are valid and ascending,
 //   as the forward stores them: its keys are in order already); the gradients are laid out in that
 //   order in shared memory; the first entry of each run (a column) finds where the run ends from
@@ -51,6 +51,16 @@ __device__ __forceinline__ std::uint32_t divide(std::uint32_t x, std::uint64_t m
   return magic == 0u ? x : static_cast<std::uint32_t>(__umul64hi(x, magic));
 }
 
+// Factor f's digit of `rest` (a slot whose later factors' digits are taken: the last factor's digit
+// is id % its width), leaving rest / dims[f] in `rest`; the first factor's digit is what is left (no
+// division).
+__device__ __forceinline__ std::uint32_t take_digit(std::uint32_t& rest, const ScatterRow& p, int f) {
+  const std::uint32_t q = f == 0 ? 0u : divide(rest, p.magic[f]);
+  const std::uint32_t digit = rest - q * p.dims[f];
+  rest = q;
+  return digit;
+}
+
 // `in`: the row's entries by lane (row_entries.cuh); `shared`: the warp's kScatterFloats.
 template <typename S, int KMAX>
 __device__ void scatter_row(const ScatterRow& p, const RowEntries<KMAX / 32>& in, typename S::Storage* out, float* shared,
@@ -85,17 +95,11 @@ __device__ void scatter_row(const ScatterRow& p, const RowEntries<KMAX / 32>& in
   __syncwarp();
   std::int64_t offset = p.width;
   for (int f = p.factors - 1; f >= 0; --f) {
-    const std::uint32_t w = p.dims[f];
-    offset -= w;
+    offset -= p.dims[f];
     std::uint32_t key[M];
 #pragma unroll
     for (int r = 0; r < M; ++r) {
-      key[r] = kNone;
-      if (valid[r]) {
-        const std::uint32_t q = divide(rest[r], p.magic[f]);
-        key[r] = (rest[r] - q * w) << 8 | static_cast<std::uint32_t>(lane * M + r);
-        rest[r] = q;
-      }
+      key[r] = valid[r] ? take_digit(rest[r], p, f) << 8 | static_cast<std::uint32_t>(lane * M + r) : kNone;
     }
     if (f > 0 || !ascending) sort_runs(key, KMAX, false, lane);
     const std::uint32_t before = __shfl_up_sync(kFullMask, key[M - 1], 1);
