@@ -7,7 +7,13 @@ of sdm); without it only sdm is timed. Both get the SAME input tensors in ONE pr
 interleave the systems, CUDA events around --batch calls, median of --reps; the backward of each system gets the same
 random gradient of the values and its own forward's slots. Selections are compared per row.
 
-    python bench/topk/compare_2_0_0.py --lib build-cuda/bench/topk/libsdm_topk_capi.so [--reps 30] [--batch 10] [--json out.jsonl]
+A call from Python costs each system some microseconds of host work (sdm's ctypes entry point and
+its host-side plan, 2.0.0's extension call); where a kernel is shorter than that (the backward:
+about 16 us at 2x256 k 64 on an H100), back-to-back calls time the host, not the kernel. --graphs
+captures each system's --batch calls once into a CUDA graph and times its replays instead, so a
+sample is the kernels' time alone (with graph launch gaps, the same for both systems).
+
+    python bench/topk/compare_2_0_0.py --lib build-cuda/bench/topk/libsdm_topk_capi.so [--reps 30] [--batch 10] [--graphs] [--json out.jsonl]
 
 Prints a markdown table (ms; speedup = 2.0.0 / sdm) and, with --json, one JSON row per shape.
 """
@@ -79,16 +85,36 @@ def load_sdm2():
     return _module()
 
 
-def interleaved(calls: dict, reps: int, batch: int) -> dict:
+def captured(call, batch: int):
+    """`batch` calls of `call` captured into one CUDA graph (after a warm-up call on the capturing
+    side stream, as torch asks); returns the graph's replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(batch):
+            call()
+    return graph.replay
+
+
+def interleaved(calls: dict, reps: int, batch: int, graphs: bool = False) -> dict:
     """Median ms of each call, the calls taking turns round by round (2 warm-up rounds); each timed
-    sample is `batch` calls back to back, so that host launch overhead overlaps the kernels."""
+    sample is `batch` calls back to back, so that host launch overhead overlaps the kernels (with
+    `graphs`, one replay of the batch captured in a CUDA graph: no host work between kernels)."""
     times = {name: [] for name in calls}
+    runs = {name: captured(call, batch) for name, call in calls.items()} if graphs else None
     for rep in range(reps + 2):
         for name, call in calls.items():
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            for _ in range(batch):
-                call()
+            if runs is not None:
+                runs[name]()
+            else:
+                for _ in range(batch):
+                    call()
             stop.record()
             stop.synchronize()
             if rep >= 2:
@@ -101,6 +127,7 @@ def main() -> None:
     parser.add_argument("--lib", required=True, help="path of libsdm_topk_capi.so")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--batch", type=int, default=10, help="calls per timed sample")
+    parser.add_argument("--graphs", action="store_true", help="time replays of CUDA graphs of --batch calls")
     parser.add_argument("--json", help="append one JSON row per shape to this file")
     args = parser.parse_args()
     sdm = SdmTopk(args.lib)
@@ -126,8 +153,9 @@ def main() -> None:
                 row["values_same"] = (values.view(bits) == val2.view(bits)).all(-1).float().mean().item()
                 forward["sdm2"] = lambda: sdm2.topk_fwd(raw, dims, k)
                 backward["sdm2"] = lambda: sdm2.topk_bwd(lin2, grad, dims)
-            fwd, bwd = interleaved(forward, args.reps, args.batch), interleaved(backward, args.reps, args.batch)
-            row.update(sdm_fwd_ms=fwd["sdm"], sdm_bwd_ms=bwd["sdm"])
+            fwd = interleaved(forward, args.reps, args.batch, args.graphs)
+            bwd = interleaved(backward, args.reps, args.batch, args.graphs)
+            row.update(timing="graphs" if args.graphs else "calls", sdm_fwd_ms=fwd["sdm"], sdm_bwd_ms=bwd["sdm"])
             line = f"| {'x'.join(map(str, dims))} | {k} | {rows} | {row['dtype']} | {fwd['sdm']:.4f} | {bwd['sdm']:.4f} |"
             if sdm2 is not None:
                 row.update(sdm2_fwd_ms=fwd["sdm2"], sdm2_bwd_ms=bwd["sdm2"])
