@@ -558,23 +558,11 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   if (dots.count > 0) flush_dots(dots, lane);
 }
 
-// The forced shares (slot_split.hpp walk_shares): SDM_CUDA_WALK_SHARES, else 0; set_walk_shares
-// overrides it.
-std::int64_t& forced_shares() {
-  static std::int64_t shares = [] {
-    const char* value = std::getenv("SDM_CUDA_WALK_SHARES");
-    return value == nullptr ? std::int64_t{0} : static_cast<std::int64_t>(std::atoll(value));
-  }();
-  return shares;
-}
-
 // A chunk's sorted positions, and the shares they are cut into: about one CTA an SM over all
-// streams' launches of the step (a share's work is its positions), or the forced count; at most
-// one a batch of positions.
+// streams' launches of the step (a share's work is its positions).
 std::int64_t chunk_positions(const Geometry& geo) { return geo.C * geo.W + geo.C * geo.R; }
 std::int64_t staged_shares(const Geometry& geo, std::int64_t steps) {
-  const std::int64_t shares =
-      forced_shares() > 0 ? forced_shares() : (multiprocessor_count() + geo.P * steps - 1) / (geo.P * steps);
+  const std::int64_t shares = (multiprocessor_count() + geo.P * steps - 1) / (geo.P * steps);
   const std::int64_t most = (chunk_positions(geo) + kBatch - 1) / kBatch;
   return shares < 1 ? 1 : shares > most ? most : shares;
 }
@@ -621,8 +609,6 @@ void launch(const Geometry& geo, const BackwardBuffers& bb, std::int64_t ti, cud
 
 SlotWalk slot_walk() { return walk_choice(); }
 void set_slot_walk(SlotWalk walk) { walk_choice() = walk; }
-std::int64_t walk_shares() { return forced_shares(); }
-void set_walk_shares(std::int64_t n) { forced_shares() = n > 0 ? n : 0; }
 
 bool staged_slot_walk_fits(std::int64_t chunk_size) {
   // The most any variant asks (f32 bank and G rows) with dU alone staged.
