@@ -100,21 +100,25 @@ def captured(call, batch: int):
     return graph.replay
 
 
+def back_to_back(call, batch: int):
+    """`batch` calls of `call`, one after the other."""
+    def run():
+        for _ in range(batch):
+            call()
+    return run
+
+
 def interleaved(calls: dict, reps: int, batch: int, graphs: bool = False) -> dict:
     """Median ms of each call, the calls taking turns round by round (2 warm-up rounds); each timed
     sample is `batch` calls back to back, so that host launch overhead overlaps the kernels (with
     `graphs`, one replay of the batch captured in a CUDA graph: no host work between kernels)."""
     times = {name: [] for name in calls}
-    runs = {name: captured(call, batch) for name, call in calls.items()} if graphs else None
+    runs = {name: (captured if graphs else back_to_back)(call, batch) for name, call in calls.items()}
     for rep in range(reps + 2):
-        for name, call in calls.items():
+        for name in calls:
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            if runs is not None:
-                runs[name]()
-            else:
-                for _ in range(batch):
-                    call()
+            runs[name]()
             stop.record()
             stop.synchronize()
             if rep >= 2:
