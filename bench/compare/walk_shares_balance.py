@@ -48,7 +48,7 @@ def share_work(cost: list[int], shares: int, balanced: bool) -> list[int]:
         cuts, running, j = [0], 0, 1
         for q, c in enumerate(cost):
             running += c
-            while j < shares and running >= math.ceil(j * total / shares):
+            while j < shares and running >= (j * total + shares - 1) // shares:  # integer ceil, as the kernel
                 cuts.append(q + 1)
                 j += 1
         cuts += [n] * (shares + 1 - len(cuts))
