@@ -12,7 +12,12 @@ cut at equal work (walk_cuts.cu: cut j after the position where the running cost
 ceil(j * total / S)), the busiest share's work over the mean share's, averaged over the chunks
 (and the worst chunk). A launch lasts about as long as its busiest CTA.
 
+--side write: the forward's write walk (src/cuda/forward/write_walk.cu) instead, which cuts a chunk's
+C*W sorted write positions into shares at equal counts: a write group's worker sits at its first
+position and costs `worker` + its size; the default share count is write_walk.cu's walk_shares.
+
     python bench/compare/walk_shares_balance.py [--configs flagship,readme] [--chunk 64] [--shares 5,22] [--tokens 512]
+                                                [--side slot|write]
 """
 
 from __future__ import annotations
@@ -42,6 +47,27 @@ def position_costs(writes: torch.Tensor, reads: torch.Tensor, worker: int) -> li
     return cost
 
 
+def write_costs(writes: torch.Tensor, worker: int) -> list[int]:
+    """Cost of every write position of one chunk for the write walk (sorted writes)."""
+    _, wcount = torch.unique_consecutive(writes, return_counts=True)
+    wfirst = (torch.cumsum(wcount, 0) - wcount).tolist()
+    cost = [0] * writes.numel()
+    for first, size in zip(wfirst, wcount.tolist()):
+        cost[first] = worker + size
+    return cost
+
+
+def default_shares(config: dict, chunk: int, side: str, sms: int = 132) -> int:
+    """The walk's share count on a 132-SM H100: slots_staged.cu staged_walk_shares, write_walk.cu walk_shares."""
+    steps = math.ceil(config["hd"] / 256)
+    if side == "slot":
+        return math.ceil(sms / (config["P"] * steps))
+    warps = 8 if chunk <= 64 else 16
+    wanted = math.ceil(2 * sms / (config["P"] * steps))
+    most = max(1, chunk * config["W"] // (warps * 32))
+    return max(1, min(wanted, most))
+
+
 def share_work(cost: list[int], shares: int, balanced: bool) -> list[int]:
     n, total = len(cost), sum(cost)
     if balanced and total > 0:
@@ -64,21 +90,27 @@ def main() -> None:
     ap.add_argument("--shares", default="", help="comma list (default: the walk's count on a 132-SM H100)")
     ap.add_argument("--tokens", type=int, default=512, help="tokens per stream simulated (a prefix of T)")
     ap.add_argument("--streams", type=int, default=2, help="streams simulated (of P)")
-    ap.add_argument("--worker", type=int, default=4, help="a worker's cost in member units (walk_cuts.cu kWorkerCost)")
+    ap.add_argument("--worker", type=int, default=4, help="a worker's (a group's) fixed cost in member units")
+    ap.add_argument("--side", choices=("slot", "write"), default="slot",
+                    help="the backward's staged slot walk or the forward's write walk")
     args = ap.parse_args()
     print("| config | slots | C | shares | equal counts: busiest / mean (worst chunk) | equal work: busiest / mean (worst chunk) |")
     print("|---|---|---:|---:|---|---|")
     for name in args.configs.split(","):
         config = dict(CONFIGS[name], T=min(CONFIGS[name]["T"], args.tokens))
-        steps = math.ceil(config["hd"] / 256)
-        share_counts = [int(s) for s in args.shares.split(",")] if args.shares else [math.ceil(132 / (config["P"] * steps))]
+        share_counts = ([int(s) for s in args.shares.split(",")] if args.shares
+                        else [default_shares(config, args.chunk, args.side)])
         for pattern in PATTERNS:
             x = make_inputs(config, pattern, seed=0, device="cpu")
             k, q = x["k_idx"].long(), x["q_idx"].long()
             C = args.chunk
-            costs = [position_costs(k[p, t0:t0 + C].reshape(-1).sort().values, q[p, t0:t0 + C].reshape(-1).sort().values,
-                                    args.worker)
-                     for p in range(min(config["P"], args.streams)) for t0 in range(0, config["T"], C)]
+            def chunk_costs(p: int, t0: int) -> list[int]:
+                writes = k[p, t0:t0 + C].reshape(-1).sort().values
+                if args.side == "write":
+                    return write_costs(writes, args.worker)
+                return position_costs(writes, q[p, t0:t0 + C].reshape(-1).sort().values, args.worker)
+
+            costs = [chunk_costs(p, t0) for p in range(min(config["P"], args.streams)) for t0 in range(0, config["T"], C)]
             for shares in share_counts:
                 cells = []
                 for balanced in (False, True):
