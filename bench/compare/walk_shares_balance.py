@@ -16,8 +16,11 @@ ceil(j * total / S)), the busiest share's work over the mean share's, averaged o
 C*W sorted write positions into shares at equal counts: a write group's worker sits at its first
 position and costs `worker` + its size; the default share count is write_walk.cu's walk_shares.
 
+--assume-worker N: the equal-work cut weighs a worker N (the cut kernel's constant) while the work
+is measured with --worker (the true cost), to see how much a wrong weight costs.
+
     python bench/compare/walk_shares_balance.py [--configs flagship,readme] [--chunk 64] [--shares 5,22] [--tokens 512]
-                                                [--side slot|write]
+                                                [--side slot|write] [--worker 4] [--assume-worker 16]
 """
 
 from __future__ import annotations
@@ -68,11 +71,14 @@ def default_shares(config: dict, chunk: int, side: str, sms: int = 132) -> int:
     return max(1, min(wanted, most))
 
 
-def share_work(cost: list[int], shares: int, balanced: bool) -> list[int]:
-    n, total = len(cost), sum(cost)
+def share_work(cost: list[int], shares: int, balanced: bool, cut_cost: list[int] | None = None) -> list[int]:
+    """Each share's work (by `cost`) when the cut is at equal counts or at equal `cut_cost` (default `cost`)."""
+    n = len(cost)
+    by = cost if cut_cost is None else cut_cost
+    total = sum(by)
     if balanced and total > 0:
         cuts, running, j = [0], 0, 1
-        for q, c in enumerate(cost):
+        for q, c in enumerate(by):
             running += c
             while j < shares and running >= (j * total + shares - 1) // shares:  # integer ceil, as the kernel
                 cuts.append(q + 1)
@@ -91,6 +97,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=512, help="tokens per stream simulated (a prefix of T)")
     ap.add_argument("--streams", type=int, default=2, help="streams simulated (of P)")
     ap.add_argument("--worker", type=int, default=4, help="a worker's (a group's) fixed cost in member units")
+    ap.add_argument("--assume-worker", type=int, default=0, help="the equal-work cut's worker weight (default: --worker)")
     ap.add_argument("--side", choices=("slot", "write"), default="slot",
                     help="the backward's staged slot walk or the forward's write walk")
     args = ap.parse_args()
@@ -104,19 +111,21 @@ def main() -> None:
             x = make_inputs(config, pattern, seed=0, device="cpu")
             k, q = x["k_idx"].long(), x["q_idx"].long()
             C = args.chunk
-            def chunk_costs(p: int, t0: int) -> list[int]:
+            def chunk_costs(p: int, t0: int, worker: int) -> list[int]:
                 writes = k[p, t0:t0 + C].reshape(-1).sort().values
                 if args.side == "write":
-                    return write_costs(writes, args.worker)
-                return position_costs(writes, q[p, t0:t0 + C].reshape(-1).sort().values, args.worker)
+                    return write_costs(writes, worker)
+                return position_costs(writes, q[p, t0:t0 + C].reshape(-1).sort().values, worker)
 
-            costs = [chunk_costs(p, t0) for p in range(min(config["P"], args.streams)) for t0 in range(0, config["T"], C)]
+            chunks = [(p, t0) for p in range(min(config["P"], args.streams)) for t0 in range(0, config["T"], C)]
+            costs = [chunk_costs(p, t0, args.worker) for p, t0 in chunks]
+            assumed = [chunk_costs(p, t0, args.assume_worker) for p, t0 in chunks] if args.assume_worker else costs
             for shares in share_counts:
                 cells = []
                 for balanced in (False, True):
                     ratios = []
-                    for cost in costs:
-                        work = share_work(cost, shares, balanced)
+                    for cost, cut_cost in zip(costs, assumed):
+                        work = share_work(cost, shares, balanced, cut_cost)
                         ratios.append(max(work) / (sum(work) / shares))
                     cells.append(f"{sum(ratios) / len(ratios):.3f} ({max(ratios):.3f})")
                 print(f"| {name} | {pattern} | {C} | {shares} | {cells[0]} | {cells[1]} |", flush=True)
