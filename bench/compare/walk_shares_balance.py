@@ -34,7 +34,8 @@ from slot_inputs import CONFIGS, PATTERNS, make_inputs
 
 
 def position_costs(writes: torch.Tensor, reads: torch.Tensor, worker: int) -> list[int]:
-    """Cost of every position of one chunk (sorted writes, then sorted reads)."""
+    """Cost of every position of one chunk (sorted writes, then sorted reads; with no reads, the
+    write walk's positions)."""
     ws, wcount = torch.unique_consecutive(writes, return_counts=True)
     rs, rcount = torch.unique_consecutive(reads, return_counts=True)
     wfirst = (torch.cumsum(wcount, 0) - wcount).tolist()
@@ -47,16 +48,6 @@ def position_costs(writes: torch.Tensor, reads: torch.Tensor, worker: int) -> li
     for slot, first, size in zip(rs.tolist(), rfirst, rcount.tolist()):
         if slot not in written:
             cost[writes.numel() + first] = worker + size
-    return cost
-
-
-def write_costs(writes: torch.Tensor, worker: int) -> list[int]:
-    """Cost of every write position of one chunk for the write walk (sorted writes)."""
-    _, wcount = torch.unique_consecutive(writes, return_counts=True)
-    wfirst = (torch.cumsum(wcount, 0) - wcount).tolist()
-    cost = [0] * writes.numel()
-    for first, size in zip(wfirst, wcount.tolist()):
-        cost[first] = worker + size
     return cost
 
 
@@ -113,9 +104,8 @@ def main() -> None:
             C = args.chunk
             def chunk_costs(p: int, t0: int, worker: int) -> list[int]:
                 writes = k[p, t0:t0 + C].reshape(-1).sort().values
-                if args.side == "write":
-                    return write_costs(writes, worker)
-                return position_costs(writes, q[p, t0:t0 + C].reshape(-1).sort().values, worker)
+                reads = writes[:0] if args.side == "write" else q[p, t0:t0 + C].reshape(-1).sort().values
+                return position_costs(writes, reads, worker)
 
             chunks = [(p, t0) for p in range(min(config["P"], args.streams)) for t0 in range(0, config["T"], C)]
             costs = [chunk_costs(p, t0, args.worker) for p, t0 in chunks]
