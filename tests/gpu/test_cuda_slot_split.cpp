@@ -12,12 +12,15 @@
 // 2. Bitwise: every gradient and the restored bank bitwise equal whether the per-position kernel
 //    lets at most 1, 2, 3 or any number of warps share a group (sdm::cuda::set_slot_split_warps)
 //    or the staged walk (slots_staged.cu, token rows in shared memory; set_slot_walk; it takes hd
-//    a multiple of 256 only, so every kind of case has such an hd) runs, in every snapshot mode and
+//    a multiple of 256 only, so every kind of case has such an hd) runs, whatever number of CTAs
+//    share a chunk's positions (set_walk_shares 1, 3, 7: what another SM count does) and wherever
+//    they cut them (set_walk_cut: equal work or equal counts), in every snapshot mode and
 //    for both bank dtypes; two runs equal. Where hd % 8 == 0, the same
 //    call with the bank off its 16-byte alignment (the element path; dc from the slot kernels,
 //    not GWR) gives the same forward and backward bits.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -100,7 +103,8 @@ struct SplitRun {
     cuda_ok(cudaMemcpy(bank.data, host.ref().data, bank_bytes(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
   }
 
-  GradRun backward(int cap, DType grad_memory, cuda::SlotWalk walk = cuda::SlotWalk::automatic) {
+  GradRun backward(int cap, DType grad_memory, cuda::SlotWalk walk = cuda::SlotWalk::automatic,
+                   std::int64_t shares = 0, cuda::WalkCut cut = cuda::WalkCut::balanced) {
     bank_from_host(final_bank);
     DeviceTensor memory(grad_memory, pb.memory.sizes()), k_val(DType::f32, pb.k_val.sizes()),
         v(DType::f32, pb.v.sizes()), beta(DType::f32, pb.beta.sizes()), g(DType::f32, pb.g.sizes()),
@@ -111,10 +115,14 @@ struct SplitRun {
     grads.beta = beta.ref(), grads.g = g.ref(), grads.q_val = q_val.ref();
     cuda::set_slot_split_warps(cap);
     cuda::set_slot_walk(walk);
+    cuda::set_walk_shares(shares);
+    cuda::set_walk_cut(cut);
     write_read_backward(args(), saved.ref(), dy.ref(), d_final.ref(), grads, opt);
     sync();
     cuda::set_slot_split_warps(0);
     cuda::set_slot_walk(cuda::SlotWalk::automatic);
+    cuda::set_walk_shares(0);
+    cuda::set_walk_cut(cuda::WalkCut::balanced);
     GradRun out;
     out.memory = memory.to_host(), out.k_val = k_val.to_host(), out.v = v.to_host();
     out.beta = beta.to_host(), out.g = g.to_host(), out.q_val = q_val.to_host();
@@ -153,22 +161,33 @@ void expect_bitwise_equal(const GradRun& got, const GradRun& want, const std::st
 }
 
 // Both walks (the per-position kernel at caps 1, 2, 3 and none, the staged walk where it fits, with
-// dU and dy on chip where both fit and with dU alone) against the automatic choice: bitwise the
+// dU and dy on chip where both fit and with dU alone, with its positions cut into 1, 3 and 7 shares a
+// (stream, column step) instead of the automatic count, as another SM count would cut them, and
+// cut at equal position counts instead of equal work) against the automatic choice: bitwise the
 // same gradients and restored bank.
 void expect_walk_invariant(SplitRun& run, const GradRun& free_run, DType grad_memory) {
   struct Variant {
     cuda::SlotWalk walk;
     int cap;
     std::string name;
+    std::int64_t shares = 0;
+    cuda::WalkCut cut = cuda::WalkCut::balanced;
   };
   const Variant variants[] = {{cuda::SlotWalk::per_position, 1, "per-position walk, at most 1 warp a group"},
                               {cuda::SlotWalk::per_position, 2, "per-position walk, at most 2 warps a group"},
                               {cuda::SlotWalk::per_position, 3, "per-position walk, at most 3 warps a group"},
                               {cuda::SlotWalk::per_position, 0, "per-position walk, any number of warps a group"},
                               {cuda::SlotWalk::staged, 0, "staged walk"},
-                              {cuda::SlotWalk::staged_du_only, 0, "staged walk, dU alone on chip"}};
+                              {cuda::SlotWalk::staged_du_only, 0, "staged walk, dU alone on chip"},
+                              {cuda::SlotWalk::staged, 0, "staged walk, 1 share", 1},
+                              {cuda::SlotWalk::staged, 0, "staged walk, 3 shares", 3},
+                              {cuda::SlotWalk::staged_du_only, 0, "staged walk, dU alone on chip, 7 shares", 7},
+                              {cuda::SlotWalk::staged, 0, "staged walk cut at equal position counts", 0,
+                               cuda::WalkCut::positions},
+                              {cuda::SlotWalk::staged, 0, "staged walk cut at equal position counts, 5 shares", 5,
+                               cuda::WalkCut::positions}};
   for (const Variant& v : variants) {
-    expect_bitwise_equal(run.backward(v.cap, grad_memory, v.walk), free_run,
+    expect_bitwise_equal(run.backward(v.cap, grad_memory, v.walk, v.shares, v.cut), free_run,
                          v.name + ": gradients and restored bank bitwise equal to the automatic walk's");
   }
 }

@@ -8,9 +8,10 @@
 // runs here: its arrays come from `saved`, whose slots and positions drive the addressing, so the
 // engine relies on the stamp check (engine.cu) for a `saved` of other args. One call:
 //   [index check + one host sync, if checking (common/call.hpp)]
-//   read records (reads.cu), slot-kernel tasks (slot_tasks.cu), GWR weights (tokens.cu)
+//   read records (reads.cu), slot-kernel tasks (slot_tasks.cu), the staged walk's cuts of each
+//   chunk at about equal work (walk_cuts.cu), GWR weights (tokens.cu)
 //   G = grad_final_bank or 0 (grad_bank.cu); every row source -1 (the final bank)
-//   for ti = Nt-1 .. 0: token side (tokens.cu), then slot side (slots.cu), half of the P streams
+//   for ti = Nt-1 .. 0: token side (tokens.cu), then slot side (slots_staged.cu or slots.cu), half of the P streams
 //     on a side stream for a large call (step_streams.hpp)
 //   pair_dots of all chunks, then the per-entry gradients (entries.cu); grad_memory from G;
 //   restore_bank: the initial bank from the row sources (restore.cu)
@@ -22,6 +23,7 @@
 #include "cuda/common/alignment.hpp"
 #include "cuda/backward/backward.hpp"
 #include "cuda/backward/slot_split.hpp"
+#include "cuda/backward/slots_staged.hpp"
 #include "cuda/engine.hpp"
 #include "cuda/common/call.hpp"
 #include "cuda/common/cuda_check.hpp"
@@ -88,6 +90,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   plan_read_records(geo, ws, bb);
   plan_slot_tasks(geo, ws, bb);
   plan_step_and_entry_buffers(geo, ws, bb);
+  plan_walk_cuts(geo, ws, bb);
   ws.plan(&bb.row_source, geo.P * geo.sps);
   if (direct) {
     bb.grad_rows = grads.memory.data;
@@ -123,6 +126,11 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
 
   sort_reads(geo, p1, bb, stream);
   find_slot_tasks(geo, in, p1, bb, stream);
+  if (use_staged_slot_walk(geo, bb) && walk_cut() == WalkCut::balanced) {
+    launch_walk_cuts(geo, bb, stream);
+  } else {
+    bb.walk_cuts = nullptr;  // the staged walk, if it runs, cuts at equal position counts
+  }
   launch_entry_coefs(geo, p1, bb, stream);
   init_grad_bank(geo, bb, grad_rows, any_float(grad_final_bank), stream);
   // All-one bytes: every row source kFinalBankRow (-1).

@@ -157,6 +157,10 @@ struct BackwardBuffers {
 
   // Per chunk and sorted position: the task of the slot kernel's warp there ([N, C*W + C*R]).
   SlotTask* slot_tasks = nullptr;
+  // The staged walk's CTAs a (stream, column step), and where they cut each chunk's positions
+  // ([N, walk_shares + 1], walk_cuts.cu), or null: cut at equal position counts.
+  std::int64_t walk_shares = 1;
+  std::int32_t* walk_cuts = nullptr;
 
   // Per chunk: dMs, dQK [N, C, C] (entries j <= i written), rdot [N*C].
   float* dms = nullptr;

@@ -8,6 +8,13 @@
 //                     slots.cu), per_position, or automatic (staged where it also pays,
 //                     slots_staged.cu staged_walk_pays). SDM_CUDA_SLOT_WALK=positions or staged
 //                     in the environment sets the default.
+//   walk_shares       how many CTAs share one chunk's sorted positions in each (stream, column
+//                     step) of the staged walk: 0 (the default) about one CTA an SM over the
+//                     step's launches (slots_staged.cu staged_walk_shares); tests force 1, 3, 7 and
+//                     compare bits, A/Bs sweep it. SDM_CUDA_WALK_SHARES=n sets the default.
+//   walk_cut          where those CTAs cut a chunk's positions: balanced (the default: about equal
+//                     work, walk_cuts.cu) or positions (equal position counts, the cut before stop
+//                     52). SDM_CUDA_WALK_CUT=positions sets the default.
 // The environment is read once per process (for A/B runs); the setters override it; neither is
 // thread-safe against concurrent backward calls.
 #pragma once
@@ -26,6 +33,13 @@ void set_slot_split_warps(int n);
 enum class SlotWalk { automatic, per_position, staged, staged_du_only };
 SlotWalk slot_walk();
 void set_slot_walk(SlotWalk walk);
+// The shares the next backward calls' staged walks use (0: the automatic count).
+std::int64_t walk_shares();
+// Sets them (n <= 0: the automatic count; at most one a batch of positions is kept).
+void set_walk_shares(std::int64_t n);
+enum class WalkCut { balanced, positions };
+WalkCut walk_cut();
+void set_walk_cut(WalkCut cut);
 // Whether the staged walk's shared memory for chunk size C (C x 256 f32 of dU rows, and of dy rows
 // where they fit too, and the warps' rings and dot rows) fits one CTA on the current device.
 bool staged_slot_walk_fits(std::int64_t chunk_size);

@@ -10,7 +10,8 @@
 //      2); where both do not fit (C = 128: 256 KiB), dU's alone, and a read member loads its dy
 //      piece from global memory (kStaged 1: the same values, so the same bits);
 //   2. walks the groups whose first sorted position falls in its share j of the chunk's C*W + C*R
-//      positions: its warps take batches of kBatch positions from a shared counter (the next one
+//      positions (cut at about equal work, walk_cuts.cu, or at equal counts): its warps take
+//      batches of kBatch positions from a shared counter (the next one
 //      claimed as the current batch's last worker starts, its tasks asked into L1) and load the
 //      batch's tasks (backward/slot_tasks.cu); each worker's own lane works out where its G piece
 //      and its snapshot (write group) or M0 (read-only group, row source bank_at_chunk.cuh) piece
@@ -481,9 +482,6 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   st.tasks = bb.slot_tasks + st.n * (st.CW + st.CR);
   st.inverse_R = 1.0f / static_cast<float>(geo.R);
   const int positions = st.CW + st.CR, shares = static_cast<int>(gridDim.z), share = static_cast<int>(blockIdx.z);
-  const int first = static_cast<int>(static_cast<std::int64_t>(positions) * share / shares);
-  const int end = static_cast<int>(static_cast<std::int64_t>(positions) * (share + 1) / shares);
-  if (threadIdx.x == 0) next_position = first;
   constexpr int kRing = ring_depth<E, Gt>();
   constexpr std::size_t kSlotBytes = ring_slot_bytes<E, Gt>();
   unsigned char* mine = reinterpret_cast<unsigned char*>(stage + kStaged * C * kWarpCols) + warp * warp_bytes<E, Gt>();
@@ -498,6 +496,14 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   dots.count = 0;
 
   wait_for_predecessor();
+  int first = static_cast<int>(static_cast<std::int64_t>(positions) * share / shares);
+  int end = static_cast<int>(static_cast<std::int64_t>(positions) * (share + 1) / shares);
+  if (bb.walk_cuts != nullptr) {
+    const std::int32_t* cut = bb.walk_cuts + st.n * (shares + 1) + share;
+    first = cut[0];
+    end = cut[1];
+  }
+  if (threadIdx.x == 0) next_position = first;
   const std::int64_t row0 = st.n * geo.C * geo.hd;
   if constexpr (kStaged == 1) st.dy = bb.dy + row0 + st.s * kWarpCols + lane * kLaneCols;
   stage_token_rows<kStaged>(stage, bb.du + row0, bb.dy + row0, C, hd, st.s * kWarpCols);
@@ -558,14 +564,27 @@ __global__ void __launch_bounds__(kStageThreads, 1)
   if (dots.count > 0) flush_dots(dots, lane);
 }
 
-// A chunk's sorted positions, and the shares they are cut into: about one CTA an SM over all
-// streams' launches of the step (a share's work is its positions).
-std::int64_t chunk_positions(const Geometry& geo) { return geo.C * geo.W + geo.C * geo.R; }
-std::int64_t staged_shares(const Geometry& geo, std::int64_t steps) {
-  const std::int64_t shares = (multiprocessor_count() + geo.P * steps - 1) / (geo.P * steps);
-  const std::int64_t most = (chunk_positions(geo) + kBatch - 1) / kBatch;
-  return shares < 1 ? 1 : shares > most ? most : shares;
+// The forced shares (slot_split.hpp walk_shares): SDM_CUDA_WALK_SHARES, else 0; set_walk_shares
+// overrides it.
+std::int64_t& forced_shares() {
+  static std::int64_t shares = [] {
+    const char* value = std::getenv("SDM_CUDA_WALK_SHARES");
+    return value == nullptr ? std::int64_t{0} : static_cast<std::int64_t>(std::atoll(value));
+  }();
+  return shares;
 }
+
+// The cut SDM_CUDA_WALK_CUT names (balanced without it); set_walk_cut overrides it.
+WalkCut& cut_choice() {
+  static WalkCut cut = [] {
+    const char* value = std::getenv("SDM_CUDA_WALK_CUT");
+    return value != nullptr && std::strcmp(value, "positions") == 0 ? WalkCut::positions : WalkCut::balanced;
+  }();
+  return cut;
+}
+
+// A chunk's sorted positions.
+std::int64_t chunk_positions(const Geometry& geo) { return geo.C * geo.W + geo.C * geo.R; }
 
 // The slot walk SDM_CUDA_SLOT_WALK names (automatic without it); set_slot_walk overrides it.
 SlotWalk& walk_choice() {
@@ -600,8 +619,8 @@ void launch(const Geometry& geo, const BackwardBuffers& bb, std::int64_t ti, cud
   const auto kernel = staged_slot_walk<E, Gt, kMode, kStaged>;
   const std::size_t smem = stage_bytes<E, Gt>(geo.C, kStaged);
   allow_dynamic_shared_memory(kernel, smem, "cudaFuncSetAttribute (staged_slot_walk shared memory)");
-  const std::int64_t steps = bb.dot_steps, shares = staged_shares(geo, steps);
-  const dim3 grid(static_cast<unsigned>(geo.p_count), static_cast<unsigned>(steps), static_cast<unsigned>(shares));
+  const dim3 grid(static_cast<unsigned>(geo.p_count), static_cast<unsigned>(bb.dot_steps),
+                  static_cast<unsigned>(bb.walk_shares));
   launch_dependent(kernel, grid, dim3(kStageThreads), smem, stream, "staged_slot_walk", geo, bb, ti);
 }
 
@@ -609,6 +628,19 @@ void launch(const Geometry& geo, const BackwardBuffers& bb, std::int64_t ti, cud
 
 SlotWalk slot_walk() { return walk_choice(); }
 void set_slot_walk(SlotWalk walk) { walk_choice() = walk; }
+std::int64_t walk_shares() { return forced_shares(); }
+void set_walk_shares(std::int64_t n) { forced_shares() = n > 0 ? n : 0; }
+WalkCut walk_cut() { return cut_choice(); }
+void set_walk_cut(WalkCut cut) { cut_choice() = cut; }
+
+// About one CTA an SM over all streams' launches of the step, or the forced count; at most one a
+// batch of positions.
+std::int64_t staged_walk_shares(const Geometry& geo, std::int64_t steps) {
+  const std::int64_t shares =
+      forced_shares() > 0 ? forced_shares() : (multiprocessor_count() + geo.P * steps - 1) / (geo.P * steps);
+  const std::int64_t most = (chunk_positions(geo) + kBatch - 1) / kBatch;
+  return shares < 1 ? 1 : shares > most ? most : shares;
+}
 
 bool staged_slot_walk_fits(std::int64_t chunk_size) {
   // The most any variant asks (f32 bank and G rows) with dU alone staged.
@@ -620,7 +652,7 @@ bool staged_slot_walk_fits(std::int64_t chunk_size) {
 // 40): small (P 4, W = R = 16, hd 128: 62 positions a share) 1.53 -> 1.64-1.71 ms with the walk;
 // readme (372 a share), big (910) and flagship (3277) faster or equal.
 bool staged_walk_pays(const Geometry& geo, const BackwardBuffers& bb) {
-  return chunk_positions(geo) / staged_shares(geo, bb.dot_steps) >= kStageWarps * kBatch;
+  return chunk_positions(geo) / bb.walk_shares >= kStageWarps * kBatch;
 }
 
 bool use_staged_slot_walk(const Geometry& geo, const BackwardBuffers& bb) {

@@ -20,6 +20,14 @@ namespace sdm::cuda {
 bool use_staged_slot_walk(const Geometry& geo, const BackwardBuffers& bb);
 void launch_staged_slot_side(const Geometry& geo, const BackwardBuffers& bb, std::int64_t ti, cudaStream_t stream);
 
+// The CTAs that share a chunk's positions in each (stream, column step) of the staged walk: about one
+// CTA an SM over a step's launches, or slot_split.hpp's walk_shares where set.
+std::int64_t staged_walk_shares(const Geometry& geo, std::int64_t steps);
+// Plans bb.walk_cuts and sets bb.walk_shares (before ws.allocate(); after bb.dot_steps is known);
+// finds every chunk's cuts at about equal work (walk_cuts.cu; after find_slot_tasks).
+void plan_walk_cuts(const Geometry& geo, Workspace& ws, BackwardBuffers& bb);
+void launch_walk_cuts(const Geometry& geo, const BackwardBuffers& bb, cudaStream_t stream);
+
 // Calls launch.template operator()<E, Gt, kVec, kMode>() once with bb's bank row type E, G row
 // type Gt, vector access (16-byte pieces) and snapshot mode: the host knows them, so each slot
 // kernel is compiled per combination and holds no mode switch in its loops.
