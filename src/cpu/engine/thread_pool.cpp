@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/env_knobs.hpp"
 #include "sdm/error.hpp"
 
 namespace sdm::cpu {
@@ -111,14 +111,8 @@ int resolve_num_threads(int requested) {
                                         std::to_string(requested));
   }
   if (requested > 0) return requested;
-  if (const char* env = std::getenv("SDM_NUM_THREADS")) {
-    char* end = nullptr;
-    const long value = std::strtol(env, &end, 10);
-    if (end == env || *end != '\0' || value < 1 || value > 4096) {
-      throw ValueError("SDM_NUM_THREADS", std::string("SDM_NUM_THREADS must be an integer in 1..4096, got \"") +
-                                              env + "\"");
-    }
-    return static_cast<int>(value);
+  if (const std::int64_t threads = core::env_count("SDM_NUM_THREADS", 4096); threads > 0) {
+    return static_cast<int>(threads);
   }
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
