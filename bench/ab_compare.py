@@ -10,6 +10,10 @@ lines, `sdm_gpu_bench --digest`) equal the first binary's at every row and round
 A table's rows are keyed by the columns before its first time column (a header `ms` or ending in
 ` ms`), less `distinct`; every time column is a value (the key then names it). Columns after the
 time columns are ignored. Exit status 1 when a run fails or a digest differs.
+
+`--budget SECONDS` bounds the whole comparison (a device call's limit): a run after the first does
+not start when the time so far plus the longest run so far would pass it, and the table of the runs
+done is printed with a line saying where it stopped (an outer `timeout` would kill the table with it).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 
 
 def parse_output(text: str) -> tuple[dict[tuple[str, ...], float], dict[str, str]]:
@@ -77,6 +82,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds a run")
     ap.add_argument("--logs", help="folder for every run's output (NAME_rROUND.log)")
+    ap.add_argument("--budget", type=float, help="seconds for the whole comparison (see above)")
     opts = ap.parse_args(own)
     bins = [b.split("=", 1) for b in opts.bin]
     if any(len(b) != 2 for b in bins):
@@ -95,9 +101,15 @@ def main(argv: list[str]) -> int:
     times: dict[str, list[dict]] = {n: [] for n in names}
     digests: dict[str, list[dict]] = {n: [] for n in names}
     failed = False
+    start, longest, stopped = time.monotonic(), 0.0, None
     for r in range(opts.rounds):
         for name, path in bins:
+            now = time.monotonic()
+            if opts.budget is not None and longest > 0 and now - start + longest > opts.budget:
+                stopped = f"{name} round {r + 1}"
+                break
             rc, out = run(path, bench_args, envs[name], opts.timeout)
+            longest = max(longest, time.monotonic() - now)
             if opts.logs:
                 pathlib.Path(opts.logs, f"{name}_r{r + 1}.log").write_text(out)
             if rc != 0:
@@ -106,7 +118,12 @@ def main(argv: list[str]) -> int:
             t, d = parse_output(out)
             times[name].append(t)
             digests[name].append(d)
+        if stopped:
+            break
 
+    if stopped:
+        done = sum(len(times[n]) for n in names)
+        print(f"(stopped by --budget {opts.budget:g} s before {stopped}: {done} of {opts.rounds * len(names)} runs)")
     keys = sorted({k for n in names for t in times[n] for k in t})
     base = names[0]
     print("| row | " + " | ".join(names) + " | " + " | ".join(f"{n} / {base}" for n in names[1:]) + " |")
