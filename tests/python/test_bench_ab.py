@@ -77,10 +77,16 @@ def test_environment_reaches_only_its_binary(tmp_path, capsys):
     assert "| 2 | 1 | 0.500 |" in capsys.readouterr().out
 
 
-def test_budget_stops_before_a_run_that_would_pass_it(tmp_path, capsys):
+
+def run_with_budget(tmp_path, budget: str) -> int:
+    """Two fake binaries over two rounds under --budget; the exit status."""
     base = fake_bench(tmp_path, "base", [4.0, 6.0])
     new = fake_bench(tmp_path, "new", [2.0, 3.0])
-    rc = ab_compare.main(["--bin", f"base={base}", "--bin", f"new={new}", "--rounds", "2", "--budget", "0"])
+    return ab_compare.main(["--bin", f"base={base}", "--bin", f"new={new}", "--rounds", "2", "--budget", budget])
+
+
+def test_budget_stops_before_a_run_that_would_pass_it(tmp_path, capsys):
+    rc = run_with_budget(tmp_path, "0")
     out = capsys.readouterr().out
     assert rc == 0
     assert "(stopped by --budget 0 s before new round 1: 1 of 4 runs)" in out
@@ -88,9 +94,7 @@ def test_budget_stops_before_a_run_that_would_pass_it(tmp_path, capsys):
 
 
 def test_a_generous_budget_runs_every_round(tmp_path, capsys):
-    base = fake_bench(tmp_path, "base", [4.0, 6.0])
-    new = fake_bench(tmp_path, "new", [2.0, 3.0])
-    rc = ab_compare.main(["--bin", f"base={base}", "--bin", f"new={new}", "--rounds", "2", "--budget", "600"])
+    rc = run_with_budget(tmp_path, "600")
     out = capsys.readouterr().out
     assert rc == 0
     assert "stopped" not in out
