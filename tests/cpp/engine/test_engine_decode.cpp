@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <ostream>
@@ -19,6 +18,7 @@
 #include "sdm/sdm.hpp"
 #include "support/host_tensor.hpp"
 #include "support/problem.hpp"
+#include "support/scoped_env.hpp"
 
 namespace sdm {
 namespace {
@@ -91,27 +91,6 @@ bool other_rows_bitwise_equal(const HostTensor& a, const HostTensor& b, const st
   }
   return true;
 }
-
-// Sets (or unsets) SDM_NUM_THREADS for one scope and restores the previous value.
-class ScopedThreadsEnv {
- public:
-  explicit ScopedThreadsEnv(const std::string& value) {
-    if (const char* old = std::getenv("SDM_NUM_THREADS")) previous_ = old;
-    setenv("SDM_NUM_THREADS", value.c_str(), 1);
-  }
-  ~ScopedThreadsEnv() {
-    if (previous_) {
-      setenv("SDM_NUM_THREADS", previous_->c_str(), 1);
-    } else {
-      unsetenv("SDM_NUM_THREADS");
-    }
-  }
-  ScopedThreadsEnv(const ScopedThreadsEnv&) = delete;
-  ScopedThreadsEnv& operator=(const ScopedThreadsEnv&) = delete;
-
- private:
-  std::optional<std::string> previous_;
-};
 
 struct StepCase {
   const char* name;
@@ -267,7 +246,7 @@ TEST(DecodeSteps, BitwiseIndependentOfSdmNumThreads) {
   options.slots_per_stream = pb.spec.slots_per_stream;
   std::optional<HostTensor> first_bank, first_readings;
   for (const char* threads : {"1", "2", "4"}) {
-    ScopedThreadsEnv env(threads);
+    const testing::ScopedEnv env("SDM_NUM_THREADS", threads);
     HostTensor bank = pb.memory;
     const HostTensor readings = run_decode_steps(pb, bank, options);
     if (!first_bank) {

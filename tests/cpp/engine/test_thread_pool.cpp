@@ -5,10 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -16,35 +14,10 @@
 
 #include "cpu/engine/thread_pool.hpp"
 #include "sdm/error.hpp"
+#include "support/scoped_env.hpp"
 
 namespace sdm::cpu {
 namespace {
-
-// Sets (or unsets) SDM_NUM_THREADS for one scope and restores the previous value.
-class ScopedThreadsEnv {
- public:
-  explicit ScopedThreadsEnv(const char* value) {
-    if (const char* old = std::getenv(kName)) previous_ = old;
-    if (value) {
-      setenv(kName, value, 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  ~ScopedThreadsEnv() {
-    if (previous_) {
-      setenv(kName, previous_->c_str(), 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  ScopedThreadsEnv(const ScopedThreadsEnv&) = delete;
-  ScopedThreadsEnv& operator=(const ScopedThreadsEnv&) = delete;
-
- private:
-  static constexpr const char* kName = "SDM_NUM_THREADS";
-  std::optional<std::string> previous_;
-};
 
 TEST(ParallelFor, CoversEveryIndexExactlyOnce) {
   for (std::int64_t n : {0, 1, 2, 3, 5, 7, 16, 63, 64, 1000}) {
@@ -110,18 +83,18 @@ TEST(ParallelFor, NestedCallsCoverEveryPair) {
 }
 
 TEST(ResolveNumThreads, ExplicitRequestWins) {
-  ScopedThreadsEnv env("3");
+  const testing::ScopedEnv env("SDM_NUM_THREADS", "3");
   EXPECT_EQ(resolve_num_threads(1), 1);
   EXPECT_EQ(resolve_num_threads(5), 5);
 }
 
 TEST(ResolveNumThreads, ZeroReadsTheEnvironment) {
   {
-    ScopedThreadsEnv env("3");
+    const testing::ScopedEnv env("SDM_NUM_THREADS", "3");
     EXPECT_EQ(resolve_num_threads(0), 3);
   }
   {
-    ScopedThreadsEnv env(nullptr);
+    const testing::ScopedEnv env("SDM_NUM_THREADS", nullptr);
     const int hardware = static_cast<int>(std::thread::hardware_concurrency());
     EXPECT_EQ(resolve_num_threads(0), std::max(1, hardware));
   }
@@ -129,7 +102,7 @@ TEST(ResolveNumThreads, ZeroReadsTheEnvironment) {
 
 TEST(ResolveNumThreads, RejectsBadEnvironmentValuesNamingTheVariable) {
   for (const char* bad : {"", "0", "-2", "abc", "4x", "1.5", "5000"}) {
-    ScopedThreadsEnv env(bad);
+    const testing::ScopedEnv env("SDM_NUM_THREADS", bad);
     try {
       resolve_num_threads(0);
       ADD_FAILURE() << "SDM_NUM_THREADS=\"" << bad << "\" was accepted";
