@@ -19,13 +19,22 @@ position and costs `worker` + its size; the default share count is write_walk.cu
 --assume-worker N: the equal-work cut weighs a worker N (the cut kernel's constant) while the work
 is measured with --worker (the true cost), to see how much a wrong weight costs.
 
+--claims: inside each CTA of the slot walk (equal-work cut) instead: its 16 warps claim batches of
+positions from a shared counter, each claiming its next batch as it starts the last worker of its
+current one, and walk the batch's workers one after another. Prints the CTA's span (when its last
+warp ends) over its ideal (its work / 16), with batches of 16 to the end (slots_staged.cu kBatch) and
+with tiered batches (the share's last 256 positions in batches of 4: stop 55's candidate,
+docs/performance.md), the longest worker over the ideal, and the summed span of each chunk's slowest
+CTA (a launch's length, in member units).
+
     python bench/compare/walk_shares_balance.py [--configs flagship,readme] [--chunk 64] [--shares 5,22] [--tokens 512]
-                                                [--side slot|write] [--worker 4] [--assume-worker 16]
+                                                [--side slot|write] [--worker 4] [--assume-worker 16] [--claims]
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import math
 
 import torch
@@ -68,16 +77,79 @@ def share_work(cost: list[int], shares: int, balanced: bool, cut_cost: list[int]
     by = cost if cut_cost is None else cut_cost
     total = sum(by)
     if balanced and total > 0:
-        cuts, running, j = [0], 0, 1
-        for q, c in enumerate(by):
-            running += c
-            while j < shares and running >= (j * total + shares - 1) // shares:  # integer ceil, as the kernel
-                cuts.append(q + 1)
-                j += 1
-        cuts += [n] * (shares + 1 - len(cuts))
+        cuts = balanced_cuts(by, shares)
     else:
         cuts = [n * j // shares for j in range(shares + 1)]
     return [sum(cost[cuts[j]:cuts[j + 1]]) for j in range(shares)]
+
+
+WALK_WARPS, BATCH = 16, 16  # slots_staged.cu kStageWarps, kBatch
+TAIL_BATCH, TAIL_POSITIONS = 4, WALK_WARPS * BATCH  # the tiered batches' tail
+
+
+def share_batches(first: int, end: int, tiered: bool) -> list[tuple[int, int]]:
+    """A share's batches (first position, size) in claim order: BATCH positions at a time, and where
+    tiered the last TAIL_POSITIONS TAIL_BATCH at a time."""
+    tail = end - min(end - first, TAIL_POSITIONS) if tiered else end
+    head = [(b, min(BATCH, tail - b)) for b in range(first, tail, BATCH)]
+    return head + [(b, min(TAIL_BATCH, end - b)) for b in range(tail, end, TAIL_BATCH)]
+
+
+def cta_span(cost: list[int], batches: list[tuple[int, int]], warps: int = WALK_WARPS) -> int:
+    """When the CTA's last warp ends: warps claim the batches in order, each claiming its next one as
+    it starts the last worker (cost > 0) of its current one (at once where a batch has none), and
+    walk a batch's workers one after another, each taking its cost."""
+    claims = [(0, w, 0) for w in range(warps)]  # (claim time, warp, when its claimed batch may start)
+    span, k = 0, 0
+    while claims:
+        _, warp, start = heapq.heappop(claims)
+        if k == len(batches):
+            span = max(span, start)
+            continue
+        base, size = batches[k]
+        k += 1
+        workers = [c for c in cost[base:base + size] if c > 0]
+        end = start + sum(workers)
+        span = max(span, end)
+        heapq.heappush(claims, (end - workers[-1] if workers else start, warp, end))
+    return span
+
+
+def balanced_cuts(cost: list[int], shares: int) -> list[int]:
+    """The share boundaries of the cut at equal work (walk_cuts.cu)."""
+    n, total = len(cost), sum(cost)
+    cuts, running, j = [0], 0, 1
+    for q, c in enumerate(cost):
+        running += c
+        while j < shares and running >= (j * total + shares - 1) // shares:
+            cuts.append(q + 1)
+            j += 1
+    return cuts + [n] * (shares + 1 - len(cuts))
+
+
+def print_claims(costs: list[list[int]], name: str, pattern: str, chunk: int, shares: int) -> None:
+    """One row of --claims (see the module's comment) over the chunks' position costs."""
+    ratios = {False: [], True: []}
+    launch = {False: 0, True: 0}
+    longest = []
+    for cost in costs:
+        cuts = balanced_cuts(cost, shares)
+        slowest = {False: 0, True: 0}
+        for j in range(shares):
+            work = sum(cost[cuts[j]:cuts[j + 1]])
+            if work == 0:
+                continue
+            ideal = work / WALK_WARPS
+            longest.append(max(cost[cuts[j]:cuts[j + 1]]) / ideal)
+            for tiered in (False, True):
+                span = cta_span(cost, share_batches(cuts[j], cuts[j + 1], tiered))
+                ratios[tiered].append(span / ideal)
+                slowest[tiered] = max(slowest[tiered], span)
+        for tiered in (False, True):
+            launch[tiered] += slowest[tiered]
+    mean = lambda v: f"{sum(v) / len(v):.2f} (max {max(v):.2f})"
+    print(f"| {name} | {pattern} | {chunk} | {shares} | {mean(ratios[False])} | {mean(ratios[True])} | "
+          f"{mean(longest)} | {launch[False]} | {launch[True]} | {launch[True] / launch[False]:.3f} |", flush=True)
 
 
 def main() -> None:
@@ -91,9 +163,17 @@ def main() -> None:
     ap.add_argument("--assume-worker", type=int, default=0, help="the equal-work cut's worker weight (default: --worker)")
     ap.add_argument("--side", choices=("slot", "write"), default="slot",
                     help="the backward's staged slot walk or the forward's write walk")
+    ap.add_argument("--claims", action="store_true", help="the warps' claims inside each CTA (see above)")
     args = ap.parse_args()
-    print("| config | slots | C | shares | equal counts: busiest / mean (worst chunk) | equal work: busiest / mean (worst chunk) |")
-    print("|---|---|---:|---:|---|---|")
+    if args.claims:
+        if args.side != "slot":
+            ap.error("--claims models the slot walk (--side slot)")
+        print("| config | slots | C | shares | span / ideal, batches of 16 | span / ideal, tiered | longest worker / ideal "
+              "| launches, batches of 16 | launches, tiered | tiered / 16 |")
+        print("|---|---|---:|---:|---|---|---|---:|---:|---:|")
+    else:
+        print("| config | slots | C | shares | equal counts: busiest / mean (worst chunk) | equal work: busiest / mean (worst chunk) |")
+        print("|---|---|---:|---:|---|---|")
     for name in args.configs.split(","):
         config = dict(CONFIGS[name], T=min(CONFIGS[name]["T"], args.tokens))
         share_counts = ([int(s) for s in args.shares.split(",")] if args.shares
@@ -111,6 +191,9 @@ def main() -> None:
             costs = [chunk_costs(p, t0, args.worker) for p, t0 in chunks]
             assumed = [chunk_costs(p, t0, args.assume_worker) for p, t0 in chunks] if args.assume_worker else costs
             for shares in share_counts:
+                if args.claims:
+                    print_claims(costs, name, pattern, C, shares)
+                    continue
                 cells = []
                 for balanced in (False, True):
                     ratios = []

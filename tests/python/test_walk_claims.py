@@ -1,0 +1,52 @@
+"""The host model of the staged slot walk's claims (bench/compare/walk_shares_balance.py --claims), on
+the CPU: a share's batches as slots_staged.cu ShareBatches cuts them, and a CTA's span under the
+kernel's claim rule (a warp claims its next batch as it starts its current batch's last worker)."""
+
+from __future__ import annotations
+
+import pathlib
+import random
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench" / "compare"))
+from walk_shares_balance import TAIL_POSITIONS, balanced_cuts, cta_span, share_batches  # noqa: E402
+
+
+def test_batches_cover_each_position_once():
+    rng = random.Random(5)
+    for _ in range(200):
+        first = rng.randrange(0, 500)
+        end = first + rng.randrange(0, 900)
+        for tiered in (False, True):
+            batches = share_batches(first, end, tiered)
+            covered = [q for base, size in batches for q in range(base, base + size)]
+            assert covered == list(range(first, end)), (first, end, tiered)
+            assert all(size > 0 for _, size in batches)
+
+
+def test_tiered_batches_are_small_only_in_the_tail():
+    batches = share_batches(100, 100 + 300, tiered=True)  # 44 positions of 16s, then 256 of 4s
+    assert batches[:3] == [(100, 16), (116, 16), (132, 12)]
+    assert batches[3:] == [(144 + 4 * i, 4) for i in range(TAIL_POSITIONS // 4)]
+    assert share_batches(0, 40, tiered=False) == [(0, 16), (16, 16), (32, 8)]
+    assert share_batches(0, 40, tiered=True) == [(q, 4) for q in range(0, 40, 4)]  # a short share: all tail
+
+
+def test_span_follows_the_claim_rule():
+    # Warp 0 walks [1, 10] and claims at 1 (as its last worker starts); warp 1 walks [2, 3] and claims
+    # at 2: warp 0 takes the last batch, which starts when its walk ends at 11: span 14 (claiming at a
+    # batch's end instead would give it to warp 1: span 11).
+    assert cta_span([1, 10, 2, 3, 3], [(0, 2), (2, 2), (4, 1)], warps=2) == 14
+    # Positions without a worker cost nothing; a batch without workers is claimed past at once.
+    assert cta_span([0, 0, 5, 0], [(0, 2), (2, 2)], warps=2) == 5
+    # Batches of 16 leave one warp a batch behind; batches of 4 even it out.
+    ones = [1] * 40
+    assert cta_span(ones, share_batches(0, 40, tiered=False), warps=2) == 24
+    assert cta_span(ones, share_batches(0, 40, tiered=True), warps=2) == 20
+
+
+def test_balanced_cuts_split_work_evenly():
+    cost = [4, 0, 0, 4, 1, 1, 1, 1, 0, 4]
+    cuts = balanced_cuts(cost, 2)
+    assert cuts == [0, 4, 10]  # cut 1 after the position where the running cost reaches ceil(16 / 2) = 8
+    assert balanced_cuts([0] * 5, 3)[-1] == 5
