@@ -23,9 +23,11 @@ is measured with --worker (the true cost), to see how much a wrong weight costs.
 positions from a shared counter, each claiming its next batch as it starts the last worker of its
 current one, and walk the batch's workers one after another. Prints the CTA's span (when its last
 warp ends) over its ideal (its work / 16), with batches of 16 to the end (slots_staged.cu kBatch) and
-with tiered batches (the share's last 256 positions in batches of 4: stop 55's candidate,
-docs/performance.md), the longest worker over the ideal, and the summed span of each chunk's slowest
-CTA (a launch's length, in member units).
+with tiered batches (the share's last 256 positions in batches of 4), the longest worker over the
+ideal, and the summed span of each chunk's slowest CTA (a launch's length, in member units). The
+model leaves out what a batch costs to start (its task, row-source and ring loads, about 16 % of the
+walk's stall samples by ncu): the tiers it favoured measured 3 % slower at readme heavy and were
+dropped (docs/performance.md, "Stop 55").
 
     python bench/compare/walk_shares_balance.py [--configs flagship,readme] [--chunk 64] [--shares 5,22] [--tokens 512]
                                                 [--side slot|write] [--worker 4] [--assume-worker 16] [--claims]
