@@ -31,7 +31,8 @@
 // q_val), to tell which outputs a change moves.
 // --timeline: after its timed runs, one more training step per config and mode recorded kernel by
 // kernel (kernel_timeline.hpp: CUPTI's activity records), printed as a table per kernel name with
-// the time during which no kernel ran.
+// the time during which no kernel ran; without --training-only, one no-grad forward per config
+// likewise.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -252,7 +253,15 @@ void bench_chunked(const Config& c, bench::SlotPattern pattern, std::int64_t chu
   opt.chunk_size = chunk;
   opt.validate = false;
   const WriteReadArgs args = in.args();
-  if (!training_only) bench_no_grad_forward(k, reps, in, opt, copy_bw, rows);
+  if (!training_only) {
+    bench_no_grad_forward(k, reps, in, opt, copy_bw, rows);
+    if (timeline) {
+      KernelTimeline recorder;
+      recorder.start();
+      write_read_forward(args, in.readings.ref(), opt);
+      print_timeline(recorder.stop(), (label + " no-grad forward").c_str(), stdout);
+    }
+  }
 
   // A training step: the saving forward, then the backward of <readings, grad_readings>; the
   // backward restores the bank (approximately for a lossy snapshot mode, so the bank drifts a

@@ -86,6 +86,7 @@ void write_read_backward(const WriteReadArgs& args, const TensorRef& saved, cons
   const bool direct = grads.memory.defined() && grads.memory.dtype == row_dtype;
   const std::int64_t grad_rows = direct ? shape.S : geo.P * geo.sps;
 
+  read_slot_side_knobs();
   Workspace& ws = call.workspace();
   plan_read_records(geo, ws, bb);
   plan_slot_tasks(geo, ws, bb);

@@ -20,8 +20,8 @@
 //   over its columns of the step, then warp_sum's butterfly (common/rows.cuh); the entry kernels
 //   add the steps in step order. G' and the read sum are fmaf chains in group order; base + sum is
 //   rounded once to G's dtype. Nothing depends on the access path, the split or the SM count.
-#include <cstdlib>
 
+#include "core/env_knobs.hpp"
 #include "cuda/backward/backward.hpp"
 #include "cuda/backward/bank_at_chunk.cuh"
 #include "cuda/backward/slot_reads.cuh"
@@ -236,11 +236,7 @@ void launch(const Geometry& geo, const Inputs& in, const Phase1Buffers& p1, cons
 }
 
 int& split_cap() {
-  static int cap = [] {
-    const char* value = std::getenv("SDM_CUDA_SLOT_WARPS");
-    const int n = value != nullptr ? std::atoi(value) : 0;
-    return n > 0 ? n : 0;
-  }();
+  static int cap = static_cast<int>(core::env_count("SDM_CUDA_SLOT_WARPS", kMaxSlotSplitWarps));
   return cap;
 }
 

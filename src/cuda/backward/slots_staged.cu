@@ -11,14 +11,14 @@
 //      piece from global memory (kStaged 1: the same values, so the same bits);
 //   2. walks the groups whose first sorted position falls in its share j of the chunk's C*W + C*R
 //      positions (cut at about equal work, walk_cuts.cu, or at equal counts): its warps take
-//      batches of kBatch positions from a shared counter (the next one
-//      claimed as the current batch's last worker starts, its tasks asked into L1) and load the
-//      batch's tasks (backward/slot_tasks.cu); each worker's own lane works out where its G piece
-//      and its snapshot (write group) or M0 (read-only group, row source bank_at_chunk.cuh) piece
-//      of step s are, and a write group's lane names its snapshot row as the slot's row source;
-//      the pieces come through the warp's ring: cp.async copies kRing workers ahead, each lane
-//      copying exactly the bytes it loads (its 8 columns), so a slot needs the lane's own
-//      cp.async.wait_group and no barrier;
+//      batches of kBatch positions: warp w's first is batch w, opened while the token rows' copies
+//      are in flight, the later ones from a shared counter (the next one claimed as the current
+//      batch's last worker starts, and its tasks, backward/slot_tasks.cu, loaded while that worker
+//      walks); each worker's own lane works out where its G piece and its snapshot (write group) or M0
+//      (read-only group, row source bank_at_chunk.cuh) piece of step s are, and a write group's
+//      lane names its snapshot row as the slot's row source; the pieces come through the warp's
+//      ring: cp.async copies kRing workers ahead, each lane copying exactly the bytes it loads (its
+//      8 columns), so a slot needs the lane's own cp.async.wait_group and no barrier;
 //   3. per group, one pass over its members: a write member (token i) loads dU_i's piece from
 //      shared memory, G' = fmaf(k_eff, -beta dU, G') and its dk_eff partial; a read member dy_i's
 //      piece, sum = fmaf(q_w, dy, sum) and its dq_w partial. A group of at most one write and one
@@ -39,9 +39,8 @@
 // lane partials, lane l's at column l, and a pad: writes and reads hit 32 banks) and kFlush 4-byte
 // destination codes (a dot's plane and index): one CTA of kStageWarps warps an SM.
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
+#include "core/env_knobs.hpp"
 #include "cuda/backward/backward.hpp"
 #include "cuda/backward/bank_at_chunk.cuh"
 #include "cuda/backward/slot_reads.cuh"
@@ -65,6 +64,8 @@ using namespace slot_side;
 constexpr int kStageWarps = 16;  // 128 registers a thread
 constexpr int kStageThreads = kStageWarps * 32;
 // Positions a warp takes at a time: its tasks, row sources and L2 requests go out together.
+// (Batches of 4 in each share's last 256 positions, which a host model of the claims favoured,
+// measured +3 % at readme heavy C 64 and -0.8 % at readme pk: docs/performance.md, "Stop 55".)
 constexpr int kBatch = 16;
 // Members whose dot partials a warp holds before it sums them (one row of the transpose each).
 constexpr int kFlush = 16;
@@ -100,10 +101,11 @@ std::size_t stage_bytes(std::int64_t C, int staged) {
 // ---- 1. copies into shared memory ----------------------------------------------------------------
 
 // Copies rows [C, kWarpCols] at column col0 of chunk rows du (and dy, kStaged 2; stride hd) into
-// stage ([kStaged][C][kWarpCols]), 16 bytes a copy.
+// stage ([kStaged][C][kWarpCols]), 16 bytes a copy, as one commit group of each thread (the caller
+// waits for it).
 template <int kStaged>
-__device__ __forceinline__ void stage_token_rows(float* stage, const float* du, const float* dy, int C, int hd,
-                                                 int col0) {
+__device__ __forceinline__ void copy_token_rows(float* stage, const float* du, const float* dy, int C, int hd,
+                                                int col0) {
   constexpr int kCopies = kWarpCols / 4;  // 16-byte copies a row
   for (int at = static_cast<int>(threadIdx.x); at < kStaged * C * kCopies; at += kStageThreads) {
     const int row = at / kCopies, c = (at % kCopies) * 4;
@@ -111,7 +113,6 @@ __device__ __forceinline__ void stage_token_rows(float* stage, const float* du, 
     copy_async<16>(stage + row * kWarpCols + c, from + col0 + c);
   }
   commit_async_copies();
-  wait_async_groups<0>();
 }
 
 // Bits of one column of a snapshot row in each mode (E, bf16, one byte, or half a byte), which is
@@ -466,7 +467,7 @@ template <typename E, typename Gt, SnapshotQuant kMode, int kStaged>
 __global__ void __launch_bounds__(kStageThreads, 1)
     staged_slot_walk(Geometry geo, BackwardBuffers bb, std::int64_t ti) {
   extern __shared__ float4 stage_words[];
-  __shared__ int next_position;
+  __shared__ int next_batch;
   float* stage = reinterpret_cast<float*>(stage_words);
   const int C = static_cast<int>(geo.C), hd = static_cast<int>(geo.hd);
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
@@ -503,25 +504,42 @@ __global__ void __launch_bounds__(kStageThreads, 1)
     first = cut[0];
     end = cut[1];
   }
-  if (threadIdx.x == 0) next_position = first;
+  // Batch k: positions first + k kBatch .. (at most kBatch, none past end).
+  const auto batch_base = [first](int k) { return first + k * kBatch; };
+  const auto batch_size = [first, end](int k) {
+    const int left = end - (first + k * kBatch);
+    return left < kBatch ? left : kBatch;
+  };
+  if (threadIdx.x == 0) next_batch = kStageWarps;  // batch w is warp w's first (below)
   const std::int64_t row0 = st.n * geo.C * geo.hd;
   if constexpr (kStaged == 1) st.dy = bb.dy + row0 + st.s * kWarpCols + lane * kLaneCols;
-  stage_token_rows<kStaged>(stage, bb.du + row0, bb.dy + row0, C, hd, st.s * kWarpCols);
-  __syncthreads();
+  copy_token_rows<kStaged>(stage, bb.du + row0, bb.dy + row0, C, hd, st.s * kWarpCols);
 
   const SlotTask* tasks = st.tasks;
   // A warp claims its next batch when it starts the last worker of the current one (so a claimed
   // batch waits one worker, not a whole batch, while other warps may be idle) and asks L1 for that
   // batch's tasks; which warp walks a batch never changes a value.
   const auto claim = [&] {
-    int b = 0;
-    if (lane == 0) b = atomicAdd(&next_position, kBatch);
-    return __shfl_sync(kAllLanes, b, 0);
+    int next = 0;
+    if (lane == 0) next = atomicAdd(&next_batch, 1);
+    return __shfl_sync(kAllLanes, next, 0);
   };
-  for (int base = claim(), next = end; base < end; base = next) {
-    const int q = base + lane;
-    SlotTask task;
-    if (lane < kBatch && q < end) task = tasks[q];
+  // Warp w's first batch is batch w, opened while the token rows are in flight (its tasks, row
+  // sources and ring copies need no staged row); then every thread waits for its copies of the
+  // rows (its oldest group: the ring's kRing groups came after them), and the CTA for all of them.
+  // k comes through a shuffle, so that the compiler sees it is the same in every lane (with k =
+  // warp, ptxas put convergence barriers around the walk's shuffles: 14 % more instructions).
+  const int past = (end - first + kBatch - 1) / kBatch;  // no batch from here on
+  // Batch k's tasks (lane < its size; idle past it), loaded one worker ahead (below).
+  const auto load_tasks = [&](int k) {
+    SlotTask t;
+    if (lane < batch_size(k)) t = tasks[batch_base(k) + lane];
+    return t;
+  };
+  int k = __shfl_sync(kAllLanes, warp, 0);
+  SlotTask task = load_tasks(k);
+  for (int opened = 0;; ++opened) {
+    const int base = batch_base(k), q = base + lane;
     // Each worker's rows, by its own lane (a read-only worker's row source is one load a lane, so a
     // batch waits for one load).
     WorkerRows<Gt> rows;
@@ -540,26 +558,41 @@ __global__ void __launch_bounds__(kStageThreads, 1)
       commit_async_copies();
     };
 #pragma unroll
-    for (int k = 0; k < kRing; ++k) fetch_next(ring + k * kSlotBytes);
-    int walked = 0;
-    if (workers == 0) next = claim();
+    for (int r = 0; r < kRing; ++r) fetch_next(ring + r * kSlotBytes);
+    if (opened == 0) {  // every thread's first pass
+      wait_async_groups<kRing>();
+      __syncthreads();
+    }
+    if (batch_size(k) <= 0) break;
+    int next = past, walked = 0;
+    if (workers == 0) {
+      next = claim();
+      task = load_tasks(next);
+    }
     for (unsigned todo = workers; todo != 0; todo &= todo - 1, ++walked) {
       const int b = __ffs(todo) - 1;
-      if ((todo & (todo - 1)) == 0) {  // the batch's last worker
+      const bool write = base + b < st.CW;
+      const SlotTask worker_task = task_from_lane(task, b, write);
+      const WorkerRows<Gt> worker = rows_from_lane<kMode, false>(rows, b);
+      if ((todo & (todo - 1)) == 0) {
+        // The batch's last worker: the batch's tasks and rows are taken, so the next batch is
+        // claimed and its tasks loaded into the same registers while this worker walks; its write
+        // positions' group ordinals (which need no task) are asked into L1.
         next = claim();
-        if (lane < kBatch && next + lane < end) prefetch_l1(tasks + next + lane);
+        task = load_tasks(next);
+        const int ahead = batch_base(next) + lane;
+        if (lane < batch_size(next) && ahead < st.CW) prefetch_l1(bb.group_ordinal + st.n * st.CW + ahead);
       }
       unsigned char* ring_slot = ring + (walked % kRing) * kSlotBytes;
       wait_async_groups<kRing - 1>();
-      const WorkerRows<Gt> worker = rows_from_lane<kMode, false>(rows, b);
-      if (base + b < st.CW) {
-        walk_write_group<E, Gt, kMode, kStaged>(bb, st, task_from_lane(task, b, true), base + b, worker, ring_slot, dots, lane);
+      if (write) {
+        walk_write_group<E, Gt, kMode, kStaged>(bb, st, worker_task, base + b, worker, ring_slot, dots, lane);
       } else {
-        walk_read_group<E, Gt, kMode, kStaged>(bb, st, task_from_lane(task, b, false), base + b - st.CW, worker, ring_slot,
-                                      dots, lane);
+        walk_read_group<E, Gt, kMode, kStaged>(bb, st, worker_task, base + b - st.CW, worker, ring_slot, dots, lane);
       }
       fetch_next(ring_slot);  // the walk consumed the slot's loads: refill it
     }
+    k = next;
   }
   if (dots.count > 0) flush_dots(dots, lane);
 }
@@ -567,33 +600,24 @@ __global__ void __launch_bounds__(kStageThreads, 1)
 // The forced shares (slot_split.hpp walk_shares): SDM_CUDA_WALK_SHARES, else 0; set_walk_shares
 // overrides it.
 std::int64_t& forced_shares() {
-  static std::int64_t shares = [] {
-    const char* value = std::getenv("SDM_CUDA_WALK_SHARES");
-    return value == nullptr ? std::int64_t{0} : static_cast<std::int64_t>(std::atoll(value));
-  }();
+  static std::int64_t shares = core::env_count("SDM_CUDA_WALK_SHARES", kMaxWalkShares);
   return shares;
 }
 
 // The cut SDM_CUDA_WALK_CUT names (balanced without it); set_walk_cut overrides it.
 WalkCut& cut_choice() {
-  static WalkCut cut = [] {
-    const char* value = std::getenv("SDM_CUDA_WALK_CUT");
-    return value != nullptr && std::strcmp(value, "positions") == 0 ? WalkCut::positions : WalkCut::balanced;
-  }();
+  static WalkCut cut =
+      core::env_choice("SDM_CUDA_WALK_CUT", {"balanced", "positions"}) == 1 ? WalkCut::positions : WalkCut::balanced;
   return cut;
 }
-
-// A chunk's sorted positions.
-std::int64_t chunk_positions(const Geometry& geo) { return geo.C * geo.W + geo.C * geo.R; }
 
 // The slot walk SDM_CUDA_SLOT_WALK names (automatic without it); set_slot_walk overrides it.
 SlotWalk& walk_choice() {
   static SlotWalk walk = [] {
-    const char* value = std::getenv("SDM_CUDA_SLOT_WALK");
-    if (value != nullptr && std::strcmp(value, "positions") == 0) return SlotWalk::per_position;
-    if (value != nullptr && std::strcmp(value, "staged") == 0) return SlotWalk::staged;
-    if (value != nullptr && std::strcmp(value, "staged_du_only") == 0) return SlotWalk::staged_du_only;
-    return SlotWalk::automatic;
+    constexpr SlotWalk kWalks[] = {SlotWalk::automatic, SlotWalk::per_position, SlotWalk::staged,
+                                   SlotWalk::staged_du_only};
+    const int named = core::env_choice("SDM_CUDA_SLOT_WALK", {"automatic", "positions", "staged", "staged_du_only"});
+    return named < 0 ? SlotWalk::automatic : kWalks[named];
   }();
   return walk;
 }
@@ -626,6 +650,13 @@ void launch(const Geometry& geo, const BackwardBuffers& bb, std::int64_t ti, cud
 
 }  // namespace
 
+std::int64_t chunk_positions(const Geometry& geo) { return geo.C * geo.W + geo.C * geo.R; }
+void read_slot_side_knobs() {
+  slot_split_warps();
+  walk_choice();
+  forced_shares();
+  cut_choice();
+}
 SlotWalk slot_walk() { return walk_choice(); }
 void set_slot_walk(SlotWalk walk) { walk_choice() = walk; }
 std::int64_t walk_shares() { return forced_shares(); }

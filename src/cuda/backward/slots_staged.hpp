@@ -23,6 +23,8 @@ void launch_staged_slot_side(const Geometry& geo, const BackwardBuffers& bb, std
 // The CTAs that share a chunk's positions in each (stream, column step) of the staged walk: about one
 // CTA an SM over a step's launches, or slot_split.hpp's walk_shares where set.
 std::int64_t staged_walk_shares(const Geometry& geo, std::int64_t steps);
+// A chunk's sorted positions: C*W writes, then C*R reads.
+std::int64_t chunk_positions(const Geometry& geo);
 // Plans bb.walk_cuts and sets bb.walk_shares (before ws.allocate(); after bb.dot_steps is known);
 // finds every chunk's cuts at about equal work (walk_cuts.cu; after find_slot_tasks).
 void plan_walk_cuts(const Geometry& geo, Workspace& ws, BackwardBuffers& bb);

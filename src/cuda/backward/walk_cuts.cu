@@ -53,7 +53,7 @@ void plan_walk_cuts(const Geometry& geo, Workspace& ws, BackwardBuffers& bb) {
 }
 
 void launch_walk_cuts(const Geometry& geo, const BackwardBuffers& bb, cudaStream_t stream) {
-  const int positions = static_cast<int>(geo.C * geo.W + geo.C * geo.R);
+  const int positions = static_cast<int>(chunk_positions(geo));
   chunk_walk_cuts<<<static_cast<unsigned>(geo.N), kCutThreads, 0, stream>>>(
       bb.slot_tasks, positions, static_cast<int>(bb.walk_shares), bb.walk_cuts);
   check_launch("chunk_walk_cuts");

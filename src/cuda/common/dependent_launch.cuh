@@ -21,10 +21,9 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
+#include "core/env_knobs.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_limits.hpp"
 
@@ -38,10 +37,7 @@ __device__ __forceinline__ void wait_for_predecessor() {
 }
 
 inline bool dependent_launch_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("SDM_CUDA_PDL");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
+  static const bool enabled = core::env_choice("SDM_CUDA_PDL", {"0", "1"}) != 0;
   return enabled;
 }
 

@@ -22,9 +22,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
+#include "core/env_knobs.hpp"
 #include "cuda/common/geometry.hpp"
 #include "cuda/common/cuda_check.hpp"
 
@@ -36,11 +35,7 @@ constexpr std::int64_t kSplitRowBytes = std::int64_t{16} << 20;
 // while capturing).
 inline bool split_steps(const Geometry& geo, DType bank, bool capturing) {
   const auto bank_element = static_cast<std::int64_t>(dtype_size(bank));
-  static const int forced = [] {
-    const char* value = std::getenv("SDM_CUDA_STEP_STREAMS");
-    if (value == nullptr) return -1;
-    return std::strcmp(value, "0") == 0 ? 0 : 1;
-  }();
+  static const int forced = core::env_choice("SDM_CUDA_STEP_STREAMS", {"0", "1"});  // -1: by size
   if (capturing || geo.P < 2 || forced == 0) return false;
   return forced == 1 || geo.P / 2 * geo.C * (geo.W + geo.R) * geo.hd * bank_element >= kSplitRowBytes;
 }

@@ -29,9 +29,8 @@
 #include "cuda/forward/write_walk.hpp"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
+#include "core/env_knobs.hpp"
 #include "cuda/common/async_copy.cuh"
 #include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/device_limits.hpp"
@@ -237,10 +236,9 @@ std::size_t staged_bytes(std::int64_t C) { return static_cast<std::size_t>(C) * 
 
 std::atomic<GroupWriter>& writer_choice() {
   static std::atomic<GroupWriter> writer{[] {
-    const char* value = std::getenv("SDM_CUDA_WRITER");
-    if (value != nullptr && std::strcmp(value, "positions") == 0) return GroupWriter::per_position;
-    if (value != nullptr && std::strcmp(value, "walk") == 0) return GroupWriter::walk;
-    return GroupWriter::automatic;
+    constexpr GroupWriter kWriters[] = {GroupWriter::automatic, GroupWriter::per_position, GroupWriter::walk};
+    const int named = core::env_choice("SDM_CUDA_WRITER", {"automatic", "positions", "walk"});
+    return named < 0 ? GroupWriter::automatic : kWriters[named];
   }()};
   return writer;
 }

@@ -30,10 +30,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
+#include "core/env_knobs.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/topk/column_sums.cuh"
 #include "cuda/topk/column_walk.cuh"
@@ -74,11 +73,7 @@ constexpr std::int64_t kColumnWalkRowBytes = 2048;
 
 // The path of a row (see the file's comment); `bytes`: the score dtype's size.
 inline RowPath row_path(const RegisterBackwardParams& p, std::int64_t bytes) {
-  static const int forced = [] {  // 0: the rule, 1: the walk, 2: the column sums
-    const char* value = std::getenv("SDM_TOPK_BWD");
-    if (value == nullptr) return 0;
-    return std::strcmp(value, "walk") == 0 ? 1 : std::strcmp(value, "sums") == 0 ? 2 : 0;
-  }();
+  static const int forced = 1 + core::env_choice("SDM_TOPK_BWD", {"walk", "sums"});  // 0: the rule, 1: walk, 2: sums
   static_assert(topk::kColumnWalkWidth == topk::kColumnSumsWidth);
   if (p.width > topk::kColumnWalkWidth) return RowPath::sort;
   if (forced != 0) return forced == 1 ? RowPath::column_walk : RowPath::column_sums;
