@@ -29,8 +29,14 @@ model leaves out what a batch costs to start (its task, row-source and ring load
 walk's stall samples by ncu): the tiers it favoured measured 3 % slower at readme heavy and were
 dropped (docs/performance.md, "Stop 55").
 
+--workers: the kinds of the slot walk's workers instead (which path of slots_staged.cu walks them): a
+write group of one entry read at most once (its task holds the entries: one straight block), a
+longer written group (its members through walk_window), a read-only group of one read, a longer
+read-only group; as fractions of the workers, with the members the long groups hold and the workers
+a position.
+
     python bench/compare/walk_shares_balance.py [--configs flagship,readme] [--chunk 64] [--shares 5,22] [--tokens 512]
-                                                [--side slot|write] [--worker 4] [--assume-worker 16] [--claims]
+                                                [--side slot|write] [--worker 4] [--assume-worker 16] [--claims|--workers]
 """
 
 from __future__ import annotations
@@ -60,6 +66,31 @@ def position_costs(writes: torch.Tensor, reads: torch.Tensor, worker: int) -> li
         if slot not in written:
             cost[writes.numel() + first] = worker + size
     return cost
+
+
+WORKER_KINDS = ("single write", "long write", "single read-only", "long read-only")
+
+
+def worker_kinds(writes: torch.Tensor, reads: torch.Tensor) -> tuple[dict[str, int], int]:
+    """One chunk's workers by kind (WORKER_KINDS; a written group is single when it has one write
+    entry and at most one read, slot_task_data.cuh task_holds_entries), and the members of its long
+    groups (their write and read entries)."""
+    ws, wcount = torch.unique_consecutive(writes, return_counts=True)
+    rs, rcount = torch.unique_consecutive(reads, return_counts=True)
+    reads_of = dict(zip(rs.tolist(), rcount.tolist()))
+    kinds = dict.fromkeys(WORKER_KINDS, 0)
+    long_members = 0
+    for slot, size in zip(ws.tolist(), wcount.tolist()):
+        members = size + reads_of.get(slot, 0)
+        single = size == 1 and reads_of.get(slot, 0) <= 1
+        kinds["single write" if single else "long write"] += 1
+        long_members += 0 if single else members
+    written = set(ws.tolist())
+    for slot, size in zip(rs.tolist(), rcount.tolist()):
+        if slot not in written:
+            kinds["single read-only" if size == 1 else "long read-only"] += 1
+            long_members += 0 if size == 1 else size
+    return kinds, long_members
 
 
 def default_shares(config: dict, chunk: int, side: str, sms: int = 132) -> int:
@@ -154,6 +185,25 @@ def print_claims(costs: list[list[int]], name: str, pattern: str, chunk: int, sh
           f"{mean(longest)} | {launch[False]} | {launch[True]} | {launch[True] / launch[False]:.3f} |", flush=True)
 
 
+def print_workers(k: torch.Tensor, q: torch.Tensor, chunks: list[tuple[int, int]], name: str, pattern: str,
+                  chunk: int) -> None:
+    """One row of --workers (see the module's comment) over the chunks."""
+    totals = dict.fromkeys(WORKER_KINDS, 0)
+    long_members = positions = 0
+    for p, t0 in chunks:
+        writes = k[p, t0:t0 + chunk].reshape(-1).sort().values
+        reads = q[p, t0:t0 + chunk].reshape(-1).sort().values
+        kinds, members = worker_kinds(writes, reads)
+        for kind, count in kinds.items():
+            totals[kind] += count
+        long_members += members
+        positions += writes.numel() + reads.numel()
+    workers = sum(totals.values())
+    cells = " | ".join(f"{totals[kind] / workers:.3f}" for kind in WORKER_KINDS)
+    print(f"| {name} | {pattern} | {chunk} | {cells} | {long_members / positions:.3f} | {workers / positions:.3f} |",
+          flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", default="readme,big,flagship")
@@ -166,8 +216,14 @@ def main() -> None:
     ap.add_argument("--side", choices=("slot", "write"), default="slot",
                     help="the backward's staged slot walk or the forward's write walk")
     ap.add_argument("--claims", action="store_true", help="the warps' claims inside each CTA (see above)")
+    ap.add_argument("--workers", action="store_true", help="the kinds of the slot walk's workers (see above)")
     args = ap.parse_args()
-    if args.claims:
+    if args.workers:
+        if args.claims or args.side != "slot":
+            ap.error("--workers counts the slot walk's workers (--side slot, without --claims)")
+        print("| config | slots | C | " + " | ".join(WORKER_KINDS) + " | members in long groups | workers a position |")
+        print("|---|---|---:|" + "---:|" * (len(WORKER_KINDS) + 2))
+    elif args.claims:
         if args.side != "slot":
             ap.error("--claims models the slot walk (--side slot)")
         print("| config | slots | C | shares | span / ideal, batches of 16 | span / ideal, tiered | longest worker / ideal "
@@ -190,6 +246,9 @@ def main() -> None:
                 return position_costs(writes, reads, worker)
 
             chunks = [(p, t0) for p in range(min(config["P"], args.streams)) for t0 in range(0, config["T"], C)]
+            if args.workers:
+                print_workers(k, q, chunks, name, pattern, C)
+                continue
             costs = [chunk_costs(p, t0, args.worker) for p, t0 in chunks]
             assumed = [chunk_costs(p, t0, args.assume_worker) for p, t0 in chunks] if args.assume_worker else costs
             for shares in share_counts:

@@ -1,6 +1,7 @@
 """The host model of the staged slot walk's claims (bench/compare/walk_shares_balance.py --claims), on
 the CPU: a share's batches as slots_staged.cu ShareBatches cuts them, and a CTA's span under the
-kernel's claim rule (a warp claims its next batch as it starts its current batch's last worker)."""
+kernel's claim rule (a warp claims its next batch as it starts its current batch's last worker); and
+the count of its workers by kind (--workers)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import random
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench" / "compare"))
-from walk_shares_balance import TAIL_POSITIONS, balanced_cuts, cta_span, share_batches  # noqa: E402
+import torch  # noqa: E402
+from walk_shares_balance import TAIL_POSITIONS, balanced_cuts, cta_span, share_batches, worker_kinds  # noqa: E402
 
 
 def test_batches_cover_each_position_once():
@@ -50,3 +52,13 @@ def test_balanced_cuts_split_work_evenly():
     cuts = balanced_cuts(cost, 2)
     assert cuts == [0, 4, 10]  # cut 1 after the position where the running cost reaches ceil(16 / 2) = 8
     assert balanced_cuts([0] * 5, 3)[-1] == 5
+
+
+def test_worker_kinds_follow_task_holds_entries():
+    # Slot 1: two writes (long); 2: one write, one read (single); 3: one write, two reads (long);
+    # 5: one write (single); read-only 4: one read (single); read-only 6: two reads (long).
+    writes = torch.tensor([1, 1, 2, 3, 5])
+    reads = torch.tensor([2, 3, 3, 4, 6, 6])
+    kinds, long_members = worker_kinds(writes, reads)
+    assert kinds == {"single write": 2, "long write": 2, "single read-only": 1, "long read-only": 1}
+    assert long_members == 2 + 3 + 2
