@@ -517,25 +517,25 @@ __global__ void __launch_bounds__(kStageThreads, 1)
 
   const SlotTask* tasks = st.tasks;
   // A warp claims its next batch when it starts the last worker of the current one (so a claimed
-  // batch waits one worker, not a whole batch, while other warps may be idle) and asks L1 for that
-  // batch's tasks; which warp walks a batch never changes a value.
+  // batch waits one worker, not a whole batch, while other warps may be idle) and loads that
+  // batch's tasks while that worker walks (below); which warp walks a batch never changes a value.
   const auto claim = [&] {
     int next = 0;
     if (lane == 0) next = atomicAdd(&next_batch, 1);
     return __shfl_sync(kAllLanes, next, 0);
+  };
+  const int past = (end - first + kBatch - 1) / kBatch;  // no batch from here on
+  // Batch k's tasks (lane < its size; idle past it).
+  const auto load_tasks = [&](int k) {
+    SlotTask t;
+    if (lane < batch_size(k)) t = tasks[batch_base(k) + lane];
+    return t;
   };
   // Warp w's first batch is batch w, opened while the token rows are in flight (its tasks, row
   // sources and ring copies need no staged row); then every thread waits for its copies of the
   // rows (its oldest group: the ring's kRing groups came after them), and the CTA for all of them.
   // k comes through a shuffle, so that the compiler sees it is the same in every lane (with k =
   // warp, ptxas put convergence barriers around the walk's shuffles: 14 % more instructions).
-  const int past = (end - first + kBatch - 1) / kBatch;  // no batch from here on
-  // Batch k's tasks (lane < its size; idle past it), loaded one worker ahead (below).
-  const auto load_tasks = [&](int k) {
-    SlotTask t;
-    if (lane < batch_size(k)) t = tasks[batch_base(k) + lane];
-    return t;
-  };
   int k = __shfl_sync(kAllLanes, warp, 0);
   SlotTask task = load_tasks(k);
   for (int opened = 0;; ++opened) {
