@@ -185,14 +185,16 @@ def print_claims(costs: list[list[int]], name: str, pattern: str, chunk: int, sh
           f"{mean(longest)} | {launch[False]} | {launch[True]} | {launch[True] / launch[False]:.3f} |", flush=True)
 
 
-def print_workers(k: torch.Tensor, q: torch.Tensor, chunks: list[tuple[int, int]], name: str, pattern: str,
-                  chunk: int) -> None:
-    """One row of --workers (see the module's comment) over the chunks."""
+def chunk_keys(k: torch.Tensor, q: torch.Tensor, p: int, t0: int, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sorted write and read slots of the chunk of stream p starting at token t0."""
+    return (k[p, t0:t0 + chunk].reshape(-1).sort().values, q[p, t0:t0 + chunk].reshape(-1).sort().values)
+
+
+def print_workers(keys: list[tuple[torch.Tensor, torch.Tensor]], name: str, pattern: str, chunk: int) -> None:
+    """One row of --workers (see the module's comment) over the chunks' sorted keys (chunk_keys)."""
     totals = dict.fromkeys(WORKER_KINDS, 0)
     long_members = positions = 0
-    for p, t0 in chunks:
-        writes = k[p, t0:t0 + chunk].reshape(-1).sort().values
-        reads = q[p, t0:t0 + chunk].reshape(-1).sort().values
+    for writes, reads in keys:
         kinds, members = worker_kinds(writes, reads)
         for kind, count in kinds.items():
             totals[kind] += count
@@ -241,13 +243,12 @@ def main() -> None:
             k, q = x["k_idx"].long(), x["q_idx"].long()
             C = args.chunk
             def chunk_costs(p: int, t0: int, worker: int) -> list[int]:
-                writes = k[p, t0:t0 + C].reshape(-1).sort().values
-                reads = writes[:0] if args.side == "write" else q[p, t0:t0 + C].reshape(-1).sort().values
-                return position_costs(writes, reads, worker)
+                writes, reads = chunk_keys(k, q, p, t0, C)
+                return position_costs(writes, writes[:0] if args.side == "write" else reads, worker)
 
             chunks = [(p, t0) for p in range(min(config["P"], args.streams)) for t0 in range(0, config["T"], C)]
             if args.workers:
-                print_workers(k, q, chunks, name, pattern, C)
+                print_workers([chunk_keys(k, q, p, t0, C) for p, t0 in chunks], name, pattern, C)
                 continue
             costs = [chunk_costs(p, t0, args.worker) for p, t0 in chunks]
             assumed = [chunk_costs(p, t0, args.assume_worker) for p, t0 in chunks] if args.assume_worker else costs
