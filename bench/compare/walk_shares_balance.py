@@ -29,6 +29,10 @@ model leaves out what a batch costs to start (its task, row-source and ring load
 walk's stall samples by ncu): the tiers it favoured measured 3 % slower at readme heavy and were
 dropped (docs/performance.md, "Stop 55").
 
+--side-split N: a written slot read at least N times in a chunk has its read side walked by its own
+worker, at its first read position (0, the default: never, as today's kernel walks it; the split is a
+candidate of stop 57, docs/performance.md).
+
 --workers: the kinds of the slot walk's workers instead (which path of slots_staged.cu walks them): a
 write group of one entry read at most once (its task holds the entries: one straight block), a
 longer written group (its members through walk_window), a read-only group of one read, a longer
@@ -50,19 +54,26 @@ import torch
 from slot_inputs import CONFIGS, PATTERNS, make_inputs
 
 
-def position_costs(writes: torch.Tensor, reads: torch.Tensor, worker: int) -> list[int]:
+def position_costs(writes: torch.Tensor, reads: torch.Tensor, worker: int, side_split: int = 0) -> list[int]:
     """Cost of every position of one chunk (sorted writes, then sorted reads; with no reads, the
-    write walk's positions)."""
+    write walk's positions). side_split > 0: a written slot read at least that often has its read
+    side walked by a worker of its own at its first read position (stop 57's candidate: the write
+    group's worker then costs its writes only)."""
     ws, wcount = torch.unique_consecutive(writes, return_counts=True)
     rs, rcount = torch.unique_consecutive(reads, return_counts=True)
     wfirst = (torch.cumsum(wcount, 0) - wcount).tolist()
     rfirst = (torch.cumsum(rcount, 0) - rcount).tolist()
-    reads_of = dict(zip(rs.tolist(), rcount.tolist()))
-    written = set(ws.tolist())
+    read_groups = {slot: (first, size) for slot, first, size in zip(rs.tolist(), rfirst, rcount.tolist())}
     cost = [0] * (writes.numel() + reads.numel())
     for slot, first, size in zip(ws.tolist(), wfirst, wcount.tolist()):
-        cost[first] = worker + size + reads_of.get(slot, 0)
-    for slot, first, size in zip(rs.tolist(), rfirst, rcount.tolist()):
+        read_first, read_size = read_groups.get(slot, (0, 0))
+        if side_split > 0 and read_size >= side_split:
+            cost[first] = worker + size
+            cost[writes.numel() + read_first] = worker + read_size
+        else:
+            cost[first] = worker + size + read_size
+    written = set(ws.tolist())
+    for slot, (first, size) in read_groups.items():
         if slot not in written:
             cost[writes.numel() + first] = worker + size
     return cost
@@ -217,6 +228,9 @@ def main() -> None:
     ap.add_argument("--assume-worker", type=int, default=0, help="the equal-work cut's worker weight (default: --worker)")
     ap.add_argument("--side", choices=("slot", "write"), default="slot",
                     help="the backward's staged slot walk or the forward's write walk")
+    ap.add_argument("--side-split", type=int, default=0,
+                    help="the slot walk's side split: a written slot read this often or more has its read side "
+                         "walked apart (0: never, today's kernel; docs/performance.md, stop 57)")
     ap.add_argument("--claims", action="store_true", help="the warps' claims inside each CTA (see above)")
     ap.add_argument("--workers", action="store_true", help="the kinds of the slot walk's workers (see above)")
     args = ap.parse_args()
@@ -244,7 +258,9 @@ def main() -> None:
             C = args.chunk
             def chunk_costs(p: int, t0: int, worker: int) -> list[int]:
                 writes, reads = chunk_keys(k, q, p, t0, C)
-                return position_costs(writes, writes[:0] if args.side == "write" else reads, worker)
+                if args.side == "write":
+                    return position_costs(writes, writes[:0], worker)
+                return position_costs(writes, reads, worker, args.side_split)
 
             chunks = [(p, t0) for p in range(min(config["P"], args.streams)) for t0 in range(0, config["T"], C)]
             if args.workers:

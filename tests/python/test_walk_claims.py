@@ -1,7 +1,8 @@
 """The host model of the staged slot walk's claims (bench/compare/walk_shares_balance.py --claims), on
 the CPU: a share's batches as slots_staged.cu ShareBatches cuts them, and a CTA's span under the
-kernel's claim rule (a warp claims its next batch as it starts its current batch's last worker); and
-the count of its workers by kind (--workers)."""
+kernel's claim rule (a warp claims its next batch as it starts its current batch's last worker); the
+count of its workers by kind (--workers); and the positions' costs with the side split (stop 57's
+candidate: a long read side of a written slot costs at its own first read position)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench" / "compare"))
 import torch  # noqa: E402
-from walk_shares_balance import TAIL_POSITIONS, balanced_cuts, cta_span, share_batches, worker_kinds  # noqa: E402
+from walk_shares_balance import (  # noqa: E402
+    TAIL_POSITIONS,
+    balanced_cuts,
+    cta_span,
+    position_costs,
+    share_batches,
+    worker_kinds,
+)
 
 
 def test_batches_cover_each_position_once():
@@ -62,3 +70,15 @@ def test_worker_kinds_follow_task_holds_entries():
     kinds, long_members = worker_kinds(writes, reads)
     assert kinds == {"single write": 2, "long write": 2, "single read-only": 1, "long read-only": 1}
     assert long_members == 2 + 3 + 2
+
+
+def test_side_split_moves_a_long_read_side_to_its_first_read():
+    # Slot 1: two writes, read three times (sorted reads 0-2); slot 2: one write read once (read 3);
+    # read-only slot 4: two reads (4, 5). Writes are positions 0-2, reads 3-8.
+    writes = torch.tensor([1, 1, 2])
+    reads = torch.tensor([1, 1, 1, 2, 4, 4])
+    assert position_costs(writes, reads, worker=4) == [4 + 2 + 3, 0, 4 + 1 + 1, 0, 0, 0, 0, 4 + 2, 0]
+    # Split from 3 reads: slot 1's write worker keeps its writes, its read side costs at read 0.
+    assert position_costs(writes, reads, worker=4, side_split=3) == [4 + 2, 0, 4 + 1 + 1, 4 + 3, 0, 0, 0, 4 + 2, 0]
+    # From 4 reads no slot splits; the total is the same either way but for one worker's cost.
+    assert position_costs(writes, reads, worker=4, side_split=4) == position_costs(writes, reads, worker=4)
