@@ -54,28 +54,40 @@ import torch
 from slot_inputs import CONFIGS, PATTERNS, make_inputs
 
 
-def position_costs(writes: torch.Tensor, reads: torch.Tensor, worker: int, side_split: int = 0) -> list[int]:
-    """Cost of every position of one chunk (sorted writes, then sorted reads; with no reads, the
-    write walk's positions). side_split > 0: a written slot read at least that often has its read
-    side walked by a worker of its own at its first read position (stop 57's candidate: the write
-    group's worker then costs its writes only)."""
+def chunk_groups(writes: torch.Tensor,
+                 reads: torch.Tensor) -> tuple[list[tuple[int, int, int, int]], list[tuple[int, int]]]:
+    """One chunk's groups from its sorted write and read slots: per written slot (its first write
+    position, its writes, its first read position, its reads; 0, 0 where the chunk does not read it),
+    and per slot read but not written (its first read position, its reads); positions count within
+    the writes and within the reads."""
     ws, wcount = torch.unique_consecutive(writes, return_counts=True)
     rs, rcount = torch.unique_consecutive(reads, return_counts=True)
     wfirst = (torch.cumsum(wcount, 0) - wcount).tolist()
     rfirst = (torch.cumsum(rcount, 0) - rcount).tolist()
     read_groups = {slot: (first, size) for slot, first, size in zip(rs.tolist(), rfirst, rcount.tolist())}
+    written = [(first, size, *read_groups.get(slot, (0, 0)))
+               for slot, first, size in zip(ws.tolist(), wfirst, wcount.tolist())]
+    written_slots = set(ws.tolist())
+    read_only = [group for slot, group in read_groups.items() if slot not in written_slots]
+    return written, read_only
+
+
+def position_costs(writes: torch.Tensor, reads: torch.Tensor, worker: int, side_split: int = 0) -> list[int]:
+    """Cost of every position of one chunk (sorted writes, then sorted reads; with no reads, the
+    write walk's positions). side_split > 0: a written slot read at least that often has its read
+    side walked by a worker of its own at its first read position (stop 57's candidate: the write
+    group's worker then costs its writes only)."""
+    written, read_only = chunk_groups(writes, reads)
+    reads0 = writes.numel()  # the first read position
     cost = [0] * (writes.numel() + reads.numel())
-    for slot, first, size in zip(ws.tolist(), wfirst, wcount.tolist()):
-        read_first, read_size = read_groups.get(slot, (0, 0))
+    for first, size, read_first, read_size in written:
         if side_split > 0 and read_size >= side_split:
             cost[first] = worker + size
-            cost[writes.numel() + read_first] = worker + read_size
+            cost[reads0 + read_first] = worker + read_size
         else:
             cost[first] = worker + size + read_size
-    written = set(ws.tolist())
-    for slot, (first, size) in read_groups.items():
-        if slot not in written:
-            cost[writes.numel() + first] = worker + size
+    for first, size in read_only:
+        cost[reads0 + first] = worker + size
     return cost
 
 
@@ -86,21 +98,16 @@ def worker_kinds(writes: torch.Tensor, reads: torch.Tensor) -> tuple[dict[str, i
     """One chunk's workers by kind (WORKER_KINDS; a written group is single when it has one write
     entry and at most one read, slot_task_data.cuh task_holds_entries), and the members of its long
     groups (their write and read entries)."""
-    ws, wcount = torch.unique_consecutive(writes, return_counts=True)
-    rs, rcount = torch.unique_consecutive(reads, return_counts=True)
-    reads_of = dict(zip(rs.tolist(), rcount.tolist()))
+    written, read_only = chunk_groups(writes, reads)
     kinds = dict.fromkeys(WORKER_KINDS, 0)
     long_members = 0
-    for slot, size in zip(ws.tolist(), wcount.tolist()):
-        members = size + reads_of.get(slot, 0)
-        single = size == 1 and reads_of.get(slot, 0) <= 1
+    for _, size, _, read_size in written:
+        single = size == 1 and read_size <= 1
         kinds["single write" if single else "long write"] += 1
-        long_members += 0 if single else members
-    written = set(ws.tolist())
-    for slot, size in zip(rs.tolist(), rcount.tolist()):
-        if slot not in written:
-            kinds["single read-only" if size == 1 else "long read-only"] += 1
-            long_members += 0 if size == 1 else size
+        long_members += 0 if single else size + read_size
+    for _, size in read_only:
+        kinds["single read-only" if size == 1 else "long read-only"] += 1
+        long_members += 0 if size == 1 else size
     return kinds, long_members
 
 

@@ -80,5 +80,5 @@ def test_side_split_moves_a_long_read_side_to_its_first_read():
     assert position_costs(writes, reads, worker=4) == [4 + 2 + 3, 0, 4 + 1 + 1, 0, 0, 0, 0, 4 + 2, 0]
     # Split from 3 reads: slot 1's write worker keeps its writes, its read side costs at read 0.
     assert position_costs(writes, reads, worker=4, side_split=3) == [4 + 2, 0, 4 + 1 + 1, 4 + 3, 0, 0, 0, 4 + 2, 0]
-    # From 4 reads no slot splits; the total is the same either way but for one worker's cost.
+    # From 4 reads no slot is read often enough: the costs are the unsplit ones.
     assert position_costs(writes, reads, worker=4, side_split=4) == position_costs(writes, reads, worker=4)
