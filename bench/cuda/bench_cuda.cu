@@ -51,6 +51,7 @@
 #include "device_timing.hpp"
 #include "digest.hpp"
 #include "kernel_timeline.hpp"
+#include "parse_list.hpp"
 #include "sdm/options.hpp"
 #include "sdm/ops.hpp"
 #include "slot_patterns.hpp"
@@ -157,6 +158,7 @@ std::uint64_t digest_of(const DeviceTensor& t) {
 
 using bench::copy_bandwidth;
 using bench::median_ms;
+using bench::parse_list;
 
 // Median time of one replay of a CUDA graph holding what `record(stream)` enqueues.
 template <typename F>
@@ -355,18 +357,6 @@ void bench_decode(const Config& c, int reps, double copy_bw, std::vector<Row>& r
   rows.push_back(make_row(k, "decode step, graph replay", graphed / kSteps, rows_per_token(c, 0.0, false), copy_bw));
 }
 
-// "a,b,c" -> parse(a), parse(b), parse(c) in that order.
-template <typename Parse>
-auto parse_list(const std::string& list, Parse&& parse) {
-  std::vector<decltype(parse(std::string{}))> items;
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const std::size_t comma = std::min(list.find(',', start), list.size());
-    items.push_back(parse(list.substr(start, comma - start)));
-    start = comma + 1;
-  }
-  return items;
-}
 
 }  // namespace
 

@@ -37,9 +37,11 @@
 #include <vector>
 
 #include "bench_config.hpp"
+#include "parse_list.hpp"
 #include "cuda/common/async_copy.cuh"
 #include "cuda/common/dependent_launch.cuh"
 #include "device_array.hpp"
+#include "device_fill.cuh"
 #include "device_timing.hpp"
 #include "slot_patterns.hpp"
 #include "walk_plan.hpp"
@@ -49,7 +51,9 @@ namespace {
 using namespace sdm;
 using sdm::testing::cuda_ok;
 using sdm::testing::DeviceArray;
+using sdm::bench::bf16_bits;
 using sdm::bench::copy_bandwidth;
+using sdm::bench::fill;
 using sdm::bench::median_ms;
 using sdm::cuda::commit_async_copies;
 using sdm::cuda::copy_async;
@@ -123,9 +127,6 @@ struct WalkShape {
   }
 };
 
-__device__ __forceinline__ std::uint16_t bf16_bits(float x) {  // truncation is enough for a skeleton
-  return static_cast<std::uint16_t>(__float_as_uint(x) >> 16);
-}
 
 template <int kCols>
 __device__ __forceinline__ void load_bf16(const std::uint16_t* p, float (&x)[kCols]) {
@@ -276,28 +277,6 @@ __global__ void __launch_bounds__(WalkShape<kCols>::kWarps * 32, 1) walk_skeleto
   flush(last.y + (last.z & 0xffff) + (last.z >> 16));
 }
 
-// Random values into a device array (x in [lo, hi)).
-__global__ void fill_uniform(float* f32, std::uint16_t* bf16, std::int64_t n, std::uint64_t seed, float lo, float hi) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(i);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    const float v = lo + (hi - lo) * static_cast<float>((x ^ (x >> 31)) >> 40) * 0x1p-24f;
-    if (f32 != nullptr) f32[i] = v;
-    else bf16[i] = bf16_bits(v);
-  }
-}
-
-template <typename T>
-void fill(DeviceArray<T>& array, std::int64_t n, std::uint64_t seed) {
-  float* f32 = nullptr;
-  std::uint16_t* bf16 = nullptr;
-  if constexpr (sizeof(T) == 4) f32 = reinterpret_cast<float*>(array.get());
-  else bf16 = reinterpret_cast<std::uint16_t*>(array.get());
-  fill_uniform<<<1024, 256>>>(f32, bf16, n, seed, -0.1f, 0.1f);
-  cuda_ok(cudaGetLastError(), "fill_uniform");
-}
 
 // The plan's arrays on the device (records carry two random scalars each: a, b).
 struct DevicePlan {
@@ -385,18 +364,6 @@ void walk_config(const bench::BenchConfig& c, bench::SlotPattern pattern, const 
   }
 }
 
-template <typename T, typename Parse>
-std::vector<T> parse_list(const std::string& text, Parse parse) {
-  std::vector<T> out;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = text.find(',', at);
-    out.push_back(parse(text.substr(at, comma == std::string::npos ? std::string::npos : comma - at)));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -408,10 +375,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
-    if (arg == "--configs" && has_value) configs = parse_list<std::string>(argv[++i], [](const std::string& x) { return x; });
-    else if (arg == "--slots" && has_value) patterns = parse_list<bench::SlotPattern>(argv[++i], bench::parse_slot_pattern);
-    else if (arg == "--tiles" && has_value) tile_lens = parse_list<std::int64_t>(argv[++i], [](const std::string& x) { return std::stoll(x); });
-    else if (arg == "--pieces" && has_value) pieces = parse_list<std::int64_t>(argv[++i], [](const std::string& x) { return std::stoll(x); });
+    if (arg == "--configs" && has_value) configs = bench::parse_list(argv[++i], [](const std::string& x) { return x; });
+    else if (arg == "--slots" && has_value) patterns = bench::parse_list(argv[++i], bench::parse_slot_pattern);
+    else if (arg == "--tiles" && has_value) tile_lens = bench::parse_list(argv[++i], [](const std::string& x) { return static_cast<std::int64_t>(std::stoll(x)); });
+    else if (arg == "--pieces" && has_value) pieces = bench::parse_list(argv[++i], [](const std::string& x) { return static_cast<std::int64_t>(std::stoll(x)); });
     else if (arg == "--reps" && has_value) reps = std::max(1, std::atoi(argv[++i]));
     else {
       std::fprintf(stderr, "sdm_gpu_walk_floor: unknown argument %s\n", arg.c_str());
