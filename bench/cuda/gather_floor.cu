@@ -236,6 +236,7 @@ void measure_slices(const bench::BenchConfig& c, bench::SlotPattern pattern, std
                 bench::slot_pattern_name(pattern), static_cast<long long>(C), way, kCols, static_cast<long long>(stage_kib),
                 blocks_a_chunk, staged_gb / entry_gb, ms, 1e3 * ms / static_cast<double>(Nt), gb, gb / (ms * 1e-3) * 1e-3,
                 bits.c_str());
+    std::fflush(stdout);  // each row kept should a time limit stop the run
   };
   if (with_rows) {
     const double ms = median_ms(reps, [&] {
