@@ -30,8 +30,9 @@ walk's stall samples by ncu): the tiers it favoured measured 3 % slower at readm
 dropped (docs/performance.md, "Stop 55").
 
 --side-split N: a written slot read at least N times in a chunk has its read side walked by its own
-worker, at its first read position (0, the default: never, as today's kernel walks it; the split is a
-candidate of stop 57, docs/performance.md).
+worker, at its first read position, with the kernel's floor applied (kernel_side_split: at least 2,
+and at least ceil(C R / 512): flagship at C 128 splits from 32) (0, the default: never, as today's
+kernel walks it; the split is a candidate of stops 57-58, docs/performance.md).
 
 --workers: the kinds of the slot walk's workers instead (which path of slots_staged.cu walks them): a
 write group of one entry read at most once (its task holds the entries: one straight block), a
@@ -89,6 +90,13 @@ def position_costs(writes: torch.Tensor, reads: torch.Tensor, worker: int, side_
     for first, size in read_only:
         cost[reads0 + first] = worker + size
     return cost
+
+
+def kernel_side_split(reads: int, C: int, R: int) -> int:
+    """The side split the kernel runs when asked for `reads` (0: never): at least 2 (backward.hpp
+    read_side_apart), and at least ceil(C R / 512) (slots_staged.cu plan_side_split: at most 512
+    scratch blocks a stream and column step; flagship at C 128: 32)."""
+    return 0 if reads <= 0 else max(reads, 2, -(-C * R // 512))
 
 
 WORKER_KINDS = ("single write", "long write", "single read-only", "long read-only")
@@ -267,7 +275,7 @@ def main() -> None:
                 writes, reads = chunk_keys(k, q, p, t0, C)
                 if args.side == "write":
                     return position_costs(writes, writes[:0], worker)
-                return position_costs(writes, reads, worker, args.side_split)
+                return position_costs(writes, reads, worker, kernel_side_split(args.side_split, C, config["R"]))
 
             chunks = [(p, t0) for p in range(min(config["P"], args.streams)) for t0 in range(0, config["T"], C)]
             if args.workers:

@@ -16,6 +16,7 @@ from walk_shares_balance import (  # noqa: E402
     TAIL_POSITIONS,
     balanced_cuts,
     cta_span,
+    kernel_side_split,
     position_costs,
     share_batches,
     worker_kinds,
@@ -82,3 +83,13 @@ def test_side_split_moves_a_long_read_side_to_its_first_read():
     assert position_costs(writes, reads, worker=4, side_split=3) == [4 + 2, 0, 4 + 1 + 1, 4 + 3, 0, 0, 0, 4 + 2, 0]
     # From 4 reads no slot is read often enough: the costs are the unsplit ones.
     assert position_costs(writes, reads, worker=4, side_split=4) == position_costs(writes, reads, worker=4)
+
+
+def test_kernel_side_split_follows_the_kernels_floor():
+    # Never split when not asked; at least 2 reads; at least ceil(C R / 512) (flagship C 128: 32).
+    assert kernel_side_split(0, 64, 128) == 0
+    assert kernel_side_split(1, 16, 8) == 2
+    assert kernel_side_split(16, 64, 64) == 16
+    assert kernel_side_split(16, 64, 128) == 16
+    assert kernel_side_split(16, 128, 128) == 32
+    assert kernel_side_split(16, 128, 129) == 33
