@@ -3,7 +3,7 @@
 // alone first), measured against the engine's gather before it is built into the engine:
 //
 //   sdm_gpu_gather_floor [--configs readme,big,flagship] [--slots product_key,heavy_reuse]
-//                        [--chunks 64,128] [--stage-kib 96] [--reps N]
+//                        [--chunks 64,128] [--stage-kib 96] [--reps N] [--plan-only]
 //
 // On a recorded call (the benchmark's slot patterns, seed 7; k_eff / q_w weights and a bf16 bank
 // drawn at random), the forward gather of every step, three ways:
@@ -23,7 +23,8 @@
 // shared memory (a list: one plan each); slices of 16 and 32 columns (32- / 64-byte pieces).
 // Reports ms a call, us a step, the GB of row pieces each moves (rows: entries x hd x 2; stage /
 // groups: the blocks' distinct rows x hd x 2) and its rate.
-// Exits 0 with a message without a GPU.
+// --plan-only prints the plans alone (blocks a chunk, staged rows over requested rows), on any
+// machine. Otherwise exits 0 with a message without a GPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -276,6 +277,36 @@ void measure(const bench::BenchConfig& c, bench::SlotPattern pattern, std::int64
   }
 }
 
+// --plan-only (no GPU needed): the plans' blocks and staged rows against the rows a per-entry
+// gather requests, per config, slot pattern, chunk, budget and slice width.
+void print_plans(const std::vector<std::string>& configs, const std::vector<bench::SlotPattern>& patterns,
+                 const std::vector<std::int64_t>& chunks, const std::vector<std::int64_t>& stage_kib) {
+  std::printf("| config | slots | C | stage KiB | slice cols | rows a block at most | blocks a chunk | "
+              "staged / requested |\n|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& name : configs) {
+    const bench::BenchConfig& c = bench::find_config(name);
+    for (const bench::SlotPattern pattern : patterns) {
+      const bench::WriteReadSlots slots = bench::make_write_read_slots(pattern, c.P, c.T, c.W, c.R, c.slots_per_stream, 7);
+      for (const std::int64_t C : chunks) {
+        for (const std::int64_t kib : stage_kib) {
+          for (const int cols : {16, 32}) {
+            const std::int64_t max_rows = std::min<std::int64_t>(kib * 1024 / (cols * 2), 32767);
+            const bench::GatherPlan plan = bench::make_gather_plan(slots.writes, slots.reads, c.P, c.T, c.W, c.R, C, max_rows);
+            std::int64_t rows = 0;
+            for (const bench::GatherBlock& b : plan.blocks) rows += b.rows;
+            std::printf("| %s | %s | %lld | %lld | %d | %lld | %.2f | %.3f |\n", c.name.c_str(),
+                        bench::slot_pattern_name(pattern), static_cast<long long>(C), static_cast<long long>(kib), cols,
+                        static_cast<long long>(max_rows),
+                        static_cast<double>(plan.blocks.size()) / static_cast<double>(plan.chunks),
+                        static_cast<double>(rows) / static_cast<double>(plan.entries_with_rows));
+            std::fflush(stdout);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -283,6 +314,7 @@ int main(int argc, char** argv) {
   std::vector<bench::SlotPattern> patterns = {bench::SlotPattern::product_key, bench::SlotPattern::heavy_reuse};
   std::vector<std::int64_t> chunks = {64, 128}, stage_kib = {96};
   int reps = 5;
+  bool plan_only = false;
   const auto integer = [](const std::string& x) { return static_cast<std::int64_t>(std::stoll(x)); };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -292,10 +324,15 @@ int main(int argc, char** argv) {
     else if (arg == "--chunks" && has_value) chunks = bench::parse_list(argv[++i], integer);
     else if (arg == "--stage-kib" && has_value) stage_kib = bench::parse_list(argv[++i], integer);
     else if (arg == "--reps" && has_value) reps = std::max(1, std::atoi(argv[++i]));
+    else if (arg == "--plan-only") plan_only = true;
     else {
       std::fprintf(stderr, "sdm_gpu_gather_floor: unknown argument %s\n", arg.c_str());
       return 2;
     }
+  }
+  if (plan_only) {
+    print_plans(configs, patterns, chunks, stage_kib);
+    return 0;
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
