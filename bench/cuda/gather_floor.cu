@@ -18,7 +18,10 @@
 //           exactly nothing to a sum that starts at +0), then its q entries the same way; the 8
 //           chains of a (token, column) are added in chain order through shared memory. That is
 //           gather_rows' order (warp c of its CTA holds chain c), so the sums are its bits:
-//           checked at every step and element against rows' (the "bits" column).
+//           checked at every step and element against rows' (the "bits" column);
+//   groups, device plan   the same with the plan built on the GPU (gather_plan_device.cuh: one CTA a
+//           chunk, the host plan's greedy blocks), whose blocks, row sets and ordinals are checked
+//           against the host plan's first, and whose own time a call is the last row.
 // Blocks (bench/gather_plan.hpp): the chunk's consecutive tokens whose rows fit --stage-kib of
 // shared memory (a list: one plan each); slices of 16 and 32 columns (32- / 64-byte pieces).
 // Reports ms a call, us a step, the GB of row pieces each moves (rows: entries x hd x 2; stage /
@@ -45,6 +48,7 @@
 #include "device_fill.cuh"
 #include "device_timing.hpp"
 #include "gather_plan.hpp"
+#include "gather_plan_device.cuh"
 #include "parse_list.hpp"
 #include "slot_patterns.hpp"
 
@@ -63,7 +67,9 @@ constexpr int kChains = 8;  // gather_rows' warps: chain c holds a side's entrie
 
 struct GroupArgs {
   int C, hd, P, W, R;
-  const bench::GatherBlock* blocks;
+  int ctas_a_chunk;                   // grid y = P * ctas_a_chunk; CTA j of a chunk takes its blocks j, j + ctas_a_chunk, ...
+  const bench::GatherBlock* blocks;   // [chunks, C]: chunk n's blocks from n * C
+  const std::int32_t* block_count;    // [chunks]
   const std::int32_t* rows;
   const std::int16_t *k_ord, *q_ord;  // [chunk tokens, W] / [.., R]
   const float *k_w, *q_w;
@@ -102,76 +108,103 @@ __device__ __forceinline__ void add_chain(const std::int16_t* ord, const float* 
   }
 }
 
-// CTA (slice blockIdx.x, block block0 + blockIdx.y of the step): see the file's comment.
+// CTA (slice blockIdx.x, y = p * ctas_a_chunk + j) of step ti: the blocks j, j + ctas_a_chunk, ... of
+// chunk ti * P + p, one after the other; see the file's comment.
 template <int kCols, bool kStageOnly>
-__global__ void __launch_bounds__(kThreads) gather_groups(GroupArgs a, std::int64_t block0) {
+__global__ void __launch_bounds__(kThreads) gather_groups(GroupArgs a, int ti) {
   using Shape = GroupShape<kCols>;
   extern __shared__ float4 smem[];
   float* partial = reinterpret_cast<float*>(smem);  // [kTokensPerPass][2][kChains][kCols]
   std::uint16_t* rows_s = reinterpret_cast<std::uint16_t*>(reinterpret_cast<unsigned char*>(smem) + Shape::kPartialBytes);
-  const bench::GatherBlock b = a.blocks[block0 + blockIdx.y];
+  const int p = static_cast<int>(blockIdx.y) / a.ctas_a_chunk, j = static_cast<int>(blockIdx.y) % a.ctas_a_chunk;
+  const std::int64_t chunk = static_cast<std::int64_t>(ti) * a.P + p;
   const int col0 = static_cast<int>(blockIdx.x) * kCols;
-  for (int at = static_cast<int>(threadIdx.x); at < b.rows * Shape::kParts; at += kThreads) {
-    const int r = at / Shape::kParts, part = at % Shape::kParts;
-    sdm::cuda::copy_async<16>(rows_s + r * kCols + part * 8,
-                              a.bank + static_cast<std::int64_t>(a.rows[b.row_first + r]) * a.hd + col0 + part * 8);
-  }
-  sdm::cuda::commit_async_copies();
-  sdm::cuda::wait_async_groups<0>();
-  __syncthreads();
-  if constexpr (kStageOnly) {
-    if (threadIdx.x == 0) a.sink[blockIdx.y * gridDim.x + blockIdx.x] = b.rows > 0 ? static_cast<float>(rows_s[0]) : 0.0f;
-    return;
-  }
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int chain = lane % kChains, part = lane / kChains % Shape::kParts, sub = lane / (kChains * Shape::kParts);
-  const int p = b.chunk % a.P;
-  for (int t0 = 0; t0 < b.count; t0 += Shape::kTokensPerPass) {
-    const int mine = warp * Shape::kTokensPerWarp + sub;  // this lane's token of the pass
-    float acc[2][8] = {};
-    if (t0 + mine < b.count) {
-      const std::int64_t token = static_cast<std::int64_t>(b.chunk) * a.C + b.first + t0 + mine;
-      const std::uint16_t* piece = rows_s + part * 8;
-      add_chain(a.k_ord + token * a.W, a.k_w + token * a.W, a.W, chain, piece, kCols, acc[0]);
-      add_chain(a.q_ord + token * a.R, a.q_w + token * a.R, a.R, chain, piece, kCols, acc[1]);
+  float sink = 0.0f;
+  for (int k = j; k < a.block_count[chunk]; k += a.ctas_a_chunk) {
+    const bench::GatherBlock b = a.blocks[chunk * a.C + k];
+    for (int at = static_cast<int>(threadIdx.x); at < b.rows * Shape::kParts; at += kThreads) {
+      const int r = at / Shape::kParts, piece = at % Shape::kParts;
+      sdm::cuda::copy_async<16>(rows_s + r * kCols + piece * 8,
+                                a.bank + static_cast<std::int64_t>(a.rows[b.row_first + r]) * a.hd + col0 + piece * 8);
     }
+    sdm::cuda::commit_async_copies();
+    sdm::cuda::wait_async_groups<0>();
+    __syncthreads();
+    if constexpr (kStageOnly) {
+      if (threadIdx.x == 0 && b.rows > 0) sink += static_cast<float>(rows_s[0]);
+    } else {
+      for (int t0 = 0; t0 < b.count; t0 += Shape::kTokensPerPass) {
+        const int mine = warp * Shape::kTokensPerWarp + sub;  // this lane's token of the pass
+        float acc[2][8] = {};
+        if (t0 + mine < b.count) {
+          const std::int64_t token = chunk * a.C + b.first + t0 + mine;
+          const std::uint16_t* piece = rows_s + part * 8;
+          add_chain(a.k_ord + token * a.W, a.k_w + token * a.W, a.W, chain, piece, kCols, acc[0]);
+          add_chain(a.q_ord + token * a.R, a.q_w + token * a.R, a.R, chain, piece, kCols, acc[1]);
+        }
 #pragma unroll
-    for (int side = 0; side < 2; ++side) {
-      float* to = partial + ((mine * 2 + side) * kChains + chain) * kCols + part * 8;
-      reinterpret_cast<float4*>(to)[0] = make_float4(acc[side][0], acc[side][1], acc[side][2], acc[side][3]);
-      reinterpret_cast<float4*>(to)[1] = make_float4(acc[side][4], acc[side][5], acc[side][6], acc[side][7]);
-    }
-    __syncwarp();
-    for (int o = lane; o < Shape::kTokensPerWarp * 2 * kCols; o += 32) {
-      const int tok = warp * Shape::kTokensPerWarp + o / (2 * kCols), side = o / kCols % 2, col = o % kCols;
-      if (t0 + tok >= b.count) continue;
-      const float* from = partial + (tok * 2 + side) * kChains * kCols + col;
-      float sum = from[0];
+        for (int side = 0; side < 2; ++side) {
+          float* to = partial + ((mine * 2 + side) * kChains + chain) * kCols + part * 8;
+          reinterpret_cast<float4*>(to)[0] = make_float4(acc[side][0], acc[side][1], acc[side][2], acc[side][3]);
+          reinterpret_cast<float4*>(to)[1] = make_float4(acc[side][4], acc[side][5], acc[side][6], acc[side][7]);
+        }
+        __syncwarp();
+        for (int o = lane; o < Shape::kTokensPerWarp * 2 * kCols; o += 32) {
+          const int tok = warp * Shape::kTokensPerWarp + o / (2 * kCols), side = o / kCols % 2, col = o % kCols;
+          if (t0 + tok >= b.count) continue;
+          const float* from = partial + (tok * 2 + side) * kChains * kCols + col;
+          float sum = from[0];
 #pragma unroll
-      for (int c = 1; c < kChains; ++c) sum += from[c * kCols];
-      const std::int64_t row = static_cast<std::int64_t>(p) * a.C + b.first + t0 + tok;
-      (side == 0 ? a.k_sums : a.q_sums)[row * a.hd + col0 + col] = sum;
+          for (int c = 1; c < kChains; ++c) sum += from[c * kCols];
+          const std::int64_t row = static_cast<std::int64_t>(p) * a.C + b.first + t0 + tok;
+          (side == 0 ? a.k_sums : a.q_sums)[row * a.hd + col0 + col] = sum;
+        }
+        __syncwarp();
+      }
     }
-    __syncwarp();
+    __syncthreads();  // every read of this block's rows before the next block's copies
   }
+  if constexpr (kStageOnly) {
+    if (threadIdx.x == 0) a.sink[blockIdx.y * gridDim.x + blockIdx.x] = sink;
+  }
+}
+
+// A plan's blocks as the kernel reads them: chunk n's at [n * C, n * C + block_count[n]).
+struct ChunkBlocks {
+  std::vector<bench::GatherBlock> blocks;
+  std::vector<std::int32_t> count;
+  int most = 1;  // blocks of the chunk that has the most
+};
+
+ChunkBlocks by_chunk(const bench::GatherPlan& plan, std::int64_t C) {
+  ChunkBlocks out;
+  out.blocks.resize(static_cast<std::size_t>(plan.chunks * C));
+  out.count.assign(static_cast<std::size_t>(plan.chunks), 0);
+  for (const bench::GatherBlock& b : plan.blocks) {
+    std::int32_t& k = out.count[static_cast<std::size_t>(b.chunk)];
+    out.blocks[static_cast<std::size_t>(b.chunk * C + k)] = b;
+    out.most = std::max(out.most, ++k);
+  }
+  return out;
 }
 
 struct Recorded {
   bench::GatherPlan plan;
+  ChunkBlocks chunk_blocks;
   DeviceArray<bench::GatherBlock> blocks;
-  DeviceArray<std::int32_t> rows, k_slot, q_slot;
+  DeviceArray<std::int32_t> block_count, rows, k_slot, q_slot;
   DeviceArray<std::int16_t> k_ord, q_ord;
-  explicit Recorded(bench::GatherPlan p)
-      : plan(std::move(p)), blocks(plan.blocks), rows(plan.rows), k_slot(plan.k_slot), q_slot(plan.q_slot),
-        k_ord(plan.k_ord), q_ord(plan.q_ord) {}
+  Recorded(bench::GatherPlan p, std::int64_t C)
+      : plan(std::move(p)), chunk_blocks(by_chunk(plan, C)), blocks(chunk_blocks.blocks), block_count(chunk_blocks.count),
+        rows(plan.rows), k_slot(plan.k_slot), q_slot(plan.q_slot), k_ord(plan.k_ord), q_ord(plan.q_ord) {}
 };
 
 template <int kCols, bool kStageOnly>
-void launch_groups(const GroupArgs& args, const bench::GatherPlan& plan, std::int64_t ti, std::size_t smem,
-                   cudaStream_t stream) {
-  const std::int64_t block0 = plan.step_begin[ti], count = plan.step_begin[ti + 1] - block0;
-  const dim3 grid(static_cast<unsigned>(args.hd / kCols), static_cast<unsigned>(count));
-  gather_groups<kCols, kStageOnly><<<grid, kThreads, smem, stream>>>(args, block0);
+void launch_groups(const GroupArgs& args, std::int64_t ti, std::size_t smem, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(args.hd / kCols), static_cast<unsigned>(args.P * args.ctas_a_chunk));
+  gather_groups<kCols, kStageOnly><<<grid, kThreads, smem, stream>>>(args, static_cast<int>(ti));
 }
 
 // Every element of both sums bitwise equal at every step: the count of those that are not.
@@ -179,6 +212,42 @@ std::int64_t compare_steps(const std::vector<float>& want, const std::vector<flo
   std::int64_t differ = 0;
   for (std::size_t k = 0; k < want.size(); ++k) differ += std::memcmp(&want[k], &got[k], sizeof(float)) != 0;
   return differ;
+}
+
+// The device plan against the host plan: the same blocks (tokens and row counts) and row sets, and
+// every entry's ordinal naming its own slot. "equal", or the first difference.
+std::string compare_plans(const bench::GatherPlan& host, const ChunkBlocks& host_blocks, std::int64_t C,
+                          std::int64_t W, std::int64_t R, const DeviceArray<bench::GatherBlock>& blocks,
+                          const DeviceArray<std::int32_t>& count, const DeviceArray<std::int32_t>& rows,
+                          const DeviceArray<std::int16_t>& k_ord, const DeviceArray<std::int16_t>& q_ord) {
+  const std::vector<bench::GatherBlock> b = blocks.to_host();
+  const std::vector<std::int32_t> n_blocks = count.to_host(), r = rows.to_host();
+  const std::vector<std::int16_t> ko = k_ord.to_host(), qo = q_ord.to_host();
+  for (std::int64_t n = 0; n < host.chunks; ++n) {
+    const std::string at = "chunk " + std::to_string(n);
+    if (n_blocks[n] != host_blocks.count[n]) return at + ": " + std::to_string(n_blocks[n]) + " blocks, host " + std::to_string(host_blocks.count[n]);
+    for (std::int32_t k = 0; k < n_blocks[n]; ++k) {
+      const bench::GatherBlock& d = b[n * C + k];
+      const bench::GatherBlock& h = host_blocks.blocks[n * C + k];
+      if (d.first != h.first || d.count != h.count || d.rows != h.rows) return at + " block " + std::to_string(k) + " differs";
+      std::vector<std::int32_t> dr(r.begin() + d.row_first, r.begin() + d.row_first + d.rows);
+      std::sort(dr.begin(), dr.end());
+      if (!std::equal(dr.begin(), dr.end(), host.rows.begin() + h.row_first)) return at + " block " + std::to_string(k) + ": rows differ";
+      for (std::int32_t i = d.first; i < d.first + d.count; ++i) {
+        const std::int64_t token = n * C + i;
+        for (std::int64_t w = 0; w < W + R; ++w) {
+          const bool k_side = w < W;
+          const std::int64_t e = k_side ? token * W + w : token * R + (w - W);
+          const std::int32_t slot = k_side ? host.k_slot[e] : host.q_slot[e];
+          const std::int16_t o = k_side ? ko[e] : qo[e];
+          if (slot < 0 ? o != -1 : (o < 0 || o >= d.rows || r[d.row_first + o] != slot)) {
+            return at + " token " + std::to_string(i) + " entry " + std::to_string(w) + ": ordinal " + std::to_string(o);
+          }
+        }
+      }
+    }
+  }
+  return "equal";
 }
 
 template <int kCols>
@@ -190,43 +259,68 @@ void measure_slices(const bench::BenchConfig& c, bench::SlotPattern pattern, std
   if (c.hd % kCols != 0) return;
   const std::int64_t max_rows = std::min<std::int64_t>(stage_kib * 1024 / (kCols * 2), 32767);
   const std::size_t smem = Shape::smem(max_rows);
+  int capacity = 1;
+  while (capacity < 2 * max_rows) capacity *= 2;
+  const std::size_t plan_smem = bench::device_plan_smem(capacity);
   int device = 0, optin = 0;
   cuda_ok(cudaGetDevice(&device), "cudaGetDevice");
   cuda_ok(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
-  if (smem > static_cast<std::size_t>(optin)) {
-    std::printf("%s: %lld KiB of staged rows need %zu bytes of shared memory a CTA, more than this device's %d: "
-                "skipped\n", c.name.c_str(), static_cast<long long>(stage_kib), smem, optin);
+  if (std::max(smem, plan_smem) > static_cast<std::size_t>(optin) || c.W + c.R > bench::kPlanThreads) {
+    std::printf("%s: %lld KiB of staged rows need %zu / %zu bytes of shared memory a CTA (gather / plan), this device "
+                "has %d, or W + R > %d: skipped\n", c.name.c_str(), static_cast<long long>(stage_kib), smem, plan_smem,
+                optin, bench::kPlanThreads);
     return;
   }
-  const Recorded rec(bench::make_gather_plan(slots.writes, slots.reads, c.P, c.T, c.W, c.R, C, max_rows));
+  const Recorded rec(bench::make_gather_plan(slots.writes, slots.reads, c.P, c.T, c.W, c.R, C, max_rows), C);
   const bench::GatherPlan& plan = rec.plan;
-  const std::int64_t Nt = plan.steps, step_rows = c.P * C;
+  const std::int64_t Nt = plan.steps, step_rows = c.P * C, entries = plan.chunks * C * (c.W + c.R);
   DeviceArray<float> k_ref(static_cast<std::size_t>(step_rows * c.hd)), q_ref(static_cast<std::size_t>(step_rows * c.hd));
   DeviceArray<float> k_out(static_cast<std::size_t>(step_rows * c.hd)), q_out(static_cast<std::size_t>(step_rows * c.hd));
-  std::int64_t max_step_blocks = 1;
-  for (std::int64_t ti = 0; ti < Nt; ++ti) {
-    max_step_blocks = std::max(max_step_blocks, plan.step_begin[ti + 1] - plan.step_begin[ti]);
-  }
-  DeviceArray<float> sink(static_cast<std::size_t>(max_step_blocks * (c.hd / kCols)));
-  const GroupArgs args{static_cast<int>(C), static_cast<int>(c.hd), static_cast<int>(c.P), static_cast<int>(c.W),
-                       static_cast<int>(c.R), rec.blocks.get(), rec.rows.get(), rec.k_ord.get(), rec.q_ord.get(),
-                       k_w.get(), q_w.get(), bank.get(), k_out.get(), q_out.get(), sink.get()};
+  DeviceArray<float> sink(static_cast<std::size_t>(c.P * rec.chunk_blocks.most * (c.hd / kCols)));
+  GroupArgs args{static_cast<int>(C), static_cast<int>(c.hd), static_cast<int>(c.P), static_cast<int>(c.W),
+                 static_cast<int>(c.R), rec.chunk_blocks.most, rec.blocks.get(), rec.block_count.get(), rec.rows.get(),
+                 rec.k_ord.get(), rec.q_ord.get(), k_w.get(), q_w.get(), bank.get(), k_out.get(), q_out.get(), sink.get()};
   for (const auto kernel : {gather_groups<kCols, false>, gather_groups<kCols, true>}) {
     cuda_ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
             "cudaFuncSetAttribute (gather_groups)");
   }
+  cuda_ok(cudaFuncSetAttribute(bench::plan_gather_blocks, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(plan_smem)), "cudaFuncSetAttribute (plan_gather_blocks)");
   const auto rows_step = [&](std::int64_t ti, float* k_sums, float* q_sums) {
     cuda::launch_weighted_gather(geo, bank.get(), true, true, cuda::GatherSide{rec.k_slot.get(), k_w.get(), c.W},
                                  cuda::GatherSide{rec.q_slot.get(), q_w.get(), c.R}, ti, k_sums, q_sums, stream);
   };
-  // Bits: every step's sums against rows'.
-  std::int64_t differ = 0;
-  for (std::int64_t ti = 0; ti < Nt; ++ti) {
-    rows_step(ti, k_ref.get(), q_ref.get());
-    launch_groups<kCols, false>(args, plan, ti, smem, stream);
-    cuda_ok(cudaStreamSynchronize(stream), "gather_floor (bits)");
-    differ += compare_steps(k_ref.to_host(), k_out.to_host()) + compare_steps(q_ref.to_host(), q_out.to_host());
-  }
+  // Bits: every step's sums against rows', with a plan's arrays.
+  const auto count_differing = [&](const GroupArgs& with) {
+    std::int64_t differ = 0;
+    for (std::int64_t ti = 0; ti < Nt; ++ti) {
+      rows_step(ti, k_ref.get(), q_ref.get());
+      launch_groups<kCols, false>(with, ti, smem, stream);
+      cuda_ok(cudaStreamSynchronize(stream), "gather_floor (bits)");
+      differ += compare_steps(k_ref.to_host(), k_out.to_host()) + compare_steps(q_ref.to_host(), q_out.to_host());
+    }
+    return differ;
+  };
+  const auto verdict = [](std::int64_t differ) { return differ == 0 ? std::string("equal") : std::to_string(differ) + " differ"; };
+  const std::int64_t differ = count_differing(args);
+  // The same plan built on the GPU (gather_plan_device.cuh), checked against the host's and used.
+  DeviceArray<bench::GatherBlock> d_blocks(static_cast<std::size_t>(plan.chunks * C));
+  DeviceArray<std::int32_t> d_count(static_cast<std::size_t>(plan.chunks)), d_rows(static_cast<std::size_t>(entries));
+  DeviceArray<std::int16_t> d_k_ord(plan.k_ord.size()), d_q_ord(plan.q_ord.size());
+  const bench::DevicePlanArgs plan_args{static_cast<int>(C), static_cast<int>(c.W), static_cast<int>(c.R),
+                                        static_cast<int>(max_rows), capacity, rec.k_slot.get(), rec.q_slot.get(),
+                                        d_blocks.get(), d_count.get(), d_rows.get(), d_k_ord.get(), d_q_ord.get()};
+  const auto plan_call = [&] {
+    bench::plan_gather_blocks<<<static_cast<unsigned>(plan.chunks), bench::kPlanThreads, plan_smem, stream>>>(plan_args);
+    cuda_ok(cudaGetLastError(), "plan_gather_blocks");
+  };
+  const double plan_ms = median_ms(reps, plan_call);
+  cuda_ok(cudaDeviceSynchronize(), "plan_gather_blocks");
+  const std::string plans = compare_plans(plan, rec.chunk_blocks, C, c.W, c.R, d_blocks, d_count, d_rows, d_k_ord, d_q_ord);
+  GroupArgs device_args = args;
+  device_args.blocks = d_blocks.get(), device_args.block_count = d_count.get(), device_args.rows = d_rows.get();
+  device_args.k_ord = d_k_ord.get(), device_args.q_ord = d_q_ord.get();
+  const std::int64_t device_differ = plans == "equal" ? count_differing(device_args) : -1;
   std::int64_t block_rows = 0;
   for (const bench::GatherBlock& b : plan.blocks) block_rows += b.rows;
   const double entry_gb = static_cast<double>(plan.entries_with_rows) * static_cast<double>(c.hd) * 2e-9;
@@ -246,13 +340,18 @@ void measure_slices(const bench::BenchConfig& c, bench::SlotPattern pattern, std
     report("rows", ms, entry_gb, "-");
   }
   const double stage_ms = median_ms(reps, [&] {
-    for (std::int64_t ti = 0; ti < Nt; ++ti) launch_groups<kCols, true>(args, plan, ti, smem, stream);
+    for (std::int64_t ti = 0; ti < Nt; ++ti) launch_groups<kCols, true>(args, ti, smem, stream);
   });
   report("stage", stage_ms, staged_gb, "-");
   const double groups_ms = median_ms(reps, [&] {
-    for (std::int64_t ti = 0; ti < Nt; ++ti) launch_groups<kCols, false>(args, plan, ti, smem, stream);
+    for (std::int64_t ti = 0; ti < Nt; ++ti) launch_groups<kCols, false>(args, ti, smem, stream);
   });
-  report("groups", groups_ms, staged_gb, differ == 0 ? "equal" : std::to_string(differ) + " differ");
+  report("groups", groups_ms, staged_gb, verdict(differ));
+  const double device_ms = median_ms(reps, [&] {
+    for (std::int64_t ti = 0; ti < Nt; ++ti) launch_groups<kCols, false>(device_args, ti, smem, stream);
+  });
+  report("groups, device plan", device_ms, staged_gb, device_differ < 0 ? "plan: " + plans : verdict(device_differ));
+  report("device plan (a call)", plan_ms, 0.0, plans);
   cuda_ok(cudaDeviceSynchronize(), "gather_floor");
 }
 
