@@ -3,7 +3,7 @@
 // alone first), measured against the engine's gather before it is built into the engine:
 //
 //   sdm_gpu_gather_floor [--configs readme,big,flagship] [--slots product_key,heavy_reuse]
-//                        [--chunks 64,128] [--stage-kib 96] [--reps N] [--plan-only]
+//                        [--chunks 64,128] [--stage-kib 96] [--ctas-a-chunk N] [--reps N] [--plan-only]
 //
 // On a recorded call (the benchmark's slot patterns, seed 7; k_eff / q_w weights and a bf16 bank
 // drawn at random), the forward gather of every step, three ways:
@@ -26,6 +26,9 @@
 // shared memory (a list: one plan each); slices of 16 and 32 columns (32- / 64-byte pieces).
 // Reports ms a call, us a step, the GB of row pieces each moves (rows: entries x hd x 2; stage /
 // groups: the blocks' distinct rows x hd x 2) and its rate.
+// --ctas-a-chunk N: the CTAs a chunk and slice, each taking every N-th of the chunk's blocks (the
+// engine, which cannot read the device plan's block counts back, would fix it; 0, the default: the
+// most blocks any chunk has, one block a CTA).
 // --plan-only prints the plans alone (blocks a chunk, staged rows over requested rows), on any
 // machine. Otherwise exits 0 with a message without a GPU.
 #include <cuda_runtime.h>
@@ -254,7 +257,7 @@ template <int kCols>
 void measure_slices(const bench::BenchConfig& c, bench::SlotPattern pattern, std::int64_t C,
                     const bench::WriteReadSlots& slots, std::int64_t stage_kib, const DeviceArray<std::uint16_t>& bank,
                     const DeviceArray<float>& k_w, const DeviceArray<float>& q_w, const cuda::Geometry& geo, int reps,
-                    cudaStream_t stream, bool with_rows) {
+                    int ctas_a_chunk, cudaStream_t stream, bool with_rows) {
   using Shape = GroupShape<kCols>;
   if (c.hd % kCols != 0) return;
   const std::int64_t max_rows = std::min<std::int64_t>(stage_kib * 1024 / (kCols * 2), 32767);
@@ -276,9 +279,10 @@ void measure_slices(const bench::BenchConfig& c, bench::SlotPattern pattern, std
   const std::int64_t Nt = plan.steps, step_rows = c.P * C, entries = plan.chunks * C * (c.W + c.R);
   DeviceArray<float> k_ref(static_cast<std::size_t>(step_rows * c.hd)), q_ref(static_cast<std::size_t>(step_rows * c.hd));
   DeviceArray<float> k_out(static_cast<std::size_t>(step_rows * c.hd)), q_out(static_cast<std::size_t>(step_rows * c.hd));
-  DeviceArray<float> sink(static_cast<std::size_t>(c.P * rec.chunk_blocks.most * (c.hd / kCols)));
+  const int ctas = ctas_a_chunk > 0 ? ctas_a_chunk : rec.chunk_blocks.most;
+  DeviceArray<float> sink(static_cast<std::size_t>(c.P * ctas * (c.hd / kCols)));
   GroupArgs args{static_cast<int>(C), static_cast<int>(c.hd), static_cast<int>(c.P), static_cast<int>(c.W),
-                 static_cast<int>(c.R), rec.chunk_blocks.most, rec.blocks.get(), rec.block_count.get(), rec.rows.get(),
+                 static_cast<int>(c.R), ctas, rec.blocks.get(), rec.block_count.get(), rec.rows.get(),
                  rec.k_ord.get(), rec.q_ord.get(), k_w.get(), q_w.get(), bank.get(), k_out.get(), q_out.get(), sink.get()};
   for (const auto kernel : {gather_groups<kCols, false>, gather_groups<kCols, true>}) {
     cuda_ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
@@ -356,7 +360,7 @@ void measure_slices(const bench::BenchConfig& c, bench::SlotPattern pattern, std
 }
 
 void measure(const bench::BenchConfig& c, bench::SlotPattern pattern, std::int64_t C,
-             const std::vector<std::int64_t>& stage_kib, int reps) {
+             const std::vector<std::int64_t>& stage_kib, int reps, int ctas_a_chunk) {
   const bench::WriteReadSlots slots = bench::make_write_read_slots(pattern, c.P, c.T, c.W, c.R, c.slots_per_stream, 7);
   const std::int64_t Nt = (c.T + C - 1) / C, tokens = Nt * c.P * C, bank_rows = c.P * c.slots_per_stream;
   DeviceArray<std::uint16_t> bank(static_cast<std::size_t>(bank_rows * c.hd));
@@ -370,8 +374,8 @@ void measure(const bench::BenchConfig& c, bench::SlotPattern pattern, std::int64
   const CudaStream stream;  // blocking: ordered with the legacy stream median_ms times on
   bool first = true;
   for (const std::int64_t kib : stage_kib) {
-    measure_slices<16>(c, pattern, C, slots, kib, bank, k_w, q_w, geo, reps, stream.get(), first);
-    measure_slices<32>(c, pattern, C, slots, kib, bank, k_w, q_w, geo, reps, stream.get(), false);
+    measure_slices<16>(c, pattern, C, slots, kib, bank, k_w, q_w, geo, reps, ctas_a_chunk, stream.get(), first);
+    measure_slices<32>(c, pattern, C, slots, kib, bank, k_w, q_w, geo, reps, ctas_a_chunk, stream.get(), false);
     first = false;
   }
 }
@@ -412,7 +416,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> configs = {"readme", "big", "flagship"};
   std::vector<bench::SlotPattern> patterns = {bench::SlotPattern::product_key, bench::SlotPattern::heavy_reuse};
   std::vector<std::int64_t> chunks = {64, 128}, stage_kib = {96};
-  int reps = 5;
+  int reps = 5, ctas_a_chunk = 0;
   bool plan_only = false;
   const auto integer = [](const std::string& x) { return static_cast<std::int64_t>(std::stoll(x)); };
   for (int i = 1; i < argc; ++i) {
@@ -423,6 +427,7 @@ int main(int argc, char** argv) {
     else if (arg == "--chunks" && has_value) chunks = bench::parse_list(argv[++i], integer);
     else if (arg == "--stage-kib" && has_value) stage_kib = bench::parse_list(argv[++i], integer);
     else if (arg == "--reps" && has_value) reps = std::max(1, std::atoi(argv[++i]));
+    else if (arg == "--ctas-a-chunk" && has_value) ctas_a_chunk = std::max(0, std::atoi(argv[++i]));
     else if (arg == "--plan-only") plan_only = true;
     else {
       std::fprintf(stderr, "sdm_gpu_gather_floor: unknown argument %s\n", arg.c_str());
@@ -447,7 +452,7 @@ int main(int argc, char** argv) {
   for (const std::string& name : configs) {
     const bench::BenchConfig& c = bench::find_config(name);
     for (const bench::SlotPattern pattern : patterns) {
-      for (const std::int64_t C : chunks) measure(c, pattern, C, stage_kib, reps);
+      for (const std::int64_t C : chunks) measure(c, pattern, C, stage_kib, reps, ctas_a_chunk);
     }
   }
   return 0;
