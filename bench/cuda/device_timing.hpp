@@ -1,12 +1,13 @@
-// device_timing.hpp - the GPU benchmarks' clocks (bench_cuda.cu, walk_floor.cu): the median of
-// CUDA-event timings of a body on the legacy default stream after one warm-up, and the
-// device-to-device copy bandwidth their rates are compared with.
+// device_timing.hpp - the GPU benchmarks' clocks (bench_cuda.cu, walk_floor.cu, gather_floor.cu): the
+// median of CUDA-event timings of a body on the legacy default stream after one warm-up, the
+// device-to-device copy bandwidth their rates are compared with, and the floor benchmarks' device line.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <vector>
 
 #include "device_tensor.hpp"
@@ -51,6 +52,23 @@ inline double copy_bandwidth() {
   cudaFree(a);
   cudaFree(b);
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
+}
+
+// The floor benchmarks' device line: false (after "<program>: skipped (no CUDA device)") without a
+// GPU; else prints the device, its SM count and copy bandwidth, sets *sms and *copy_bw, and is true.
+inline bool print_device(const char* program, int* sms, double* copy_bw) {
+  using sdm::testing::cuda_ok;
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("%s: skipped (no CUDA device)\n", program);
+    return false;
+  }
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  *sms = prop.multiProcessorCount;
+  *copy_bw = copy_bandwidth();
+  std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", prop.name, *sms, *copy_bw * 1e-9);
+  return true;
 }
 
 }  // namespace sdm::bench

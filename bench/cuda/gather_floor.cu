@@ -438,15 +438,9 @@ int main(int argc, char** argv) {
     print_plans(configs, patterns, chunks, stage_kib);
     return 0;
   }
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("sdm_gpu_gather_floor: skipped (no CUDA device)\n");
-    return 0;
-  }
-  cudaDeviceProp prop{};
-  cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount,
-              bench::copy_bandwidth() * 1e-9);
+  int sms = 0;
+  double copy_bw = 0.0;
+  if (!bench::print_device("sdm_gpu_gather_floor", &sms, &copy_bw)) return 0;
   std::printf("\n| config | slots | C | way | slice cols | stage KiB | blocks a chunk | staged / requested | ms a call | "
               "us a step | GB row pieces | TB/s | bits vs rows |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& name : configs) {

@@ -52,7 +52,6 @@ using namespace sdm;
 using sdm::testing::cuda_ok;
 using sdm::testing::DeviceArray;
 using sdm::bench::bf16_bits;
-using sdm::bench::copy_bandwidth;
 using sdm::bench::fill;
 using sdm::bench::median_ms;
 using sdm::cuda::commit_async_copies;
@@ -385,17 +384,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("sdm_gpu_walk_floor: skipped (no CUDA device)\n");
-    return 0;
-  }
-  cudaDeviceProp prop{};
-  cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  const double copy_bw = copy_bandwidth();
-  std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount,
-              copy_bw * 1e-9);
-  pdl_chain(prop.multiProcessorCount, reps);
+  int sms = 0;
+  double copy_bw = 0.0;
+  if (!bench::print_device("sdm_gpu_walk_floor", &sms, &copy_bw)) return 0;
+  pdl_chain(sms, reps);
   std::printf("\n| config | slots | slice cols | L | pieces <= | written groups / write entries | ms a call | us a step | "
               "GB bank rows | TB/s bank rows | TB/s all | of copy bw |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& name : configs) {
