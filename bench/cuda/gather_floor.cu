@@ -14,8 +14,8 @@
 //           (cp.async, 16 bytes a copy) and stops;
 //   groups  phase A, then phase B: lane (token, 8-column part, chain c) sums the token's k entries
 //           c, c + 8, c + 16, ... from +0 (fmaf, weight times the row piece read from shared
-//           memory; entries without a row skipped, as gather_rows' w = 0 times a zero row adds
-//           exactly nothing to a sum that starts at +0), then its q entries the same way; the 8
+//           memory; +0 added for an entry without a row and where gather_rows pads the chain to
+//           its window, as its w = 0 times a zero row does), then its q entries the same way; the 8
 //           chains of a (token, column) are added in chain order through shared memory. That is
 //           gather_rows' order (warp c of its CTA holds chain c), so the sums are its bits:
 //           checked at every step and element against rows' (the "bits" column);
@@ -92,14 +92,26 @@ struct GroupShape {
   }
 };
 
+// +0 added to each column of acc: gather_rows' fmaf(0, 0, acc) of an entry without a row or of its
+// padding (it turns a chain's -0, a sum of products that underflowed, into +0; nothing else).
+__device__ __forceinline__ void add_zero(float (&acc)[8]) {
+#pragma unroll
+  for (int k = 0; k < 8; ++k) acc[k] = __fadd_rn(acc[k], 0.0f);
+}
+
 // acc += weight * piece (8 bf16 columns, one 16-byte shared load) for each of the side's entries
-// chain, chain + 8, ... that has a row.
+// chain, chain + 8, ... that has a row, +0 for each that has none, and +0 once more at the end
+// where gather_rows pads the chain (its entries not a multiple of its window of 8 rows).
 __device__ __forceinline__ void add_chain(const std::int16_t* ord, const float* weight, int count, int chain,
                                           const std::uint16_t* rows_s, int row_stride, float (&acc)[8]) {
+  const int entries = chain < count ? (count - chain + kChains - 1) / kChains : 0;
 #pragma unroll 4
   for (int e = chain; e < count; e += kChains) {
     const int o = ord[e];
-    if (o < 0) continue;
+    if (o < 0) {
+      add_zero(acc);
+      continue;
+    }
     const uint4 u = *reinterpret_cast<const uint4*>(rows_s + o * row_stride);
     const float w = weight[e];
     const unsigned words[4] = {u.x, u.y, u.z, u.w};
@@ -109,6 +121,7 @@ __device__ __forceinline__ void add_chain(const std::int16_t* ord, const float* 
       acc[2 * k + 1] = fmaf(w, __uint_as_float(words[k] & 0xffff0000u), acc[2 * k + 1]);
     }
   }
+  if (entries % 8 != 0) add_zero(acc);
 }
 
 // CTA (slice blockIdx.x, y = p * ctas_a_chunk + j) of step ti: the blocks j, j + ctas_a_chunk, ... of
