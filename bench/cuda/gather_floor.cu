@@ -6,7 +6,7 @@
 //                        [--chunks 64,128] [--stage-kib 96] [--ctas-a-chunk N] [--reps N] [--plan-only]
 //
 // On a recorded call (the benchmark's slot patterns, seed 7; k_eff / q_w weights and a bf16 bank
-// drawn at random), the forward gather of every step, three ways:
+// drawn at random), the forward gather of every step, four ways:
 //   rows    the engine's gather_rows (launch_weighted_gather): every entry loads its row piece
 //           from L2 or DRAM, C (W + R) row requests a chunk;
 //   stage   the gather by distinct rows' phase A alone: a CTA per (block of tokens, column slice
