@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) gather_groups(GroupArgs a, int ti) {
   const int col0 = static_cast<int>(blockIdx.x) * kCols;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   // The parts of a row piece in adjacent lanes: a quarter-warp's 16-byte shared loads then fall on
-  // kParts banks groups of each of 8 / kParts rows (the chains'), not on one group of 8 rows.
+  // the kParts bank groups of each of 8 / kParts rows (the chains'), not on one group of 8 rows.
   const int part = lane % Shape::kParts, chain = lane / Shape::kParts % kChains, sub = lane / (kChains * Shape::kParts);
   float sink = 0.0f;
   for (int k = j; k < a.block_count[chunk]; k += a.ctas_a_chunk) {
