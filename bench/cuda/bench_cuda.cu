@@ -357,7 +357,6 @@ void bench_decode(const Config& c, int reps, double copy_bw, std::vector<Row>& r
   rows.push_back(make_row(k, "decode step, graph replay", graphed / kSteps, rows_per_token(c, 0.0, false), copy_bw));
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -37,12 +37,12 @@
 #include <vector>
 
 #include "bench_config.hpp"
-#include "parse_list.hpp"
 #include "cuda/common/async_copy.cuh"
 #include "cuda/common/dependent_launch.cuh"
 #include "device_array.hpp"
 #include "device_fill.cuh"
 #include "device_timing.hpp"
+#include "parse_list.hpp"
 #include "slot_patterns.hpp"
 #include "walk_plan.hpp"
 
@@ -125,7 +125,6 @@ struct WalkShape {
     return 2 * static_cast<std::size_t>(C) * kSliceCols * 4 + kWarps * per_warp;
   }
 };
-
 
 template <int kCols>
 __device__ __forceinline__ void load_bf16(const std::uint16_t* p, float (&x)[kCols]) {
@@ -276,7 +275,6 @@ __global__ void __launch_bounds__(WalkShape<kCols>::kWarps * 32, 1) walk_skeleto
   flush(last.y + (last.z & 0xffff) + (last.z >> 16));
 }
 
-
 // The plan's arrays on the device (records carry two random scalars each: a, b).
 struct DevicePlan {
   DeviceArray<int4> groups, records;
@@ -363,7 +361,6 @@ void walk_config(const bench::BenchConfig& c, bench::SlotPattern pattern, const 
   }
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -371,13 +368,14 @@ int main(int argc, char** argv) {
   std::vector<bench::SlotPattern> patterns = {bench::SlotPattern::product_key, bench::SlotPattern::heavy_reuse};
   std::vector<std::int64_t> tile_lens = {32, 64, 128}, pieces = {0};
   int reps = 5;
+  const auto integer = [](const std::string& x) { return static_cast<std::int64_t>(std::stoll(x)); };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
     if (arg == "--configs" && has_value) configs = bench::parse_list(argv[++i], [](const std::string& x) { return x; });
     else if (arg == "--slots" && has_value) patterns = bench::parse_list(argv[++i], bench::parse_slot_pattern);
-    else if (arg == "--tiles" && has_value) tile_lens = bench::parse_list(argv[++i], [](const std::string& x) { return static_cast<std::int64_t>(std::stoll(x)); });
-    else if (arg == "--pieces" && has_value) pieces = bench::parse_list(argv[++i], [](const std::string& x) { return static_cast<std::int64_t>(std::stoll(x)); });
+    else if (arg == "--tiles" && has_value) tile_lens = bench::parse_list(argv[++i], integer);
+    else if (arg == "--pieces" && has_value) pieces = bench::parse_list(argv[++i], integer);
     else if (arg == "--reps" && has_value) reps = std::max(1, std::atoi(argv[++i]));
     else {
       std::fprintf(stderr, "sdm_gpu_walk_floor: unknown argument %s\n", arg.c_str());
