@@ -47,11 +47,24 @@ TEST(GatherPlan, HandCheckedChunks) {
 }
 
 TEST(GatherPlan, RefusesBadShapesAndBudgets) {
-  EXPECT_THROW(make_gather_plan({1}, {1}, 1, 1, 1, 1, 1, 0), std::invalid_argument);
-  EXPECT_THROW(make_gather_plan({1}, {1}, 1, 1, 1, 1, 1, 32768), std::invalid_argument);
-  EXPECT_THROW(make_gather_plan({1, 2}, {1}, 1, 1, 1, 1, 1, 4), std::invalid_argument);
+  // Each refusal names what is wrong.
+  const auto message = [](auto&& call) {
+    try {
+      call();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([] { make_gather_plan({1}, {1}, 0, 1, 1, 1, 1, 4); }), "make_gather_plan: sizes must be >= 1");
+  EXPECT_EQ(message([] { make_gather_plan({1}, {1}, 1, 1, 1, 1, 1, 0); }), "make_gather_plan: max_rows must be in 1..32767");
+  EXPECT_EQ(message([] { make_gather_plan({1}, {1}, 1, 1, 1, 1, 1, 32768); }),
+            "make_gather_plan: max_rows must be in 1..32767");
+  EXPECT_EQ(message([] { make_gather_plan({1, 2}, {1}, 1, 1, 1, 1, 1, 4); }),
+            "make_gather_plan: writes / reads must be [P, T, W] / [P, T, R]");
   // One token reads 3 distinct rows: a budget of 2 cannot hold it.
-  EXPECT_THROW(make_gather_plan({1, 2}, {3}, 1, 1, 2, 1, 1, 2), std::invalid_argument);
+  EXPECT_EQ(message([] { make_gather_plan({1, 2}, {3}, 1, 1, 2, 1, 1, 2); }),
+            "make_gather_plan: a token has 3 distinct rows, more than max_rows 2");
   EXPECT_NO_THROW(make_gather_plan({1, 2}, {3}, 1, 1, 2, 1, 1, 3));
 }
 
